@@ -1,0 +1,44 @@
+"""Use kvbench from Python: compose a config the way the CLI does and run it.
+
+    from kvbench.api import run
+    result = run(["allocator=naive", "workload.num_requests=200"])
+    result.summary["peak_concurrency"]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_module
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, open_dict
+
+from kvbench.config import KvbenchConfig
+from kvbench.plugins import config_searchpaths
+from kvbench.results import RunResult
+
+GROUPS = ("model", "hardware", "allocator", "kernel", "preemption", "workload")
+
+
+def compose(overrides: Sequence[str] = ()) -> tuple[DictConfig, dict[str, str]]:
+    """The composed run config and the group options chosen, as ``kvbench <overrides>`` would see them."""
+    ConfigStore.instance().store(name="kvbench_schema", node=KvbenchConfig)
+    extra = list(overrides)
+    searchpaths = config_searchpaths()
+    if searchpaths:
+        extra.append(f"hydra.searchpath=[{','.join(searchpaths)}]")
+    with initialize_config_module("kvbench.conf", version_base="1.3"):
+        cfg = hydra_compose("config", overrides=extra, return_hydra_config=True)
+    choices = {g: c for g, c in cfg.hydra.runtime.choices.items() if g in GROUPS}
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg, choices
+
+
+def run(overrides: Sequence[str] = ()) -> RunResult:
+    """Run one job in-process (no files written, no sinks called) and return its result."""
+    from kvbench.run import execute
+
+    cfg, choices = compose(overrides)
+    return execute(cfg, choices)

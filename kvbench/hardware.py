@@ -1,0 +1,59 @@
+"""HardwareSpec: the GPU constants the cost model needs, and the KV budget they leave."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvbench.config import require
+from kvbench.errors import ConfigError
+
+
+@dataclass
+class HardwareSpec:
+    #: a short name; also selects kvbench/calibrations/<name>/ for kernel efficiencies
+    name: str = "h100-sxm"
+    hbm_bytes: float = 80e9
+    hbm_bandwidth_bytes_per_s: float = 3.35e12
+    #: dense bf16 tensor-core peak
+    dense_flops_per_s: float = 989e12
+    #: fraction of the peak a prefill achieves (compute-bound)
+    prefill_flops_efficiency: float = 0.5
+    #: host <-> device link, for swapping
+    host_link_bytes_per_s: float = 64e9
+    #: the KV-cache budget in bytes; when null it is hbm_bytes * memory_fraction - weight bytes
+    kv_budget_bytes: float | None = None
+    #: vLLM's gpu_memory_utilization, used only when kv_budget_bytes is null
+    memory_fraction: float = 0.9
+
+    def validate(self) -> None:
+        for key in ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "dense_flops_per_s", "host_link_bytes_per_s"):
+            require(getattr(self, key) > 0, f"hardware.{key}", getattr(self, key), "use a positive number")
+        require(
+            0 < self.prefill_flops_efficiency <= 1,
+            "hardware.prefill_flops_efficiency",
+            self.prefill_flops_efficiency,
+            "use a fraction in (0, 1]",
+        )
+        require(0 < self.memory_fraction <= 1, "hardware.memory_fraction", self.memory_fraction, "use a fraction in (0, 1]")
+        require(
+            self.kv_budget_bytes is None or self.kv_budget_bytes > 0,
+            "hardware.kv_budget_bytes",
+            self.kv_budget_bytes,
+            "use a positive number of bytes or null to derive it",
+        )
+
+    @property
+    def achieved_prefill_flops_per_s(self) -> float:
+        return self.dense_flops_per_s * self.prefill_flops_efficiency
+
+    def kv_budget(self, weight_bytes: int) -> int:
+        """KV bytes available: explicit, or HBM * memory_fraction minus the weights."""
+        if self.kv_budget_bytes is not None:
+            return int(self.kv_budget_bytes)
+        budget = int(self.hbm_bytes * self.memory_fraction) - int(weight_bytes)
+        if budget <= 0:
+            raise ConfigError(
+                f"hardware.memory_fraction={self.memory_fraction!r} leaves no KV budget: "
+                f"{self.hbm_bytes * self.memory_fraction / 1e9:.1f} GB usable < {weight_bytes / 1e9:.1f} GB of weights"
+            )
+        return budget

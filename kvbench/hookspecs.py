@@ -1,0 +1,103 @@
+"""Hook specifications: everything a kvbench plugin can provide.
+
+A plugin is a module (or object) with functions decorated ``@kvbench.hookimpl`` whose names match
+the specs below, made discoverable through the ``kvbench`` entry-point group::
+
+    [project.entry-points.kvbench]
+    my_allocator = "my_package.my_allocator"
+
+The built-in plugins under ``plugins/`` register through exactly this path. Registration hooks
+return lists of classes; each class carries a ``name`` that matches a ``conf/<group>/<name>.yaml``
+file, and kvbench merges the lists from every plugin (two plugins claiming one name is an error
+naming both). Hooks only ever gain arguments, so a plugin written today keeps working.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvbench import hookspec
+
+if TYPE_CHECKING:
+    from kvbench.results import RunResult
+
+
+# -------------------------------------------------------------------------------------------------
+# Registration: what a plugin adds to kvbench's choices.
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec
+def kvbench_register_allocators() -> list[type]:
+    """Return KV-cache allocator classes to add to the ``allocator`` config group.
+
+    Each class subclasses :class:`kvbench.allocator.Allocator`, sets ``name`` (selected with
+    ``allocator=<name>``) and a ``Config`` dataclass of its options. It must pass the allocator
+    conformance suite in :mod:`kvbench.testing`.
+
+    :return: a list of allocator classes (may be empty).
+    """
+
+
+@hookspec
+def kvbench_register_kernels() -> list[type]:
+    """Return attention-kernel classes to add to the ``kernel`` config group.
+
+    Each class subclasses :class:`kvbench.kernel.Kernel`: in ``sim`` mode it supplies the decode
+    efficiency measured in its calibration file, in ``real`` mode it computes paged decode
+    attention.
+
+    :return: a list of kernel classes (may be empty).
+    """
+
+
+@hookspec
+def kvbench_register_preemption_policies() -> list[type]:
+    """Return preemption-policy classes to add to the ``preemption`` config group.
+
+    Each class subclasses :class:`kvbench.preemption.PreemptionPolicy`: when a running sequence
+    cannot grow, it picks the victim and how the victim gives up its cache.
+
+    :return: a list of preemption-policy classes (may be empty).
+    """
+
+
+@hookspec
+def kvbench_register_workloads() -> list[type]:
+    """Return workload-source classes to add to the ``workload`` config group.
+
+    Each class subclasses :class:`kvbench.workload.WorkloadSource` and turns its config and a
+    seeded random generator into the run's requests (arrival time, prompt and output tokens,
+    declared S_max).
+
+    :return: a list of workload-source classes (may be empty).
+    """
+
+
+@hookspec
+def kvbench_config_searchpath() -> str | None:
+    """Return a Hydra search-path entry holding this plugin's config files, or ``None``.
+
+    An outside plugin that adds ``allocator=my_alloc`` ships ``my_pkg/conf/allocator/my_alloc.yaml``
+    and returns ``"pkg://my_pkg.conf"`` here; kvbench appends it to Hydra's search path so the
+    name can be selected on the command line like a built-in one.
+
+    :return: a search-path string such as ``"pkg://my_pkg.conf"`` or ``"file:///abs/path"``.
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# Results: what a plugin does with a finished run.
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec
+def kvbench_run_finished(result: RunResult) -> None:
+    """Receive every finished run: a sink such as W&B logs it.
+
+    Called once per job after its tables are written to ``results/``, also for a multirun's jobs.
+    An exception raised here is reported as a warning and does not fail the run.
+
+    :param result: the run's resolved config, summary row, per-request and per-step tables, and
+        its output folder.
+    """

@@ -1,0 +1,294 @@
+"""Per-request contiguous reservations (the Orca baselines of the vLLM paper; lecture Exercise 2).
+
+Each sequence reserves ONE contiguous range of a real address space, sized by its own request
+(``reserve``): its declared S_max, the next power of two of its true length, or exactly its true
+length (an oracle). Variable sizes bring external fragmentation back: retiring sequences leaves
+holes, and a request can be refused while the free bytes, added up, would hold it. This allocator
+makes that observable (:attr:`PerRequestAllocator.num_fragmentation_refusals`,
+:meth:`PerRequestAllocator.is_fragmented_for`).
+
+The address space is counted in granules of ``granule_tokens`` slots. ``first_fit``/``best_fit``
+keep free holes in a sorted list and coalesce neighbours on free; ``buddy`` is the classic binary
+buddy system over the largest power-of-two arena that fits the budget.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+
+from kvbench import hookimpl
+from kvbench.allocator import Allocator, MemoryLedger, SeqShape
+from kvbench.config import require
+
+RESERVE_POLICIES = ("declared", "pow2", "oracle")
+PLACEMENTS = ("first_fit", "best_fit", "buddy")
+
+
+@dataclass
+class PerRequestConfig:
+    #: how many slots a request reserves: declared (its S_max, what Orca can know), pow2 (next
+    #: power of two of prompt + output), oracle (exactly prompt + output)
+    reserve: str = "declared"
+    #: where a reservation goes: first_fit, best_fit (smallest hole that fits) or buddy
+    placement: str = "first_fit"
+    #: allocation unit in tokens (a power of two); reservations are rounded up to it
+    granule_tokens: int = 16
+
+    def validate(self) -> None:
+        require(self.reserve in RESERVE_POLICIES, "allocator.reserve", self.reserve,
+                f"choose one of {', '.join(RESERVE_POLICIES)}")
+        require(self.placement in PLACEMENTS, "allocator.placement", self.placement,
+                f"choose one of {', '.join(PLACEMENTS)}")
+        size = self.granule_tokens
+        require(isinstance(size, int) and size >= 1 and size & (size - 1) == 0,
+                "allocator.granule_tokens", size, "use a power of two >= 1")
+
+
+class _HoleList:
+    """Free holes as a sorted list of starts plus start -> size; O(#holes) search, coalescing free."""
+
+    def __init__(self, num_granules: int, best_fit: bool) -> None:
+        self._starts: list[int] = [0] if num_granules else []
+        self._sizes: dict[int, int] = {0: num_granules} if num_granules else {}
+        self._best_fit = best_fit
+
+    def find(self, num_granules: int) -> int | None:
+        chosen, chosen_size = None, None
+        for start in self._starts:
+            size = self._sizes[start]
+            if size >= num_granules and (chosen_size is None or size < chosen_size):
+                chosen, chosen_size = start, size
+                if not self._best_fit or size == num_granules:
+                    break
+        return chosen
+
+    def take(self, num_granules: int) -> int | None:
+        start = self.find(num_granules)
+        if start is None:
+            return None
+        index = bisect_left(self._starts, start)
+        size = self._sizes.pop(start)
+        if size == num_granules:
+            del self._starts[index]
+        else:  # the hole shrinks from the front and keeps its place in the order
+            self._starts[index] = start + num_granules
+            self._sizes[start + num_granules] = size - num_granules
+        return start
+
+    def give(self, start: int, num_granules: int) -> None:
+        index = bisect_left(self._starts, start)
+        if index < len(self._starts) and self._starts[index] == start + num_granules:
+            num_granules += self._sizes.pop(self._starts[index])
+            del self._starts[index]
+        if index and self._starts[index - 1] + self._sizes[self._starts[index - 1]] == start:
+            self._sizes[self._starts[index - 1]] += num_granules
+        else:
+            self._starts.insert(index, start)
+            self._sizes[start] = num_granules
+
+    def largest(self) -> int:
+        return max(self._sizes.values(), default=0)
+
+    def granules_below(self, num_granules: int) -> int:
+        return sum(size for size in self._sizes.values() if size < num_granules)
+
+
+class _BuddyArena:
+    """Binary buddy system over ``2**max_order`` granules: one free set per order, split/merge."""
+
+    def __init__(self, num_granules: int) -> None:
+        self.max_order = num_granules.bit_length() - 1  # -1: no arena at all
+        self.arena_granules = 1 << self.max_order if num_granules else 0
+        self._free: list[set[int]] = [set() for _ in range(self.max_order + 1)]
+        if num_granules:
+            self._free[self.max_order].add(0)
+
+    def take(self, num_granules: int) -> int | None:
+        order = (num_granules - 1).bit_length()
+        found = next((j for j in range(order, self.max_order + 1) if self._free[j]), None)
+        if found is None:
+            return None
+        start = min(self._free[found])  # lowest address: deterministic, keeps the top end whole
+        self._free[found].remove(start)
+        while found > order:  # split: keep the lower half, free the upper buddy
+            found -= 1
+            self._free[found].add(start + (1 << found))
+        return start
+
+    def give(self, start: int, num_granules: int) -> None:
+        order = (num_granules - 1).bit_length()
+        while order < self.max_order and (buddy := start ^ (1 << order)) in self._free[order]:
+            self._free[order].remove(buddy)  # merge with the free buddy
+            start = min(start, buddy)
+            order += 1
+        self._free[order].add(start)
+
+    def largest(self) -> int:
+        return next((1 << j for j in range(self.max_order, -1, -1) if self._free[j]), 0)
+
+    def granules_below(self, num_granules: int) -> int:
+        order = (num_granules - 1).bit_length()
+        return sum(len(self._free[j]) << j for j in range(min(order, self.max_order + 1)))
+
+
+class PerRequestAllocator(Allocator):
+    """One contiguous, request-sized range per sequence; holes and refusals are real."""
+
+    name = "per_request"
+    Config = PerRequestConfig
+
+    def __init__(self, config: PerRequestConfig | None = None, *, budget_bytes: int, kv_bytes_per_token: int) -> None:
+        super().__init__(config or PerRequestConfig(), budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)
+        self.granule_tokens = self.config.granule_tokens
+        self.granule_bytes = self.granule_tokens * self.kv_bytes_per_token
+        num_granules = self.budget_bytes // self.granule_bytes
+        self._is_buddy = self.config.placement == "buddy"
+        if self._is_buddy:
+            self._holes: _HoleList | _BuddyArena = _BuddyArena(num_granules)
+            self.num_granules = self._holes.arena_granules  # the rest is outside the arena: external
+        else:
+            self._holes = _HoleList(num_granules, best_fit=self.config.placement == "best_fit")
+            self.num_granules = num_granules
+        self._remainder_bytes = self.budget_bytes - self.num_granules * self.granule_bytes
+        self._num_free_granules = self.num_granules
+        self._ranges: dict[int, tuple[int, int]] = {}  # seq -> (first granule, number of granules)
+        self._num_tokens: dict[int, int] = {}
+        self._max_tokens: dict[int, int] = {}
+        self._final_tokens: dict[int, int] = {}  # final length capped at the reservation
+        self._num_token_slots = 0
+        self._num_future_slots = 0
+        #: allocate/fork refusals while the free granules, added up, would have held the request
+        self.num_fragmentation_refusals = 0
+        #: whether the most recent refused allocate/fork was such a refusal
+        self.last_refusal_was_fragmentation = False
+
+    # --- sizing ----------------------------------------------------------------------------------
+
+    @property
+    def block_size_tokens(self) -> int:
+        return self.granule_tokens
+
+    def reservation_granules(self, shape: SeqShape) -> int:
+        """Granules :meth:`allocate` takes for ``shape`` under the ``reserve`` policy."""
+        reserve = self.config.reserve
+        if reserve == "declared":
+            tokens = shape.max_tokens
+        elif reserve == "pow2":  # next power of two >= prompt + output = final_kv_tokens + 1
+            tokens = 1 << max(shape.final_kv_tokens, 0).bit_length()
+        else:
+            tokens = shape.final_kv_tokens + 1
+        granules = max(1, -(-max(tokens, shape.num_tokens) // self.granule_tokens))
+        return 1 << (granules - 1).bit_length() if self._is_buddy else granules
+
+    def reservation_tokens(self, shape: SeqShape) -> int:
+        """Slots :meth:`allocate` takes, rounded up to granules (and to a power of two for buddy)."""
+        return self.reservation_granules(shape) * self.granule_tokens
+
+    def max_sequence_tokens(self, shape: SeqShape) -> int:
+        """The reservation's slots if it fits the empty address space, else 0 (never admissible)."""
+        granules = self.reservation_granules(shape)
+        return granules * self.granule_tokens if granules <= self.num_granules else 0
+
+    def largest_hole_bytes(self) -> int:
+        """The largest contiguous free range (for buddy: the largest free block)."""
+        return self._holes.largest() * self.granule_bytes
+
+    def is_fragmented_for(self, shape: SeqShape) -> bool:
+        """True when ``shape`` cannot be placed although the free granules, added up, could hold it."""
+        granules = self.reservation_granules(shape)
+        return self._num_free_granules >= granules and self._holes.largest() < granules
+
+    # --- verbs -----------------------------------------------------------------------------------
+
+    def can_fit(self, shape: SeqShape, keep_free_bytes: int = 0) -> bool:
+        """Whether a hole holds the reservation (``keep_free_bytes`` is ignored: the future is reserved)."""
+        return self._holes.largest() >= self.reservation_granules(shape)
+
+    def allocate(self, seq_id: int, shape: SeqShape, keep_free_bytes: int = 0) -> bool:
+        """Reserve one contiguous range; ``False`` when no hole is big enough (see
+        :attr:`last_refusal_was_fragmentation` for whether the free bytes alone would have sufficed)."""
+        if seq_id in self._ranges:
+            raise ValueError(f"sequence {seq_id} is already allocated")
+        return self._place(seq_id, shape)
+
+    def append(self, seq_id: int) -> bool:
+        """Count one more token; ``False`` only if the sequence outgrows its reservation."""
+        num_tokens = self._num_tokens[seq_id]
+        if num_tokens >= self._ranges[seq_id][1] * self.granule_tokens:
+            return False
+        self._num_tokens[seq_id] = num_tokens + 1
+        self._num_token_slots += 1
+        if num_tokens < self._final_tokens[seq_id]:
+            self._num_future_slots -= 1
+        return True
+
+    def fork(self, parent_id: int, child_id: int, child_final_kv_tokens: int | None = None) -> bool:
+        """Copy the parent's tokens into a new range sized for the child; ``False`` when none fits."""
+        num_tokens = self._num_tokens[parent_id]
+        if child_id in self._ranges:
+            raise ValueError(f"sequence {child_id} is already allocated")
+        final = self._final_tokens[parent_id] if child_final_kv_tokens is None else child_final_kv_tokens
+        max_tokens = self._max_tokens[parent_id]
+        return self._place(child_id, SeqShape(num_tokens, max_tokens, final))
+
+    def free(self, seq_id: int) -> None:
+        """Give the range back; it merges with free neighbours (or its buddy)."""
+        start, granules = self._ranges.pop(seq_id)
+        self._holes.give(start, granules)
+        self._num_free_granules += granules
+        num_tokens = self._num_tokens.pop(seq_id)
+        del self._max_tokens[seq_id]
+        self._num_token_slots -= num_tokens
+        self._num_future_slots -= max(0, self._final_tokens.pop(seq_id) - num_tokens)
+
+    # --- views -----------------------------------------------------------------------------------
+
+    def num_tokens(self, seq_id: int) -> int:
+        return self._num_tokens[seq_id]
+
+    def block_table(self, seq_id: int) -> list[int]:
+        """Every granule of the sequence's range, in address order (``granule_tokens`` slots each)."""
+        start, granules = self._ranges[seq_id]
+        return list(range(start, start + granules))
+
+    def ledger(self, next_shape: SeqShape | None = None) -> MemoryLedger:
+        """Free holes smaller than ``next_shape``'s reservation are external; O(#holes) with a
+        ``next_shape``, O(1) without."""
+        kv_bytes = self.kv_bytes_per_token
+        hole_granules = 0 if next_shape is None else self._holes.granules_below(self.reservation_granules(next_shape))
+        allocated_slots = (self.num_granules - self._num_free_granules) * self.granule_tokens
+        internal_slots = allocated_slots - self._num_token_slots - self._num_future_slots
+        return MemoryLedger(
+            budget_bytes=self.budget_bytes,
+            token_bytes=self._num_token_slots * kv_bytes,
+            reserved_future_bytes=self._num_future_slots * kv_bytes,
+            internal_bytes=internal_slots * kv_bytes,
+            external_bytes=self._remainder_bytes + hole_granules * self.granule_bytes,
+            free_bytes=(self._num_free_granules - hole_granules) * self.granule_bytes,
+        )
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _place(self, seq_id: int, shape: SeqShape) -> bool:
+        granules = self.reservation_granules(shape)
+        start = self._holes.take(granules) if granules <= self.num_granules else None
+        if start is None:
+            # NOTE: a refusal changes no memory; only these two counters record it for the engine
+            self.last_refusal_was_fragmentation = self._num_free_granules >= granules
+            self.num_fragmentation_refusals += int(self.last_refusal_was_fragmentation)
+            return False
+        self._ranges[seq_id] = (start, granules)
+        self._num_free_granules -= granules
+        self._num_tokens[seq_id] = shape.num_tokens
+        self._max_tokens[seq_id] = shape.max_tokens
+        final_tokens = min(shape.final_kv_tokens, granules * self.granule_tokens)
+        self._final_tokens[seq_id] = final_tokens
+        self._num_token_slots += shape.num_tokens
+        self._num_future_slots += max(0, final_tokens - shape.num_tokens)
+        return True
+
+
+@hookimpl
+def kvbench_register_allocators() -> list[type]:
+    return [PerRequestAllocator]

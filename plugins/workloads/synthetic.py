@@ -1,0 +1,188 @@
+"""The ``synthetic`` workload source: fixed or lognormal lengths, all-at-once or Poisson arrivals.
+
+Presets in ``conf/workload/`` (``lecture_chat``, ``lognormal``, ``exercise2_mix``) are this source
+with different options.
+
+Declared S_max. Every request declares an S_max (the workload's ``max_tokens`` column): either
+``s_max_tokens`` for all, or a class drawn from ``s_max_mix``. A declared S_max is the request's own
+promise about its length, so kvbench keeps it: drawn (lognormal) lengths are clipped into the
+request's class, prompt to ``S_max - min_tokens`` and then output to ``S_max - prompt``. A request
+that draws a long prompt in a small class is therefore truncated, which is exactly the failure
+mode of per-request S_max the lecture's exercise 2 describes (under-guessers are cut short,
+over-guessers waste their reservation). Fixed lengths are never clipped: they must fit the
+smallest declared S_max, or the config is rejected.
+
+Reproducibility. Random numbers are drawn in a fixed order (arrival gaps, S_max classes, prompt
+lengths, output lengths) from the generator the engine passes in; ``all_at_once`` arrivals, a
+one-class mix and fixed lengths draw nothing. One seed therefore gives one workload.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvbench import hookimpl
+from kvbench.arrivals import SmaxClass, arrival_times_s, draw_s_max, validate_arrivals, validate_s_max_mix
+from kvbench.config import require
+from kvbench.errors import ConfigError
+from kvbench.workload import Workload, WorkloadSource
+
+LENGTH_KINDS = ("fixed", "lognormal")
+_KEY = "workload"
+
+
+@dataclass
+class SyntheticConfig:
+    """Options of the ``synthetic`` workload (the ``workload`` config group)."""
+
+    #: how many requests the run serves
+    num_requests: int = 1000
+    #: fixed: every request has exactly prompt_tokens / output_tokens; lognormal: drawn per request
+    lengths: str = "fixed"
+    #: prompt length in tokens (fixed), or the median prompt length (lognormal)
+    prompt_tokens: int = 512
+    #: output length in tokens (fixed), or the median output length (lognormal)
+    output_tokens: int = 128
+    #: lognormal shape of prompt lengths: the sigma of log(length); 0 gives the median every time
+    prompt_sigma: float = 1.0
+    #: lognormal shape of output lengths
+    output_sigma: float = 1.0
+    #: shortest drawn prompt or output, in tokens (lognormal only)
+    min_tokens: int = 1
+    #: longest drawn prompt in tokens, or null for no clip beyond S_max (lognormal only)
+    max_prompt_tokens: int | None = None
+    #: longest drawn output in tokens, or null for no clip beyond S_max (lognormal only)
+    max_output_tokens: int | None = None
+    #: all_at_once: every request arrives at t=0; poisson: exponential gaps at rate_per_s
+    arrival: str = "all_at_once"
+    #: mean request rate in requests/s; required (> 0) for poisson, ignored for all_at_once
+    rate_per_s: float | None = None
+    #: the declared S_max (prompt + output tokens) of every request when s_max_mix is null
+    s_max_tokens: int = 4096
+    #: declared S_max classes, each {s_max_tokens, fraction}, fractions summing to 1; each request
+    #: draws its class; null: every request declares s_max_tokens (which a mix overrides)
+    s_max_mix: list[SmaxClass] | None = None
+
+    def declared_s_max_tokens(self) -> list[int]:
+        """Every S_max a request of this workload can declare."""
+        if self.s_max_mix:
+            return [cls.s_max_tokens for cls in self.s_max_mix]
+        return [self.s_max_tokens]
+
+    def validate(self) -> None:
+        """Raise a one-line ConfigError for the first invalid option."""
+        require(self.num_requests >= 1, f"{_KEY}.num_requests", self.num_requests, "use an integer >= 1")
+        allowed = f"choose one of {', '.join(LENGTH_KINDS)}"
+        require(self.lengths in LENGTH_KINDS, f"{_KEY}.lengths", self.lengths, allowed)
+        for key in ("prompt_tokens", "output_tokens", "min_tokens"):
+            value = getattr(self, key)
+            require(value >= 1, f"{_KEY}.{key}", value, "use an integer >= 1")
+        for key in ("prompt_sigma", "output_sigma"):
+            value = getattr(self, key)
+            require(math.isfinite(value) and value >= 0, f"{_KEY}.{key}", value, "use a lognormal sigma >= 0")
+        for key in ("max_prompt_tokens", "max_output_tokens"):
+            value = getattr(self, key)
+            ok = value is None or value >= self.min_tokens
+            require(ok, f"{_KEY}.{key}", value, f"use null or an integer >= workload.min_tokens={self.min_tokens}")
+        validate_arrivals(self.arrival, self.rate_per_s, _KEY)
+        require(self.s_max_tokens >= 2, f"{_KEY}.s_max_tokens", self.s_max_tokens, "use an integer >= 2")
+        if self.s_max_mix is not None:
+            validate_s_max_mix(self.s_max_mix, f"{_KEY}.s_max_mix")
+        self._validate_lengths_fit()
+
+    def _validate_lengths_fit(self) -> None:
+        smallest = min(self.declared_s_max_tokens())
+        where = (
+            f"the smallest class of {_KEY}.s_max_mix ({smallest})"
+            if self.s_max_mix
+            else f"{_KEY}.s_max_tokens={smallest}"
+        )
+        if self.lengths == "fixed":
+            if self.prompt_tokens > smallest:
+                raise ConfigError(
+                    f"{_KEY}.prompt_tokens={self.prompt_tokens} is longer than {where}: a request's prompt and "
+                    "at least one output token must fit its declared S_max; shorten the prompt or raise S_max"
+                )
+            total = self.prompt_tokens + self.output_tokens
+            if total > smallest:
+                raise ConfigError(
+                    f"{_KEY}.prompt_tokens + {_KEY}.output_tokens = {total} is longer than {where}: fixed "
+                    "lengths are never clipped, so they must fit every declared S_max"
+                )
+            return
+        # Drawn lengths are clipped into each class; the floors must fit the smallest class.
+        if 2 * self.min_tokens > smallest:
+            raise ConfigError(
+                f"{_KEY}.min_tokens={self.min_tokens} does not fit {where}: a prompt and an output of "
+                "min_tokens each must fit every declared S_max"
+            )
+        largest = max(self.declared_s_max_tokens())
+        if self.prompt_tokens >= largest:
+            raise ConfigError(
+                f"{_KEY}.prompt_tokens={self.prompt_tokens} (the median prompt) is not shorter than the largest "
+                f"declared S_max ({largest}): most prompts would be clipped; lower the median or raise S_max"
+            )
+
+
+class SyntheticWorkload(WorkloadSource):
+    """Requests with fixed or lognormal lengths, arriving all at once or as a Poisson process."""
+
+    name = "synthetic"
+    Config = SyntheticConfig
+
+    def __init__(self, config: SyntheticConfig | None = None) -> None:
+        config = config if config is not None else SyntheticConfig()
+        # Cheap, and gives programmatic users the same one-line errors as the CLI.
+        config.validate()
+        super().__init__(config)
+
+    def generate(self, rng: np.random.Generator) -> Workload:
+        """The run's requests, sorted by arrival; the same ``rng`` state gives the same workload."""
+        cfg: SyntheticConfig = self.config
+        n = cfg.num_requests
+        arrival_s = arrival_times_s(cfg.arrival, n, cfg.rate_per_s, rng)
+        if cfg.s_max_mix:
+            max_tokens = draw_s_max(cfg.s_max_mix, n, rng)
+        else:
+            max_tokens = np.full(n, cfg.s_max_tokens, dtype=np.int64)
+
+        if cfg.lengths == "fixed":
+            prompt_tokens = np.full(n, cfg.prompt_tokens, dtype=np.int64)
+            output_tokens = np.full(n, cfg.output_tokens, dtype=np.int64)
+        else:
+            # The largest S_max also bounds the draws, so a heavy tail cannot overflow int64.
+            largest = max(cfg.declared_s_max_tokens())
+            upper = min(cfg.max_prompt_tokens or largest, largest)
+            prompt_tokens = _lognormal_tokens(cfg.prompt_tokens, cfg.prompt_sigma, cfg.min_tokens, upper, n, rng)
+            upper = min(cfg.max_output_tokens or largest, largest)
+            output_tokens = _lognormal_tokens(cfg.output_tokens, cfg.output_sigma, cfg.min_tokens, upper, n, rng)
+            # Clip into each request's own declared S_max (see the module docstring): leave room
+            # for at least min_tokens of output, then let the output fill what remains.
+            prompt_tokens = np.minimum(prompt_tokens, max_tokens - cfg.min_tokens)
+            output_tokens = np.minimum(output_tokens, max_tokens - prompt_tokens)
+
+        # Stable, so requests with equal arrival times keep their generation order.
+        order = np.argsort(arrival_s, kind="stable")
+        return Workload(
+            arrival_s=arrival_s[order],
+            prompt_tokens=prompt_tokens[order],
+            output_tokens=output_tokens[order],
+            max_tokens=max_tokens[order],
+        )
+
+
+def _lognormal_tokens(
+    median_tokens: int, sigma: float, min_tokens: int, max_tokens: int, n: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``n`` lengths (int64) from a lognormal with the given median, rounded, clipped to [min, max]."""
+    draws = rng.lognormal(mean=math.log(median_tokens), sigma=sigma, size=n)
+    return np.clip(np.rint(draws), min_tokens, max_tokens).astype(np.int64)
+
+
+@hookimpl
+def kvbench_register_workloads() -> list[type]:
+    """Register the ``synthetic`` workload source."""
+    return [SyntheticWorkload]

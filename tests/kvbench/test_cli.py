@@ -1,0 +1,96 @@
+"""The `kvbench` command as a user runs it: sweeps, one table, one-line errors, outside plugins."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+SMALL = ["workload.num_requests=40", "wandb.mode=disabled", "progress=false"]
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "outside_plugin"
+
+
+def kvbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(
+        [sys.executable, "-c", "from kvbench.cli import main; main()", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr + proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("kvbench: error:")]
+    assert len(errors) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+
+
+def test_sweep_runs_four_jobs_and_prints_one_table(tmp_path):
+    proc = kvbench("-m", "allocator=naive,paged", "kernel=triton,flashinfer", *SMALL, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("kvbench comparison (4 jobs)") == 1
+    [sweep] = list((tmp_path / "results" / "multirun").glob("*/*"))
+    table = pd.read_csv(sweep / "comparison.csv")
+    assert len(table) == 4 and set(table["allocator"]) == {"naive", "paged"}
+    assert set(table["kernel"]) == {"triton", "flashinfer"} and (table["calibration"] == "uncalibrated").all()
+    assert (sweep / "comparison.png").is_file()
+    for job in range(4):
+        assert (sweep / str(job) / "summary.parquet").is_file() and (sweep / str(job) / "memory.png").is_file()
+
+
+def test_a_single_run_writes_parquet_csv_config_and_figure(tmp_path):
+    proc = kvbench("allocator=naive", *SMALL, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [run_dir] = list((tmp_path / "results" / "runs").glob("*/*"))
+    for name in ("summary", "requests", "steps", "refusals"):
+        assert (run_dir / f"{name}.parquet").is_file() and (run_dir / f"{name}.csv").is_file()
+    assert (run_dir / "config.json").is_file() and (run_dir / "memory.png").is_file()
+    assert "peak concurrency" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["allocator=pagd"], ["allocator='pagd'", "naive", "paged"]),
+        (["allocator.block_size_tokens=7"], ["allocator.block_size_tokens=7", "power of two from 8 to 256"]),
+        (["workload.arrival=poisson", "workload.rate_per_s=-2"], ["workload.rate_per_s=-2", "positive"]),
+        (["allocator=naive", "workload.prompt_tokens=5000"], ["5000", "S_max"]),
+        (["workload.rat=3"], ["workload.rat=3", "rate_per_s"]),
+        (["mode=real"], ["mode='real'"]),
+    ],
+)
+def test_bad_input_is_one_clear_line(tmp_path, args, fragments):
+    assert_one_line_error(kvbench(*args, *SMALL, cwd=tmp_path), *fragments)
+
+
+def test_a_bad_job_does_not_stop_the_sweep(tmp_path):
+    proc = kvbench("-m", "allocator.block_size_tokens=16,7,32", *SMALL, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    [sweep] = list((tmp_path / "results" / "multirun").glob("*/*"))
+    table = pd.read_csv(sweep / "comparison.csv")
+    assert len(table) == 3
+    failed = table[table["failed"]]
+    assert len(failed) == 1 and "power of two" in failed["error"].iloc[0]
+    assert "failed" in proc.stdout
+
+
+@pytest.fixture
+def outside_plugin():
+    pip = [sys.executable, "-m", "pip"]
+    subprocess.run([*pip, "install", "--quiet", "--no-deps", "--no-build-isolation", str(FIXTURE)], check=True)
+    yield
+    subprocess.run([*pip, "uninstall", "--quiet", "--yes", "kvbench-outside-example"], check=True)
+
+
+def test_an_outside_distribution_adds_an_allocator(tmp_path, outside_plugin):
+    proc = kvbench("allocator=lifo_paged", *SMALL, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [run_dir] = list((tmp_path / "results" / "runs").glob("*/*"))
+    assert pd.read_parquet(run_dir / "summary.parquet")["allocator"].iloc[0] == "lifo_paged"

@@ -1,0 +1,44 @@
+"""HardwareSpec: the lecture's H100 constants and the KV budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from kvbench.config import to_dataclass
+from kvbench.errors import ConfigError
+from kvbench.hardware import HardwareSpec
+
+CONF = Path(__file__).resolve().parents[2] / "conf" / "hardware"
+
+
+def hw(name: str) -> HardwareSpec:
+    return to_dataclass(HardwareSpec, OmegaConf.load(CONF / f"{name}.yaml"), "hardware")
+
+
+def test_h100_has_the_lecture_constants():
+    h = hw("h100-sxm")
+    assert h.hbm_bandwidth_bytes_per_s == 3.35e12
+    assert h.achieved_prefill_flops_per_s == pytest.approx(494.5e12)
+    assert h.host_link_bytes_per_s == 64e9
+    assert h.kv_budget(13_476_831_232) == 62_500_000_000
+
+
+def test_a100_has_the_vllm_papers_budget():
+    assert hw("a100-40gb").kv_budget(25_705_712_640) == 12_000_000_000
+
+
+def test_budget_derived_from_memory_fraction():
+    h = hw("h200")
+    assert h.kv_budget(13_476_831_232) == int(141e9 * 0.9) - 13_476_831_232
+
+
+def test_bad_hardware_values():
+    with pytest.raises(ConfigError, match=r"hardware.prefill_flops_efficiency=1.5 is invalid"):
+        to_dataclass(HardwareSpec, {"prefill_flops_efficiency": 1.5}, "hardware")
+    with pytest.raises(ConfigError, match="leaves no KV budget"):
+        HardwareSpec(hbm_bytes=10e9, kv_budget_bytes=None).kv_budget(13e9)
+    with pytest.raises(ConfigError, match="hardware.*hbm_gb"):
+        to_dataclass(HardwareSpec, {"hbm_gb": 80}, "hardware")

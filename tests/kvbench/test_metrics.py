@@ -1,0 +1,229 @@
+"""The run summary, checked against hand-computed values on small literal tables.
+
+Times and byte counts are dyadic (multiples of 1/8, budgets of 1024 bytes) so that most expected
+values are exact in floating point and compared with ``==``.
+"""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from kvbench.config import SloConfig
+from kvbench.metrics import METRIC_DEFINITIONS, format_summary, summarize
+
+REQUEST_COLUMNS = [
+    "request_id", "arrival_s", "prompt_tokens", "output_tokens", "max_tokens", "num_generated", "boundary_s",
+    "admitted_s", "prefill_s", "first_token_s", "finish_s", "num_preemptions", "num_recomputed_tokens",
+]
+STEP_COLUMNS = [
+    "step", "start_s", "duration_s", "num_running", "num_prefill_seqs", "num_prefill_tokens", "num_decode_seqs",
+    "num_waiting", "saturated", "token_bytes", "reserved_future_bytes", "internal_bytes", "external_bytes",
+    "free_bytes", "kv_read_bytes", "num_preemptions", "allocated_tail_tokens",
+]
+BUDGET_BYTES = 1024
+KV_BYTES_PER_TOKEN = 16
+
+# id, arrival, prompt, output, S_max, generated, boundary, admitted, prefill, first token, finish,
+# preemptions, recomputed
+# r0: TTFT 0.25 (all prefill), e2e 1.25, TPOT (1.25 - 0.25) / 4 = 0.25
+# r1: TTFT 1.25 = sched 0.25 + queue 0.5 + prefill 0.5, e2e 2.25, TPOT (2.25 - 1.25) / 2 = 0.5;
+#     preempted once, 6 tokens recomputed
+# r2: one output token: TTFT 0.25, e2e 0.25, no TPOT
+# r3: TTFT 0.5 = sched 0.25 + prefill 0.25, e2e 1.0, TPOT (1.0 - 0.5) / 1 = 0.5
+# r4: arrived at 2.0, never admitted, unfinished
+REQUEST_ROWS = [
+    (0, 0.00, 8, 5, 64, 5, 0.00, 0.00, 0.125, 0.25, 1.25, 0, 0),
+    (1, 0.25, 4, 3, 64, 3, 0.50, 1.00, 0.250, 1.50, 2.50, 1, 6),
+    (2, 0.50, 2, 1, 64, 1, 0.50, 0.50, 0.125, 0.75, 0.75, 0, 0),
+    (3, 1.00, 4, 2, 64, 2, 1.25, 1.25, 0.125, 1.50, 2.00, 0, 0),
+    (4, 2.00, 16, 4, 64, 0, 2.00, -1.0, -1.0, -1.0, -1.0, 0, 0),
+]
+
+# step, start, duration, running, (prefill seqs, prefill tokens, decode seqs, waiting), saturated,
+# token, reserved future, internal, external, free (bytes, summing to the 1024-byte budget), kv read, preempt, tail
+STEP_ROWS = [
+    (0, 0.0, 0.5, 2, 1, 8, 1, 0, False, 128, 512, 128, 0, 256, 1000, 0, 4),
+    (1, 0.5, 1.5, 4, 0, 0, 4, 2, True, 512, 256, 128, 0, 128, 3000, 1, 8),
+    (2, 2.0, 0.5, 2, 0, 0, 2, 1, True, 256, 128, 128, 256, 256, 1000, 0, 3),
+    (3, 2.5, 1.5, 0, 0, 0, 0, 0, False, 0, 0, 0, 0, 1024, 0, 0, 0),
+]
+
+
+def requests(rows=REQUEST_ROWS) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
+
+
+def steps(rows=STEP_ROWS) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=STEP_COLUMNS)
+
+
+def run(req=None, stp=None, slo=None):
+    return summarize(
+        requests() if req is None else req,
+        steps() if stp is None else stp,
+        budget_bytes=BUDGET_BYTES,
+        kv_bytes_per_token=KV_BYTES_PER_TOKEN,
+        slo=slo or SloConfig(),
+    )
+
+
+def test_counts_duration_and_throughput_use_finished_requests():
+    s = run()
+    assert (s["num_requests"], s["num_finished"], s["num_never_admitted"]) == (5, 4, 1)
+    assert s["duration_s"] == 2.5  # last finish 2.5 - first arrival 0.0
+    assert s["num_output_tokens"] == 11  # 5 + 3 + 1 + 2; the unfinished request's 4 do not count
+    assert s["throughput_tokens_per_s"] == 11 / 2.5
+    assert s["throughput_requests_per_s"] == 4 / 2.5
+
+
+def test_ttft_is_exactly_scheduling_delay_plus_queueing_plus_prefill():
+    s = run()
+    assert s["ttft_mean_s"] == (0.25 + 1.25 + 0.25 + 0.5) / 4
+    assert s["sched_delay_mean_s"] == (0 + 0.25 + 0 + 0.25) / 4
+    assert s["queue_mean_s"] == (0 + 0.5 + 0 + 0) / 4
+    assert s["prefill_mean_s"] == (0.25 + 0.5 + 0.25 + 0.25) / 4
+    assert s["sched_delay_mean_s"] + s["queue_mean_s"] + s["prefill_mean_s"] == s["ttft_mean_s"]
+    assert s["prefill_compute_mean_s"] == (0.125 + 0.25 + 0.125 + 0.125) / 4
+
+
+def test_percentiles_interpolate_linearly():
+    s = run()
+    # TTFT sorted: 0.25, 0.25, 0.5, 1.25; p50 at rank 1.5, p90 at 2.7, p99 at 2.97.
+    assert s["ttft_p50_s"] == 0.375
+    assert s["ttft_p90_s"] == pytest.approx(0.5 + 0.7 * 0.75, rel=1e-12)
+    assert s["ttft_p99_s"] == pytest.approx(0.5 + 0.97 * 0.75, rel=1e-12)
+    # e2e sorted: 0.25, 1.0, 1.25, 2.25.
+    assert s["e2e_p50_s"] == 1.125
+    assert s["e2e_mean_s"] == 4.75 / 4
+
+
+def test_one_token_request_is_left_out_of_tpot():
+    s = run()
+    # TPOTs of r0, r1, r3: 0.25, 0.5, 0.5. Including r2 as 0 would give a p50 of 0.375.
+    assert s["tpot_p50_s"] == 0.5
+    assert s["tpot_mean_s"] == 1.25 / 3
+    assert s["tpot_p90_s"] == 0.5
+
+
+def test_without_slos_goodput_equals_throughput():
+    s = run()
+    assert s["goodput_requests_per_s"] == s["throughput_requests_per_s"]
+    assert s["slo_attainment"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("slo", "good"),
+    [
+        (SloConfig(ttft_s=0.5), 3),  # r3's TTFT is exactly 0.5: thresholds are inclusive
+        (SloConfig(tpot_s=0.25), 2),  # r0 exactly 0.25; r2 has one token and meets any TPOT SLO (vLLM)
+        (SloConfig(ttft_s=0.5, tpot_s=0.25), 2),  # r0 and r2 meet both
+        (SloConfig(e2e_s=1.0), 2),  # r2 and r3
+        (SloConfig(ttft_s=0.5, tpot_s=0.25, e2e_s=1.0), 1),  # only r2 meets every one
+        (SloConfig(ttft_s=0.125), 0),
+    ],
+)
+def test_goodput_counts_finished_requests_meeting_every_slo(slo, good):
+    s = run(slo=slo)
+    assert s["goodput_requests_per_s"] == good / 2.5
+    assert s["slo_attainment"] == good / 4
+
+
+def test_recompute_tax_is_recomputed_over_all_positions_computed():
+    s = run()
+    # Prompts of admitted requests 8 + 4 + 2 + 4 = 18; decode steps 4 + 2 + 0 + 1 + 0 = 7; recomputed 6.
+    assert s["num_recomputed_tokens"] == 6
+    assert s["recompute_tax"] == 6 / (18 + 7 + 6)
+    assert s["num_preemptions"] == 1
+
+
+def test_concurrency_and_utilization_are_time_weighted():
+    s = run()
+    assert s["num_steps"] == 4
+    assert s["peak_concurrency"] == 4
+    assert s["mean_concurrency"] == (2 * 0.5 + 4 * 1.5 + 2 * 0.5 + 0 * 1.5) / 4.0
+    assert s["mean_concurrency_saturated"] == (4 * 1.5 + 2 * 0.5) / 2.0
+    assert s["utilization_mean"] == (0.125 * 0.5 + 0.5 * 1.5 + 0.25 * 0.5) / 4.0
+    assert s["utilization_saturated"] == (0.5 * 1.5 + 0.25 * 0.5) / 2.0
+    assert s["saturated_s"] == 2.0
+    assert s["saturated_fraction"] == 0.5
+    assert s["kv_read_bytes_per_s"] == 5000 / 4.0
+
+
+def test_a_long_step_outweighs_a_short_one():
+    rows = [
+        (0, 0.0, 3.0, 1, 0, 0, 1, 0, True, 0, 0, 0, 0, 1024, 0, 0, 0),
+        (1, 3.0, 1.0, 5, 0, 0, 5, 0, True, 0, 0, 0, 0, 1024, 0, 0, 0),
+    ]
+    s = run(stp=steps(rows))
+    assert s["mean_concurrency"] == 2.0  # (1 * 3 + 5 * 1) / 4, not the step mean 3.0
+
+
+def test_memory_breakdown_is_over_saturated_steps_and_sums_to_one():
+    s = run()
+    assert s["breakdown_period"] == "saturated"
+    expected = {
+        "frac_token": (0.5 * 1.5 + 0.25 * 0.5) / 2,
+        "frac_reserved_future": (0.25 * 1.5 + 0.125 * 0.5) / 2,
+        "frac_internal": (0.125 * 1.5 + 0.125 * 0.5) / 2,
+        "frac_external": (0.0 * 1.5 + 0.25 * 0.5) / 2,
+        "frac_free": (0.125 * 1.5 + 0.25 * 0.5) / 2,
+    }
+    assert {key: s[key] for key in expected} == expected
+    assert sum(expected.values()) == 1.0
+    # Tail per sequence: 8 / 4 = 2 for 1.5 s, 3 / 2 = 1.5 for 0.5 s.
+    assert s["mean_tail_waste_tokens_per_seq"] == (2 * 1.5 + 1.5 * 0.5) / 2
+    assert s["mean_tail_waste_bytes_per_seq"] == s["mean_tail_waste_tokens_per_seq"] * KV_BYTES_PER_TOKEN
+
+
+def test_a_run_that_never_saturates_breaks_down_over_all_steps_and_says_so():
+    rows = [row[:8] + (False,) + row[9:] for row in STEP_ROWS]
+    s = run(stp=steps(rows))
+    assert s["breakdown_period"] == "all"
+    assert math.isnan(s["utilization_saturated"]) and math.isnan(s["mean_concurrency_saturated"])
+    assert s["saturated_s"] == 0.0
+    assert s["frac_token"] == s["utilization_mean"]
+    assert s["frac_free"] == (0.25 * 0.5 + 0.125 * 1.5 + 0.25 * 0.5 + 1.0 * 1.5) / 4
+    # The idle step (nothing running) has no per-sequence tail and is left out of the average.
+    assert s["mean_tail_waste_tokens_per_seq"] == pytest.approx((2 * 0.5 + 2 * 1.5 + 1.5 * 0.5) / 2.5, rel=1e-12)
+
+
+def test_empty_tables_give_zero_counts_and_nan_statistics():
+    s = run(req=pd.DataFrame(columns=REQUEST_COLUMNS), stp=pd.DataFrame(columns=STEP_COLUMNS))
+    assert (s["num_requests"], s["num_finished"], s["num_steps"], s["peak_concurrency"]) == (0, 0, 0, 0)
+    for key in ("duration_s", "ttft_p50_s", "tpot_mean_s", "goodput_requests_per_s", "mean_concurrency", "frac_free"):
+        assert math.isnan(s[key]), key
+
+
+def test_summary_is_deterministic_plain_python_and_leaves_inputs_alone():
+    req, stp = requests(), steps()
+    before = (req.copy(), stp.copy())
+    a, b = run(req, stp), run(req, stp)
+    assert a == b
+    pd.testing.assert_frame_equal(req, before[0])
+    pd.testing.assert_frame_equal(stp, before[1])
+    json.dumps(a)  # plain int / float / str, no numpy scalars
+    assert all(type(v) in (int, float, str) for v in a.values())
+
+
+def test_format_summary_rows_have_units_and_show_nan_as_na():
+    s = run(slo=SloConfig(ttft_s=0.5))
+    s["extra_metric"] = 1.5
+    s["frac_external"] = math.nan
+    rows = dict(format_summary(s))
+    assert rows["TTFT p50 (ms)"] == "375.0"
+    assert rows["goodput, vLLM's (requests/s meeting all SLOs)"] == "1.200"
+    assert rows["throughput (output tokens/s)"] == "4.4"
+    assert rows["SLO attainment (% of finished requests)"] == "75.0"
+    assert rows["memory breakdown over steps"] == "saturated"
+    assert rows["  external (% of budget)"] == "n/a"
+    assert rows["peak concurrency (sequences)"] == "4"
+    assert rows["extra_metric"] == "1.5"
+    assert all(isinstance(label, str) and isinstance(value, str) for label, value in format_summary(s))
+
+
+def test_metric_definitions_say_what_the_numbers_mean():
+    assert "\n" not in METRIC_DEFINITIONS
+    for phrase in ("queueing included", "one-token requests excluded", "vLLM", "every SLO"):
+        assert phrase in METRIC_DEFINITIONS

@@ -1,0 +1,224 @@
+"""PerRequestAllocator: contiguous request-sized ranges, holes, buddy blocks, observed fragmentation."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pluggy
+import pytest
+from omegaconf import OmegaConf
+
+from kvbench import hookspecs
+from kvbench.allocator import SeqShape
+from kvbench.config import plugin_config
+from kvbench.errors import ConfigError
+from kvbench.testing import AllocatorConformance
+from kvbench_plugins.allocators import per_request
+from kvbench_plugins.allocators.per_request import PerRequestAllocator, PerRequestConfig
+
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf" / "allocator"
+
+
+def make(budget_granules: int, placement: str = "first_fit", reserve: str = "oracle") -> PerRequestAllocator:
+    """Granules of 16 tokens at 1 byte per token, so bytes == tokens."""
+    return PerRequestAllocator(
+        PerRequestConfig(reserve=reserve, placement=placement, granule_tokens=16),
+        budget_bytes=budget_granules * 16,
+        kv_bytes_per_token=1,
+    )
+
+
+def granules(n: int) -> SeqShape:
+    """A request whose oracle reservation is exactly ``n`` granules (prompt + output == 16 n)."""
+    return SeqShape(num_tokens=8, max_tokens=16 * n, final_kv_tokens=16 * n - 1)
+
+
+@pytest.mark.parametrize("placement", ["first_fit", "best_fit"])
+def test_refusal_with_enough_free_bytes_is_observed_as_fragmentation(placement):
+    alloc = make(6, placement)
+    for seq_id in (1, 2, 3):  # A, B, C: two granules each
+        assert alloc.allocate(seq_id, granules(2))
+    alloc.free(1)
+    alloc.free(3)  # two holes of 2 granules, separated by B
+    d = granules(3)
+    assert alloc.free_bytes() == 64 >= alloc.reservation_tokens(d) == 48
+    assert alloc.largest_hole_bytes() == 32
+    assert alloc.is_fragmented_for(d)
+    assert not alloc.can_fit(d)
+    led = alloc.ledger(next_shape=d)
+    assert not alloc.allocate(4, d)
+    assert alloc.ledger(next_shape=d) == led  # a refusal changes nothing
+    assert alloc.num_fragmentation_refusals == 1 and alloc.last_refusal_was_fragmentation
+    assert (led.external_bytes, led.free_bytes) == (64, 0)  # both holes are too small for D
+    assert alloc.ledger().free_bytes == 64  # ... but free for whoever fits
+    alloc.free(2)  # B's range merges with both holes
+    assert alloc.largest_hole_bytes() == 96
+    assert alloc.allocate(4, d) and alloc.block_table(4) == [0, 1, 2]
+
+
+def test_refusal_for_lack_of_bytes_is_not_fragmentation():
+    alloc = make(4)
+    assert alloc.allocate(1, granules(3))
+    assert not alloc.allocate(2, granules(2))
+    assert not alloc.last_refusal_was_fragmentation and alloc.num_fragmentation_refusals == 0
+    assert not alloc.is_fragmented_for(granules(2))
+
+
+@pytest.mark.parametrize(
+    ("reserve", "placement", "tokens"),
+    [
+        ("declared", "first_fit", 1008),  # S_max 1000 rounded up to 63 granules
+        ("pow2", "first_fit", 256),  # prompt + output = 150 -> 256
+        ("oracle", "first_fit", 160),  # 150 rounded up to 10 granules
+        ("oracle", "buddy", 256),  # 10 granules -> a 16-granule buddy block
+        ("declared", "buddy", 1024),
+    ],
+)
+def test_reservation_policies(reserve, placement, tokens):
+    alloc = make(128, placement, reserve)
+    shape = SeqShape(num_tokens=100, max_tokens=1000, final_kv_tokens=149)
+    assert alloc.reservation_tokens(shape) == tokens
+    assert alloc.allocate(1, shape)
+    assert len(alloc.block_table(1)) * 16 == tokens
+    # final_kv_tokens (149) will be filled; the rest, rounding and the slot of the last emitted
+    # token (never fed back), is internal
+    assert alloc.ledger().internal_bytes == tokens - 149
+
+
+def test_pow2_of_an_exact_power_of_two_is_itself():
+    alloc = make(128, reserve="pow2")
+    assert alloc.reservation_tokens(SeqShape(10, 999, 255)) == 256  # prompt + output == 256
+
+
+def test_best_fit_takes_the_smallest_hole_first_fit_the_first():
+    placed = {}
+    for placement in ("first_fit", "best_fit"):
+        alloc = make(10, placement)
+        for seq_id, n in enumerate((3, 1, 2, 4)):
+            assert alloc.allocate(seq_id, granules(n))
+        alloc.free(0)  # hole of 3 at granule 0
+        alloc.free(2)  # hole of 2 at granule 4
+        assert alloc.allocate(9, granules(2))
+        placed[placement] = alloc.block_table(9)
+    assert placed == {"first_fit": [0, 1], "best_fit": [4, 5]}
+
+
+def test_freeing_in_any_order_coalesces_back_to_one_hole():
+    for order in itertools.permutations(range(4)):
+        alloc = make(9)
+        for seq_id in range(4):
+            assert alloc.allocate(seq_id, granules(2))
+        for seq_id in order:
+            alloc.free(seq_id)
+        assert alloc.largest_hole_bytes() == 9 * 16
+
+
+def test_buddy_splits_and_merges():
+    alloc = make(12, "buddy")  # arena of 8 granules; 4 granules are outside it
+    assert alloc.num_granules == 8
+    assert alloc.ledger().external_bytes == 4 * 16
+    assert alloc.allocate(1, granules(1)) and alloc.block_table(1) == [0]  # 8 -> 4 + 2 + 1 + [1]
+    assert alloc.allocate(2, granules(2)) and alloc.block_table(2) == [2, 3]
+    assert alloc.allocate(3, granules(1)) and alloc.block_table(3) == [1]
+    assert alloc.largest_hole_bytes() == 4 * 16
+    assert alloc.allocate(4, granules(3)) and alloc.block_table(4) == [4, 5, 6, 7]  # 3 -> 4 granules
+    assert not alloc.allocate(5, granules(1))
+    for seq_id in (2, 4):
+        alloc.free(seq_id)
+    # granules 2-7 are free, but 2-3 and 4-7 are not buddies of a common 8-block while 0-1 are taken
+    assert alloc.largest_hole_bytes() == 4 * 16
+    assert alloc.ledger(next_shape=granules(8)).external_bytes == 4 * 16 + 6 * 16
+    alloc.free(1)
+    assert alloc.largest_hole_bytes() == 4 * 16  # 0 waits for its buddy 1
+    alloc.free(3)
+    assert alloc.largest_hole_bytes() == 8 * 16  # all merged back into the arena
+
+
+def test_append_fills_the_reservation_and_no_further():
+    alloc = make(4)
+    assert alloc.allocate(1, SeqShape(30, 40, 31))  # oracle: 32 tokens
+    led = alloc.ledger()
+    assert (led.token_bytes, led.reserved_future_bytes, led.internal_bytes) == (30, 1, 1)
+    assert alloc.append(1) and alloc.append(1)
+    led = alloc.ledger()
+    assert not alloc.append(1)
+    assert alloc.ledger() == led
+
+
+def test_fork_copies_into_a_new_range_sized_for_the_child():
+    alloc = make(8)
+    assert alloc.allocate(1, SeqShape(20, 100, 31))
+    assert alloc.fork(1, 2, child_final_kv_tokens=60)  # oracle: 61 -> 4 granules
+    assert alloc.block_table(1) == [0, 1] and alloc.block_table(2) == [2, 3, 4, 5]
+    assert alloc.num_tokens(2) == 20 and alloc.ledger().token_bytes == 40
+    assert not alloc.fork(1, 3, child_final_kv_tokens=60)
+    assert alloc.last_refusal_was_fragmentation is False
+
+
+def test_a_declared_s_max_larger_than_the_cache_is_never_admissible():
+    alloc = make(8, reserve="declared")
+    assert alloc.max_sequence_tokens(SeqShape(10, 129, 20)) == 0
+    assert alloc.max_sequence_tokens(SeqShape(10, 128, 20)) == 128
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [
+        ("reserve", "max", "declared, pow2, oracle"),
+        ("placement", "worst_fit", "first_fit, best_fit, buddy"),
+        ("granule_tokens", 12, "power of two"),
+        ("granule_tokens", 0, "power of two"),
+    ],
+)
+def test_invalid_config_names_key_value_and_choices(key, value, allowed):
+    with pytest.raises(ConfigError, match=rf"allocator\.{key}={value!r} is invalid: .*{allowed}"):
+        PerRequestConfig(**{key: value}).validate()
+
+
+@pytest.mark.parametrize(
+    ("preset", "reserve"), [("orca_max", "declared"), ("orca_pow2", "pow2"), ("orca_oracle", "oracle")]
+)
+def test_orca_presets_are_buddy_per_request(preset, reserve):
+    node = OmegaConf.load(CONF_DIR / f"{preset}.yaml")
+    assert node.name == "per_request"
+    assert plugin_config(PerRequestAllocator, node, "allocator") == PerRequestConfig(reserve=reserve, placement="buddy")
+
+
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [("per_request", PerRequestAllocator), ("naive", None), ("paged", None)],
+)
+def test_default_yaml_lists_every_option_with_its_default(name, cls):
+    from kvbench_plugins.allocators.naive import NaiveAllocator
+    from kvbench_plugins.allocators.paged import PagedAllocator
+
+    cls = {"per_request": PerRequestAllocator, "naive": NaiveAllocator, "paged": PagedAllocator}[name]
+    node = OmegaConf.load(CONF_DIR / f"{name}.yaml")
+    assert node.name == name
+    assert set(node.keys()) - {"name"} == set(cls.Config.__dataclass_fields__)
+    assert plugin_config(cls, node, "allocator") == cls.Config()
+
+
+def test_registers_through_the_hook():
+    pm = pluggy.PluginManager("kvbench")
+    pm.add_hookspecs(hookspecs)
+    pm.register(per_request)
+    assert pm.hook.kvbench_register_allocators() == [[PerRequestAllocator]]
+
+
+class TestPerRequestConformance(AllocatorConformance):
+    @pytest.fixture(
+        params=[
+            *itertools.product(("first_fit", "best_fit", "buddy"), ("declared", "pow2", "oracle"), (16,)),
+            ("first_fit", "oracle", 1),
+            ("buddy", "pow2", 64),
+        ],
+        ids=lambda p: "-".join(map(str, p)),
+    )
+    def allocator_factory(self, request):
+        placement, reserve, granule_tokens = request.param
+        config = PerRequestConfig(reserve=reserve, placement=placement, granule_tokens=granule_tokens)
+        return lambda budget_bytes, kv_bytes_per_token: PerRequestAllocator(
+            config, budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token
+        )

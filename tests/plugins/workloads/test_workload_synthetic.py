@@ -1,0 +1,224 @@
+"""The synthetic workload source: its config, its presets, and the workloads it generates."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+from kvbench.arrivals import SmaxClass
+from kvbench.config import plugin_config, to_dataclass
+from kvbench.errors import ConfigError
+from kvbench.workload import Workload, WorkloadSource
+from kvbench_plugins.workloads import synthetic
+from kvbench_plugins.workloads.synthetic import SyntheticConfig, SyntheticWorkload
+
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf" / "workload"
+EXERCISE2_MIX = [
+    {"s_max_tokens": 512, "fraction": 0.70},
+    {"s_max_tokens": 4096, "fraction": 0.25},
+    {"s_max_tokens": 32768, "fraction": 0.05},
+]
+
+
+def make(**options) -> SyntheticWorkload:
+    """The source built the way the CLI builds it: options merged into the typed config."""
+    return SyntheticWorkload(to_dataclass(SyntheticConfig, options, "workload"))
+
+
+def generate(seed: int = 0, **options) -> Workload:
+    return make(**options).generate(np.random.default_rng(seed))
+
+
+def assert_well_formed(w: Workload) -> None:
+    assert w.arrival_s.dtype == np.float64
+    for column in (w.prompt_tokens, w.output_tokens, w.max_tokens):
+        assert column.dtype == np.int64
+    assert np.all(np.diff(w.arrival_s) >= 0)
+    assert np.all(w.prompt_tokens >= 1) and np.all(w.output_tokens >= 1)
+    assert np.all(w.prompt_tokens + w.output_tokens <= w.max_tokens)
+
+
+# -- registration -------------------------------------------------------------------------------
+
+
+def test_registers_one_workload_source_named_synthetic():
+    classes = synthetic.kvbench_register_workloads()
+    assert classes == [SyntheticWorkload]
+    assert issubclass(SyntheticWorkload, WorkloadSource)
+    assert SyntheticWorkload.name == "synthetic" and SyntheticWorkload.Config is SyntheticConfig
+
+
+# -- defaults and fixed lengths -----------------------------------------------------------------
+
+
+def test_defaults_are_1000_requests_of_512_plus_128_tokens_at_t0_declaring_4096():
+    w = generate()
+    assert_well_formed(w)
+    assert w.num_requests == 1000
+    assert set(w.prompt_tokens.tolist()) == {512}
+    assert set(w.output_tokens.tolist()) == {128}
+    assert set(w.max_tokens.tolist()) == {4096}
+    assert set(w.arrival_s.tolist()) == {0.0}
+
+
+def test_fixed_lengths_with_a_mix_keep_their_lengths_and_draw_classes():
+    w = generate(num_requests=2000, prompt_tokens=256, output_tokens=128, s_max_mix=EXERCISE2_MIX)
+    assert_well_formed(w)
+    assert set(w.prompt_tokens.tolist()) == {256}
+    assert np.mean(w.max_tokens == 512) == pytest.approx(0.70, abs=0.04)
+
+
+def test_poisson_arrivals_are_sorted_and_near_the_rate():
+    w = generate(num_requests=20_000, arrival="poisson", rate_per_s=20.0)
+    assert_well_formed(w)
+    assert w.arrival_s[0] > 0
+    assert w.num_requests / w.arrival_s[-1] == pytest.approx(20.0, rel=0.03)
+
+
+# -- lognormal lengths --------------------------------------------------------------------------
+
+
+def test_lognormal_lengths_have_the_configured_medians():
+    # S_max large enough that clipping never touches the medians.
+    w = generate(num_requests=50_000, lengths="lognormal", prompt_tokens=300, output_tokens=60, s_max_tokens=10**6)
+    assert_well_formed(w)
+    assert np.median(w.prompt_tokens) == pytest.approx(300, rel=0.03)
+    assert np.median(w.output_tokens) == pytest.approx(60, rel=0.03)
+
+
+def test_same_seed_same_workload_other_seed_other_workload():
+    options = dict(lengths="lognormal", arrival="poisson", rate_per_s=5.0, s_max_mix=EXERCISE2_MIX, num_requests=300)
+    a, b, c = generate(1, **options), generate(1, **options), generate(2, **options)
+    for column in ("arrival_s", "prompt_tokens", "output_tokens", "max_tokens"):
+        np.testing.assert_array_equal(getattr(a, column), getattr(b, column))
+    assert not np.array_equal(a.prompt_tokens, c.prompt_tokens)
+
+
+def test_drawn_lengths_are_clipped_into_each_requests_declared_class():
+    w = generate(num_requests=5000, lengths="lognormal", prompt_tokens=256, output_tokens=128, s_max_mix=EXERCISE2_MIX)
+    assert_well_formed(w)
+    small = w.max_tokens == 512
+    assert np.all(w.prompt_tokens[small] <= 511)
+    # A declared S_max is a promise: many small-class requests are truncated to exactly 512.
+    filled = np.mean(w.prompt_tokens[small] + w.output_tokens[small] == 512)
+    assert 0.3 < filled < 0.6
+
+
+def test_min_and_max_clip_drawn_lengths():
+    w = generate(
+        num_requests=5000, lengths="lognormal", prompt_tokens=100, output_tokens=100,
+        min_tokens=10, max_prompt_tokens=150, max_output_tokens=120,
+    )
+    assert_well_formed(w)
+    assert w.prompt_tokens.min() == 10 and w.prompt_tokens.max() == 150
+    assert w.output_tokens.min() == 10 and w.output_tokens.max() == 120
+
+
+# -- presets ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("preset", ["synthetic", "lecture_chat", "lognormal", "exercise2_mix"])
+def test_every_preset_loads_and_generates_a_well_formed_workload(preset):
+    node = OmegaConf.load(CONF_DIR / f"{preset}.yaml")
+    assert node.name == "synthetic"
+    config = plugin_config(SyntheticWorkload, node, "workload")
+    w = SyntheticWorkload(config).generate(np.random.default_rng(0))
+    assert_well_formed(w)
+    assert w.num_requests == config.num_requests
+
+
+def test_every_preset_option_has_a_comment():
+    for path in CONF_DIR.glob("*.yaml"):
+        for line in path.read_text().splitlines():
+            if line and not line.startswith((" ", "#", "name:")) and ":" in line:
+                assert "#" in line or line.rstrip().endswith(":"), f"{path.name}: {line!r} has no comment"
+
+
+def test_lecture_chat_is_the_lectures_640_token_sequences():
+    config = plugin_config(SyntheticWorkload, OmegaConf.load(CONF_DIR / "lecture_chat.yaml"), "workload")
+    w = SyntheticWorkload(config).generate(np.random.default_rng(0))
+    assert set((w.prompt_tokens + w.output_tokens).tolist()) == {640}
+    assert set(w.max_tokens.tolist()) == {4096}
+
+
+def test_exercise2_mix_declares_the_lectures_classes():
+    config = plugin_config(SyntheticWorkload, OmegaConf.load(CONF_DIR / "exercise2_mix.yaml"), "workload")
+    assert config.s_max_mix == [SmaxClass(512, 0.70), SmaxClass(4096, 0.25), SmaxClass(32768, 0.05)]
+    assert config.arrival == "poisson" and config.rate_per_s > 0
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+
+def test_a_fixed_prompt_longer_than_s_max_is_rejected_in_one_line():
+    with pytest.raises(ConfigError) as exc:
+        make(prompt_tokens=5000)
+    message = str(exc.value)
+    assert message.startswith("workload.prompt_tokens=5000 is longer than workload.s_max_tokens=4096: ")
+    assert "\n" not in message
+
+
+INVALID_OPTIONS = [
+    ({"prompt_tokens": 4000, "output_tokens": 200}, r"^workload.prompt_tokens \+ workload.output_tokens = 4200 is"),
+    (
+        {"prompt_tokens": 600, "s_max_mix": EXERCISE2_MIX},
+        r"^workload.prompt_tokens=600 is longer than the smallest class of workload.s_max_mix \(512\)",
+    ),
+    ({"s_max_mix": EXERCISE2_MIX}, r"^workload.prompt_tokens \+ workload.output_tokens = 640 is longer than"),
+    ({"arrival": "poisson"}, r"^workload.rate_per_s=None is invalid: use a positive request rate"),
+    (
+        {"arrival": "poisson", "rate_per_s": -1.0},
+        r"^workload.rate_per_s=-1.0 is invalid: use a positive request rate \(requests/s\) for poisson arrivals$",
+    ),
+    ({"lengths": "zipf"}, r"^workload.lengths='zipf' is invalid: choose one of fixed, lognormal$"),
+    ({"num_requests": 0}, r"^workload.num_requests=0 is invalid"),
+    ({"prompt_sigma": -0.5}, r"^workload.prompt_sigma=-0.5 is invalid"),
+    ({"max_output_tokens": 0}, r"^workload.max_output_tokens=0 is invalid"),
+    ({"lengths": "lognormal", "min_tokens": 300, "s_max_tokens": 512}, r"^workload.min_tokens=300 does not fit"),
+    ({"lengths": "lognormal", "prompt_tokens": 8000}, r"^workload.prompt_tokens=8000 \(the median prompt\)"),
+    ({"s_max_mix": [{"s_max_tokens": 4096, "fraction": 0.5}]}, r"^workload.s_max_mix fractions sum to 0.5"),
+    ({"s_max_mix": [{"s_max_tokens": 4096, "fractoin": 1.0}]}, r"fractoin"),
+    ({"promt_tokens": 10}, r"^workload.promt_tokens"),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), INVALID_OPTIONS)
+def test_invalid_options_fail_with_one_line_naming_the_key(options, message):
+    with pytest.raises(ConfigError, match=message) as exc:
+        make(**options)
+    assert "\n" not in str(exc.value)
+
+
+# -- properties ---------------------------------------------------------------------------------
+
+TINY_AND_LARGE_MIX = [{"s_max_tokens": 64, "fraction": 0.5}, {"s_max_tokens": 2048, "fraction": 0.5}]
+mixes = st.sampled_from([None, EXERCISE2_MIX, TINY_AND_LARGE_MIX])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    num_requests=st.integers(1, 200),
+    prompt_median=st.integers(1, 60),
+    output_median=st.integers(1, 600),
+    sigma=st.floats(0.0, 3.0),
+    poisson=st.booleans(),
+    mix=mixes,
+)
+def test_any_valid_lognormal_config_yields_requests_that_keep_their_promise(
+    seed, num_requests, prompt_median, output_median, sigma, poisson, mix
+):
+    options = dict(
+        num_requests=num_requests, lengths="lognormal", prompt_tokens=prompt_median, output_tokens=output_median,
+        prompt_sigma=sigma, output_sigma=sigma, s_max_mix=mix,
+    )
+    if poisson:
+        options.update(arrival="poisson", rate_per_s=3.0)
+    w = generate(seed, **options)
+    assert_well_formed(w)
+    assert w.num_requests == num_requests
+    declared = {c["s_max_tokens"] for c in mix} if mix else {4096}
+    assert set(w.max_tokens.tolist()) <= declared
