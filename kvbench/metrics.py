@@ -18,7 +18,8 @@ METRIC_DEFINITIONS = (
     "TTFT = first token - intended arrival (queueing included); "
     "TPOT = (e2e - TTFT) / (output tokens - 1), each request weighted equally, one-token requests excluded; "
     "goodput = vLLM's: finished requests/s meeting every SLO given (inclusive); "
-    "percentiles by linear interpolation; memory fractions time-weighted over saturated steps."
+    "percentiles by linear interpolation; utilization and memory fractions time-weighted over saturated steps "
+    "(memory-bound: a refusal or a preemption)."
 )
 
 PERCENTILES = (50, 90, 99)
@@ -59,8 +60,9 @@ def summarize(
       before, discarded by a preemption and computed again). Swapping recomputes nothing.
 
     Steps (time-weighted by ``duration_s``): concurrency is ``num_running``; utilization is
-    ``token_bytes / budget_bytes``. "Saturated" steps are those with a non-empty waiting queue
-    after admission, where memory or batch limits bind; that is where allocators differ, so the
+    ``token_bytes / budget_bytes``. "Saturated" steps are those where memory binds: the allocator
+    refused the head of the waiting queue, or a running sequence had to be preempted (the
+    engine's ``saturated`` column); that is where allocators differ, so the
     memory breakdown (``frac_*`` of the budget) and ``mean_tail_waste_tokens_per_seq``
     (``allocated_tail_tokens / num_running``) are averaged over them, or over all steps if the
     run never saturated, as ``breakdown_period`` ("saturated" / "all") records.

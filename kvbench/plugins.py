@@ -73,7 +73,7 @@ def registry(group: str, pm: pluggy.PluginManager | None = None) -> dict[str, ty
             name = cls.name
             if name in classes:
                 raise ConfigError(
-                    f"{group} {name!r} is registered by two plugins: {owners[name]!r} and "
+                    f"{group} {name!r} is registered by both {owners[name]!r} and "
                     f"{impl.plugin_name!r}; uninstall one of them or rename its {group}"
                 )
             owners[name] = impl.plugin_name

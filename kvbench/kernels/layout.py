@@ -84,16 +84,18 @@ def make_paged_case(
 ) -> PagedCase:
     """A random decode problem: each sequence gets its own blocks, handed out in shuffled order.
 
-    With ``poison``, every cache row no sequence owns (the tail of each last block, one spare
-    block, and every padding entry of ``block_tables``, which points at that spare block) is NaN,
-    so a kernel that reads past a sequence's length returns NaN instead of passing a test.
+    With ``poison``, every cache row no sequence owns is NaN: the tail of each last block and a
+    spare block 0, which every padding entry of ``block_tables`` points at. A kernel that reads past
+    a sequence's length, or through a padding entry, returns NaN instead of passing a test.
     """
     gen = torch.Generator().manual_seed(seed)
     blocks_per_seq = [math.ceil(n / block_size) for n in seq_lens]
     max_blocks = max(blocks_per_seq)
-    num_blocks = sum(blocks_per_seq) + 1  # + one spare block that padding entries point at
-    order = torch.randperm(num_blocks, generator=gen) if shuffle else torch.arange(num_blocks)
-    spare_block = int(order[-1])
+    num_blocks = sum(blocks_per_seq) + 1
+    # NOTE: block 0 is the spare, all-NaN block: padding entries point at it, and so does any
+    # masked block-table load that falls back to 0 (other=0), so neither can go unnoticed.
+    spare_block = 0
+    order = 1 + (torch.randperm(num_blocks - 1, generator=gen) if shuffle else torch.arange(num_blocks - 1))
 
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
     key_cache = torch.randn(shape, generator=gen, dtype=torch.float32)

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
-import triton
 import triton.language as tl
 
 from kvbench.kernels.layout import check_decode_inputs
@@ -35,6 +35,8 @@ from kvbench.kernels.layout import check_decode_inputs
 #: ``tl.dot`` needs every dimension >= 16 on the GPU, so GQA groups are padded to this many rows
 MIN_DOT_ROWS = 16
 LOG2_E = 1.4426950408889634
+#: the merge reads a [num_splits, D] tile per head: a few warps are plenty
+MERGE_NUM_WARPS = 4
 
 
 def _split_kernel(
@@ -147,13 +149,28 @@ def _merge_kernel(
     tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=dim_mask)
 
 
+def interpreter_active() -> bool:
+    """True when this process's triton runs kernels through its CPU interpreter.
+
+    Triton decides at import time: ``@triton.jit`` reads ``TRITON_INTERPRET`` when it decorates, and
+    its standard library (``tl.zeros``, ``tl.sum``'s combine function, ...) is decorated when
+    ``triton.language`` is imported. So the variable must be set before triton's first import, and
+    one process is either all-interpreted or all-compiled.
+    """
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(tl.zeros, InterpretedFunction)
+
+
 @functools.lru_cache(maxsize=2)
 def kernels(interpret: bool) -> tuple:
-    """``(split_kernel, merge_kernel)``, compiled (``JITFunction``) or for the CPU interpreter.
-
-    Built here rather than with ``@triton.jit`` because ``@triton.jit`` reads ``TRITON_INTERPRET`` at
-    decoration time: this way one process can run the interpreter and compile for a GPU target.
-    """
+    """``(split_kernel, merge_kernel)``, compiled (``JITFunction``) or for the CPU interpreter."""
+    if interpret != interpreter_active():
+        raise RuntimeError(
+            f"triton was imported with TRITON_INTERPRET={'1' if interpreter_active() else 'unset'}; "
+            f"{'interpreted' if interpret else 'compiled'} kernels need it "
+            f"{'set to 1' if interpret else 'unset'} before triton's first import"
+        )
     if interpret:
         from triton.runtime.interpreter import InterpretedFunction as wrap
     else:
@@ -197,7 +214,21 @@ def dot_precision(dtype: torch.dtype, upcast: bool) -> str:
     return "ieee" if upcast or dtype == torch.float32 else "tf32"
 
 
-def paged_decode(
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Both launches of one decode call: grids and arguments by the kernels' parameter names."""
+
+    split_grid: tuple[int, int, int]
+    split_args: dict
+    merge_grid: tuple[int, int]
+    merge_args: dict
+    out: torch.Tensor
+    num_warps: int
+    num_stages: int
+    interpret: bool
+
+
+def plan_launch(
     query: torch.Tensor,
     key_cache: torch.Tensor,
     value_cache: torch.Tensor,
@@ -207,14 +238,15 @@ def paged_decode(
     *,
     tile_tokens: int = 64,
     num_splits: int = 0,
-    min_tokens_per_split: int = 256,
-    num_warps: int = 4,
+    min_tokens_per_split: int = 128,
+    num_warps: int = 8,
     num_stages: int = 2,
     interpret: bool = False,
-) -> torch.Tensor:
-    """Decode attention over a paged cache (layout in :mod:`kvbench.kernels.layout`); returns ``[B, H, D]``.
+) -> LaunchPlan:
+    """Check inputs, choose the split, allocate the partial buffers and name every kernel argument.
 
-    ``interpret=True`` runs through Triton's CPU interpreter (tensors on CPU; seconds per call).
+    Works on ``meta`` tensors too, which is how :func:`compile_for_target` gets the exact argument
+    types and alignments a GPU launch would have.
     """
     batch, num_heads, num_kv_heads, head_dim, block_size = check_decode_inputs(
         query, key_cache, value_cache, block_tables, seq_lens
@@ -233,8 +265,10 @@ def paged_decode(
     max_tokens = block_tables.shape[1] * block_size
     if query.is_cuda:
         target_programs = 4 * torch.cuda.get_device_properties(query.device).multi_processor_count
-    else:
+    elif interpret:
         target_programs = 8  # the interpreter runs programs one after another: few is fastest
+    else:
+        target_programs = 4 * 132  # compile-only (meta tensors): an H100/H200's 132 SMs
     num_splits, tokens_per_split = choose_splits(
         batch, num_kv_heads, max_tokens, tile_tokens, num_splits, min_tokens_per_split, target_programs
     )
@@ -242,38 +276,79 @@ def paged_decode(
     partial_lse = torch.empty((batch, num_heads, num_splits), dtype=torch.float32, device=query.device)
     out = torch.empty_like(query)
     head_dim_pad = max(16, _next_pow2(head_dim))
-    upcast = interpret  # the interpreter's bf16/fp16 arithmetic is wrong; see DESIGN.md
-    split_kernel, merge_kernel = kernels(interpret)
+    upcast = interpret  # the interpreter's bf16 arithmetic is wrong (DESIGN.md): compute in float32
 
-    split_kernel[(batch, num_kv_heads, num_splits)](
-        query, key_cache, value_cache, block_tables, seq_lens, partial_out, partial_lse,
-        scale * LOG2_E,
-        query.stride(0), query.stride(1),
-        key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
-        value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
-        block_tables.stride(0),
-        partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
-        partial_lse.stride(0), partial_lse.stride(1),
-        tokens_per_split,
-        GROUP=group, GROUP_PAD=group_pad, USE_DOT=use_dot,
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
-        BLOCK_SIZE=block_size, TILE_TOKENS=tile_tokens,
-        UPCAST=upcast, DOT_PRECISION=dot_precision(query.dtype, upcast),
-        num_warps=num_warps, num_stages=num_stages,
+    split_args = dict(
+        query_ptr=query, key_cache_ptr=key_cache, value_cache_ptr=value_cache, block_tables_ptr=block_tables,
+        seq_lens_ptr=seq_lens, partial_out_ptr=partial_out, partial_lse_ptr=partial_lse,
+        scale_log2=scale * LOG2_E,
+        stride_q_batch=query.stride(0), stride_q_head=query.stride(1),
+        stride_k_block=key_cache.stride(0), stride_k_token=key_cache.stride(1), stride_k_head=key_cache.stride(2),
+        stride_v_block=value_cache.stride(0), stride_v_token=value_cache.stride(1),
+        stride_v_head=value_cache.stride(2),
+        stride_bt_batch=block_tables.stride(0),
+        stride_p_batch=partial_out.stride(0), stride_p_head=partial_out.stride(1),
+        stride_p_split=partial_out.stride(2),
+        stride_l_batch=partial_lse.stride(0), stride_l_head=partial_lse.stride(1),
+        tokens_per_split=tokens_per_split,
+        GROUP=group, GROUP_PAD=group_pad, USE_DOT=use_dot, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
+        BLOCK_SIZE=block_size, TILE_TOKENS=tile_tokens, UPCAST=upcast,
+        DOT_PRECISION=dot_precision(query.dtype, upcast),
     )  # fmt: skip
-    merge_kernel[(batch, num_heads)](
-        partial_out, partial_lse, seq_lens, out,
-        tokens_per_split, num_splits,
-        partial_out.stride(0), partial_out.stride(1), partial_out.stride(2),
-        partial_lse.stride(0), partial_lse.stride(1),
-        out.stride(0), out.stride(1),
+    merge_args = dict(
+        partial_out_ptr=partial_out, partial_lse_ptr=partial_lse, seq_lens_ptr=seq_lens, out_ptr=out,
+        tokens_per_split=tokens_per_split, num_splits=num_splits,
+        stride_p_batch=partial_out.stride(0), stride_p_head=partial_out.stride(1),
+        stride_p_split=partial_out.stride(2),
+        stride_l_batch=partial_lse.stride(0), stride_l_head=partial_lse.stride(1),
+        stride_o_batch=out.stride(0), stride_o_head=out.stride(1),
         HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, SPLITS_PAD=_next_pow2(num_splits),
-        num_warps=num_warps,
     )  # fmt: skip
-    return out
+    return LaunchPlan(
+        (batch, num_kv_heads, num_splits), split_args, (batch, num_heads), merge_args, out, num_warps, num_stages,
+        interpret,
+    )
 
 
-_TRITON_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+def launch(plan: LaunchPlan) -> torch.Tensor:
+    """Run both kernels of ``plan`` (asynchronously on a GPU) and return its output tensor."""
+    split_kernel, merge_kernel = kernels(plan.interpret)
+    split_kernel[plan.split_grid](**plan.split_args, num_warps=plan.num_warps, num_stages=plan.num_stages)
+    merge_kernel[plan.merge_grid](**plan.merge_args, num_warps=MERGE_NUM_WARPS)
+    return plan.out
+
+
+def paged_decode(query, key_cache, value_cache, block_tables, seq_lens, scale: float | None = None, **options):
+    """Decode attention over a paged cache (layout in :mod:`kvbench.kernels.layout`); returns ``[B, H, D]``.
+
+    ``options`` are :func:`plan_launch`'s keywords. ``interpret`` defaults to
+    :func:`interpreter_active`: compiled kernels on a CUDA GPU, or Triton's CPU interpreter (CPU
+    tensors, seconds per call) in a process started with ``TRITON_INTERPRET=1``.
+    """
+    options.setdefault("interpret", interpreter_active())
+    return launch(plan_launch(query, key_cache, value_cache, block_tables, seq_lens, scale, **options))
+
+
+def _signature(fn, args: dict) -> tuple[dict, dict, dict]:
+    """``(signature, constexprs, attrs)`` as a JIT launch with ``args`` would specialise them."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    signature, constexprs, attrs = {}, {}, {}
+    for i, name in enumerate(fn.arg_names):
+        value = args[name]
+        if fn.params[i].is_constexpr:
+            signature[name], constexprs[name] = "constexpr", value
+            continue
+        # NOTE: the JIT turns an integer argument equal to 1 into a constexpr and marks pointers
+        # and integers divisible by 16 ("D"); without these the compile is not the one a GPU runs.
+        kind, spec = native_specialize_impl(BaseBackend, value, False, True, True)
+        signature[name] = kind
+        if kind == "constexpr":
+            constexprs[name] = spec
+        elif spec == "D":
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return signature, constexprs, attrs
 
 
 def compile_for_target(
@@ -283,48 +358,38 @@ def compile_for_target(
     num_kv_heads: int,
     head_dim: int,
     block_size: int,
-    tile_tokens: int = 64,
-    num_splits: int = 4,
-    num_warps: int = 4,
-    num_stages: int = 2,
+    *,
+    batch: int = 4,
+    max_seq_len_tokens: int = 4096,
+    **options,
 ) -> tuple:
     """Compile both kernels for ``target`` (e.g. ``GPUTarget("cuda", 90, 32)``) with no GPU present.
 
-    Uses the constexprs :func:`paged_decode` would launch with on a GPU, so a compile error that
+    The arguments come from :func:`plan_launch` on ``meta`` tensors of the given shape, so the
+    types, constexprs and alignment hints are those of a real GPU launch, and a compile error that
     only a GPU build hits (layouts, ``tl.dot`` shapes, dtype rules) fails here too. Returns the two
-    compiled kernels (their ``.asm`` holds the PTX and cubin).
+    compiled kernels (``.asm`` holds the PTX and cubin).
     """
+    import triton
+    from triton.compiler import ASTSource
+
+    num_blocks = batch * math.ceil(max_seq_len_tokens / block_size)
+    meta = dict(device="meta", dtype=dtype)
+    plan = plan_launch(
+        torch.empty((batch, num_heads, head_dim), **meta),
+        torch.empty((num_blocks, block_size, num_kv_heads, head_dim), **meta),
+        torch.empty((num_blocks, block_size, num_kv_heads, head_dim), **meta),
+        torch.empty((batch, math.ceil(max_seq_len_tokens / block_size)), device="meta", dtype=torch.int32),
+        torch.empty((batch,), device="meta", dtype=torch.int32),
+        **options,
+    )
     split_kernel, merge_kernel = kernels(interpret=False)
-    ptr = "*" + _TRITON_DTYPES[dtype]
-    group, group_pad, use_dot = group_layout(num_heads, num_kv_heads)
-    head_dim_pad = max(16, _next_pow2(head_dim))
-
-    def signature(fn, pointers: dict[str, str], floats: tuple[str, ...], constexprs: dict) -> dict:
-        sig = {}
-        for name in fn.arg_names:
-            if name in constexprs:
-                sig[name] = "constexpr"
-            elif name in pointers:
-                sig[name] = pointers[name]
-            else:
-                sig[name] = "fp32" if name in floats else "i32"
-        return sig
-
-    split_constexprs = dict(
-        GROUP=group, GROUP_PAD=group_pad, USE_DOT=use_dot, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
-        BLOCK_SIZE=block_size, TILE_TOKENS=tile_tokens, UPCAST=False, DOT_PRECISION=dot_precision(dtype, False),
-    )  # fmt: skip
-    split_pointers = dict(
-        query_ptr=ptr, key_cache_ptr=ptr, value_cache_ptr=ptr, block_tables_ptr="*i32", seq_lens_ptr="*i32",
-        partial_out_ptr="*fp32", partial_lse_ptr="*fp32",
-    )  # fmt: skip
-    merge_constexprs = dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, SPLITS_PAD=_next_pow2(num_splits))
-    merge_pointers = dict(partial_out_ptr="*fp32", partial_lse_ptr="*fp32", seq_lens_ptr="*i32", out_ptr=ptr)
     compiled = []
-    for fn, pointers, floats, constexprs, options in (
-        (split_kernel, split_pointers, ("scale_log2",), split_constexprs, dict(num_warps=num_warps, num_stages=num_stages)),
-        (merge_kernel, merge_pointers, (), merge_constexprs, dict(num_warps=num_warps)),
+    for fn, args, launch in (
+        (split_kernel, plan.split_args, dict(num_warps=plan.num_warps, num_stages=plan.num_stages)),
+        (merge_kernel, plan.merge_args, dict(num_warps=MERGE_NUM_WARPS)),
     ):
-        src = triton.compiler.ASTSource(fn, signature(fn, pointers, floats, constexprs), constexprs=constexprs)
-        compiled.append(triton.compile(src, target=target, options=options))
+        signature, constexprs, attrs = _signature(fn, args)
+        src = ASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
+        compiled.append(triton.compile(src, target=target, options=launch))
     return tuple(compiled)

@@ -35,6 +35,8 @@ class NaiveAllocator(Allocator):
 
     name = "naive"
     Config = NaiveConfig
+    uses_watermark = False  # the whole future is reserved at admission: no growth headroom needed
+    contiguous = True  # one contiguous range per sequence
     #: uniform slots never leave a hole some request cannot use (kept for a uniform engine view)
     num_fragmentation_refusals = 0
 

@@ -137,6 +137,8 @@ class PerRequestAllocator(Allocator):
 
     name = "per_request"
     Config = PerRequestConfig
+    uses_watermark = False  # the whole future is reserved at admission: no growth headroom needed
+    contiguous = True  # one contiguous range per sequence
 
     def __init__(self, config: PerRequestConfig | None = None, *, budget_bytes: int, kv_bytes_per_token: int) -> None:
         super().__init__(config or PerRequestConfig(), budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)

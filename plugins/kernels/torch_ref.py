@@ -56,6 +56,19 @@ class TorchKernel(Kernel):
     name = "torch"
     requires_cuda = False
 
+    @classmethod
+    def unavailable_reason(cls, device_type: str) -> str | None:
+        """Why real mode cannot run this kernel on ``device_type``, or None (torch runs anywhere)."""
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            return "kernel=torch needs the torch package: pip install 'kvbench[kernels]'"
+        return None
+
+    def plan_decode(self, query, key_cache, value_cache, block_tables, seq_lens, scale: float | None = None):
+        """A zero-argument callable computing the decode (the reference has no metadata to prepare)."""
+        return lambda: paged_decode_reference(query, key_cache, value_cache, block_tables, seq_lens, scale)
+
     def decode(self, query, key_cache, value_cache, block_tables, seq_lens, scale: float | None = None):
         return paged_decode_reference(query, key_cache, value_cache, block_tables, seq_lens, scale)
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pluggy
 import pytest
+from omegaconf import OmegaConf
 
 from kvbench import hookspecs
 from kvbench.allocator import SeqShape
@@ -86,6 +89,7 @@ def test_a_sequence_cannot_outgrow_its_slot():
 def test_watermark_is_ignored_because_the_whole_future_is_reserved():
     alloc = make()
     assert alloc.allocate(1, SeqShape(10, 64, 30), keep_free_bytes=10**9)
+    assert NaiveAllocator.uses_watermark is False and NaiveAllocator.contiguous is True
 
 
 def test_fork_copies_into_a_new_slot():
@@ -110,6 +114,13 @@ def test_invalid_s_max_names_the_key(bad):
         NaiveConfig(bad).validate()
     with pytest.raises(ConfigError, match="s_max_tokens"):
         plugin_config(NaiveAllocator, {"name": "naive", "s_max_tokens": bad}, "allocator")
+
+
+def test_default_yaml_lists_every_option_with_its_default():
+    node = OmegaConf.load(Path(__file__).resolve().parents[3] / "conf" / "allocator" / "naive.yaml")
+    assert node.name == "naive"
+    assert set(node.keys()) - {"name"} == set(NaiveConfig.__dataclass_fields__)
+    assert plugin_config(NaiveAllocator, node, "allocator") == NaiveConfig()
 
 
 def test_registers_through_the_hook():

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pluggy
 import pytest
+from omegaconf import OmegaConf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,7 +14,7 @@ from kvbench import hookspecs
 from kvbench.allocator import SeqShape
 from kvbench.config import plugin_config
 from kvbench.errors import ConfigError
-from kvbench.testing import AllocatorConformance, OPERATIONS, run_operations
+from kvbench.testing import OPERATIONS, AllocatorConformance
 from kvbench_plugins.allocators import paged
 from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
 
@@ -20,9 +23,9 @@ H100_KV_BUDGET_BYTES = 62_500_000_000
 
 
 def make(block_size_tokens: int = 16, budget_tokens: int = 1024, kv_bytes_per_token: int = 1) -> PagedAllocator:
-    return PagedAllocator(
-        PagedConfig(block_size_tokens), budget_bytes=budget_tokens * kv_bytes_per_token, kv_bytes_per_token=kv_bytes_per_token
-    )
+    budget_bytes = budget_tokens * kv_bytes_per_token
+    config = PagedConfig(block_size_tokens)
+    return PagedAllocator(config, budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)
 
 
 def test_lecture_numbers_block_16_gives_7450_blocks():
@@ -119,6 +122,7 @@ def test_watermark_refuses_admission_that_would_leave_too_little_free():
     assert not alloc.can_fit(shape, keep_free_bytes=33)
     assert not alloc.allocate(1, shape, keep_free_bytes=33)
     assert alloc.ledger().free_bytes == 64
+    assert PagedAllocator.uses_watermark is True and PagedAllocator.contiguous is False
 
 
 def test_budget_remainder_below_one_block_is_external():
@@ -129,7 +133,8 @@ def test_budget_remainder_below_one_block_is_external():
 
 @pytest.mark.parametrize("bad", [7, 4, 12, 512, 0, -16])
 def test_invalid_block_size_names_the_key(bad):
-    with pytest.raises(ConfigError, match=r"allocator\.block_size_tokens=.* is invalid: use a power of two from 8 to 256"):
+    message = r"allocator\.block_size_tokens=.* is invalid: use a power of two from 8 to 256"
+    with pytest.raises(ConfigError, match=message):
         PagedConfig(bad).validate()
 
 
@@ -139,6 +144,13 @@ def test_config_edge_rejects_bad_block_size_and_unknown_keys():
     with pytest.raises(ConfigError, match="blok_size"):
         plugin_config(PagedAllocator, {"name": "paged", "blok_size": 16}, "allocator")
     assert plugin_config(PagedAllocator, {"name": "paged", "block_size_tokens": 32}, "allocator") == PagedConfig(32)
+
+
+def test_default_yaml_lists_every_option_with_its_default():
+    node = OmegaConf.load(Path(__file__).resolve().parents[3] / "conf" / "allocator" / "paged.yaml")
+    assert node.name == "paged"
+    assert set(node.keys()) - {"name"} == set(PagedConfig.__dataclass_fields__)
+    assert plugin_config(PagedAllocator, node, "allocator") == PagedConfig()
 
 
 def test_registers_through_the_hook():

@@ -65,6 +65,12 @@ def test_refusal_for_lack_of_bytes_is_not_fragmentation():
     assert not alloc.is_fragmented_for(granules(2))
 
 
+def test_reserves_the_whole_future_so_the_watermark_does_not_apply():
+    alloc = make(4)
+    assert alloc.allocate(1, granules(2), keep_free_bytes=10**9)
+    assert PerRequestAllocator.uses_watermark is False and PerRequestAllocator.contiguous is True
+
+
 @pytest.mark.parametrize(
     ("reserve", "placement", "tokens"),
     [
@@ -185,19 +191,11 @@ def test_orca_presets_are_buddy_per_request(preset, reserve):
     assert plugin_config(PerRequestAllocator, node, "allocator") == PerRequestConfig(reserve=reserve, placement="buddy")
 
 
-@pytest.mark.parametrize(
-    ("name", "cls"),
-    [("per_request", PerRequestAllocator), ("naive", None), ("paged", None)],
-)
-def test_default_yaml_lists_every_option_with_its_default(name, cls):
-    from kvbench_plugins.allocators.naive import NaiveAllocator
-    from kvbench_plugins.allocators.paged import PagedAllocator
-
-    cls = {"per_request": PerRequestAllocator, "naive": NaiveAllocator, "paged": PagedAllocator}[name]
-    node = OmegaConf.load(CONF_DIR / f"{name}.yaml")
-    assert node.name == name
-    assert set(node.keys()) - {"name"} == set(cls.Config.__dataclass_fields__)
-    assert plugin_config(cls, node, "allocator") == cls.Config()
+def test_default_yaml_lists_every_option_with_its_default():
+    node = OmegaConf.load(CONF_DIR / "per_request.yaml")
+    assert node.name == "per_request"
+    assert set(node.keys()) - {"name"} == set(PerRequestConfig.__dataclass_fields__)
+    assert plugin_config(PerRequestAllocator, node, "allocator") == PerRequestConfig()
 
 
 def test_registers_through_the_hook():
