@@ -18,7 +18,7 @@ import pandas as pd
 COLUMNS = [
     "kernel", "layout", "block_size_tokens", "batch", "context_tokens", "num_heads", "num_kv_heads", "head_dim",
     "dtype", "status", "plan_s", "time_median_s", "time_min_s", "bytes_read", "achieved_bytes_per_s",
-    "fraction_of_copy_bw", "efficiency_vs_spec", "max_abs_err", "output_ok",
+    "fraction_of_copy_bw", "efficiency_vs_spec", "max_abs_err", "output_ok", "kernel_config",
 ]  # fmt: skip
 
 
@@ -51,7 +51,9 @@ def _aggregate(rows: pd.DataFrame, spec_bytes_per_s: float) -> float:
     return float(f"{rows['bytes_read'].sum() / rows['time_median_s'].sum() / spec_bytes_per_s:.4g}")
 
 
-def write_calibrations(df: pd.DataFrame, out_dir: Path, hardware: str, spec_bytes_per_s: float, meta: dict) -> list[Path]:
+def write_calibrations(
+    df: pd.DataFrame, out_dir: Path, hardware: str, spec_bytes_per_s: float, meta: dict
+) -> list[Path]:
     """One ``<out_dir>/<hardware>/<kernel>.json`` per kernel plugin that has usable rows."""
     written = []
     sdpa = efficiency_table(df, "sdpa", spec_bytes_per_s).get("contiguous")

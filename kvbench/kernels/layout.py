@@ -39,9 +39,13 @@ def check_decode_inputs(query, key_cache, value_cache, block_tables, seq_lens) -
     if num_heads % num_kv_heads:
         raise ValueError(f"query heads H={num_heads} must be a multiple of KV heads H_kv={num_kv_heads}")
     if not (query.dtype == key_cache.dtype == value_cache.dtype):
-        raise ValueError(f"query and caches must share a dtype, got {query.dtype}, {key_cache.dtype}, {value_cache.dtype}")
+        raise ValueError(
+            f"query and caches must share a dtype, got {query.dtype}, {key_cache.dtype}, {value_cache.dtype}"
+        )
     if block_tables.dim() != 2 or block_tables.shape[0] != batch or block_tables.dtype != torch.int32:
-        raise ValueError(f"block_tables must be int32 [B={batch}, max_blocks], got {block_tables.dtype} {tuple(block_tables.shape)}")
+        raise ValueError(
+            f"block_tables must be int32 [B={batch}, max_blocks], got {block_tables.dtype} {tuple(block_tables.shape)}"
+        )
     if seq_lens.dim() != 1 or seq_lens.shape[0] != batch:
         raise ValueError(f"seq_lens must be [B={batch}], got shape {tuple(seq_lens.shape)}")
     return batch, num_heads, num_kv_heads, head_dim, block_size

@@ -30,7 +30,9 @@ def time_iterations_s(
     fn: Callable[[], object], device: torch.device, *, warmup_iters: int, timed_iters: int, flush_bytes: int
 ) -> list[float]:
     """Seconds per call of ``fn`` for ``timed_iters`` calls, each after a cold-L2 flush (GPU only)."""
-    flush = torch.empty(flush_bytes, dtype=torch.uint8, device=device) if device.type == "cuda" and flush_bytes else None
+    flush = None
+    if device.type == "cuda" and flush_bytes:
+        flush = torch.empty(flush_bytes, dtype=torch.uint8, device=device)
     for _ in range(warmup_iters):
         fn()
     synchronize(device)
@@ -92,14 +94,6 @@ class BenchCache:
         value = torch.randn(shape, generator=gen, dtype=dtype, device=device)
         query = torch.randn((batch, num_heads, head_dim), generator=gen, dtype=dtype, device=device)
         return cls(key, value, query, batch, context_tokens)
-
-    @property
-    def kv_cache_bytes(self) -> int:
-        return 2 * self.key_flat.numel() * self.key_flat.element_size()
-
-    def bytes_read(self) -> int:
-        """What one decode step must read: every K and V row of every sequence, and the query."""
-        return self.kv_cache_bytes + self.query.numel() * self.query.element_size()
 
     def paged(self, block_size: int, shuffle: bool, seed: int = 0) -> tuple:
         """``(query, key_cache, value_cache, block_tables, seq_lens)`` with ``block_size``-token blocks."""

@@ -17,8 +17,8 @@ multiplied by the block stride: a 16 GiB cache overflows int32 element offsets.
 
 The same source runs compiled on a CUDA GPU or through Triton's CPU interpreter. The interpreter
 mishandles bf16 arithmetic, so ``UPCAST`` converts loads to float32 there (and float32 inputs use
-an IEEE ``tl.dot`` rather than TF32 on the GPU). ``compile_for_target`` builds the kernels for a
-GPU target without a GPU, which is how CPU-only CI catches GPU-only compile errors.
+an IEEE ``tl.dot`` rather than TF32 on the GPU). :mod:`kvbench.kernels.triton_compile` builds the
+kernels for a GPU target without a GPU, which is how CPU-only CI catches GPU-only compile errors.
 """
 
 from __future__ import annotations
@@ -245,8 +245,8 @@ def plan_launch(
 ) -> LaunchPlan:
     """Check inputs, choose the split, allocate the partial buffers and name every kernel argument.
 
-    Works on ``meta`` tensors too, which is how :func:`compile_for_target` gets the exact argument
-    types and alignments a GPU launch would have.
+    Works on ``meta`` tensors too, which is how :mod:`kvbench.kernels.triton_compile` gets the exact
+    argument types and alignments a GPU launch would have.
     """
     batch, num_heads, num_kv_heads, head_dim, block_size = check_decode_inputs(
         query, key_cache, value_cache, block_tables, seq_lens
@@ -327,69 +327,3 @@ def paged_decode(query, key_cache, value_cache, block_tables, seq_lens, scale: f
     """
     options.setdefault("interpret", interpreter_active())
     return launch(plan_launch(query, key_cache, value_cache, block_tables, seq_lens, scale, **options))
-
-
-def _signature(fn, args: dict) -> tuple[dict, dict, dict]:
-    """``(signature, constexprs, attrs)`` as a JIT launch with ``args`` would specialise them."""
-    from triton._C.libtriton import native_specialize_impl
-    from triton.backends.compiler import BaseBackend
-
-    signature, constexprs, attrs = {}, {}, {}
-    for i, name in enumerate(fn.arg_names):
-        value = args[name]
-        if fn.params[i].is_constexpr:
-            signature[name], constexprs[name] = "constexpr", value
-            continue
-        # NOTE: the JIT turns an integer argument equal to 1 into a constexpr and marks pointers
-        # and integers divisible by 16 ("D"); without these the compile is not the one a GPU runs.
-        kind, spec = native_specialize_impl(BaseBackend, value, False, True, True)
-        signature[name] = kind
-        if kind == "constexpr":
-            constexprs[name] = spec
-        elif spec == "D":
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    return signature, constexprs, attrs
-
-
-def compile_for_target(
-    target,
-    dtype: torch.dtype,
-    num_heads: int,
-    num_kv_heads: int,
-    head_dim: int,
-    block_size: int,
-    *,
-    batch: int = 4,
-    max_seq_len_tokens: int = 4096,
-    **options,
-) -> tuple:
-    """Compile both kernels for ``target`` (e.g. ``GPUTarget("cuda", 90, 32)``) with no GPU present.
-
-    The arguments come from :func:`plan_launch` on ``meta`` tensors of the given shape, so the
-    types, constexprs and alignment hints are those of a real GPU launch, and a compile error that
-    only a GPU build hits (layouts, ``tl.dot`` shapes, dtype rules) fails here too. Returns the two
-    compiled kernels (``.asm`` holds the PTX and cubin).
-    """
-    import triton
-    from triton.compiler import ASTSource
-
-    num_blocks = batch * math.ceil(max_seq_len_tokens / block_size)
-    meta = dict(device="meta", dtype=dtype)
-    plan = plan_launch(
-        torch.empty((batch, num_heads, head_dim), **meta),
-        torch.empty((num_blocks, block_size, num_kv_heads, head_dim), **meta),
-        torch.empty((num_blocks, block_size, num_kv_heads, head_dim), **meta),
-        torch.empty((batch, math.ceil(max_seq_len_tokens / block_size)), device="meta", dtype=torch.int32),
-        torch.empty((batch,), device="meta", dtype=torch.int32),
-        **options,
-    )
-    split_kernel, merge_kernel = kernels(interpret=False)
-    compiled = []
-    for fn, args, launch in (
-        (split_kernel, plan.split_args, dict(num_warps=plan.num_warps, num_stages=plan.num_stages)),
-        (merge_kernel, plan.merge_args, dict(num_warps=MERGE_NUM_WARPS)),
-    ):
-        signature, constexprs, attrs = _signature(fn, args)
-        src = ASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
-        compiled.append(triton.compile(src, target=target, options=launch))
-    return tuple(compiled)

@@ -67,7 +67,9 @@ def test_bad_shapes_are_refused_with_the_reason():
         paged_decode_reference(*paged.args)
     paged = make_paged_case([5], 4, 2, 64, 8, torch.float32)
     with pytest.raises(ValueError, match="int32"):
-        paged_decode_reference(paged.query, paged.key_cache, paged.value_cache, paged.block_tables.long(), paged.seq_lens)
+        paged_decode_reference(
+            paged.query, paged.key_cache, paged.value_cache, paged.block_tables.long(), paged.seq_lens
+        )
 
 
 def test_plugin_module_imports_without_torch():

@@ -118,7 +118,7 @@ def test_compiles_for_cuda_capability_9_0_without_a_gpu(tmp_path):
         import re
         import torch
         from triton.backends.compiler import GPUTarget
-        from kvbench.kernels.triton_decode import compile_for_target
+        from kvbench.kernels.triton_compile import compile_for_target
         target = GPUTarget("cuda", 90, 32)
         variants = [
             (torch.float16, 32, 32, 128, 16),   # Llama-2-7B: MHA
