@@ -80,10 +80,11 @@ class Engine:
             shape = SeqShape(s.prompt_tokens, s.max_tokens, s.final_kv_tokens)
             limit = self.allocator.max_sequence_tokens(shape)
             if s.prompt_tokens + s.output_tokens > s.max_tokens or s.final_kv_tokens > limit:
+                room = f"holds at most {limit} tokens per sequence" if limit else "cannot hold it in the whole KV budget"
                 raise ConfigError(
                     f"request {s.seq_id} (prompt {s.prompt_tokens} + output {s.output_tokens} tokens, "
-                    f"declared S_max {s.max_tokens}) does not fit: allocator {self.allocator.name!r} holds at "
-                    f"most {limit} tokens per sequence; shorten the workload's lengths or raise S_max / the budget"
+                    f"declared S_max {s.max_tokens}) does not fit: allocator {self.allocator.name!r} {room}; "
+                    f"shorten the workload's lengths or raise S_max or hardware.kv_budget_bytes"
                 )
 
     def _preempt(self, victim: Sequence, waiting: deque) -> None:

@@ -66,6 +66,22 @@ def check_overrides(args: list[str], searchpaths: list[str] = ()) -> None:
         overrides.append(f"hydra.searchpath=[{','.join(searchpaths)}]")
     with initialize_config_module("kvbench.conf", version_base="1.3"):
         cfg = compose("config", overrides=overrides)
+    _check_keys_exist(cfg, dotted)
+    # values of the wrong type (seed=abc): compose once more with the first value of each sweep
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    values = [f"{k}={v.split(',')[0]}" for k, v in dotted]
+    try:
+        with initialize_config_module("kvbench.conf", version_base="1.3"):
+            compose("config", overrides=[*overrides, *values])
+    except (HydraException, OmegaConfBaseException) as exc:
+        cause = exc.__cause__ or exc
+        detail = str(cause).splitlines()[0]
+        raise ConfigError(f"{str(exc).splitlines()[0].removeprefix('Error merging override ')}: {detail}") from None
+
+
+def _check_keys_exist(cfg, dotted: list[tuple[str, str]]) -> None:
     for key, value in dotted:
         if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
             parent, _, leaf = key.rpartition(".")

@@ -63,6 +63,7 @@ def test_a_single_run_writes_parquet_csv_config_and_figure(tmp_path):
         (["allocator=naive", "workload.prompt_tokens=5000"], ["5000", "S_max"]),
         (["workload.rat=3"], ["workload.rat=3", "rate_per_s"]),
         (["mode=real"], ["mode='real'"]),
+        (["seed=abc"], ["seed=abc", "Integer"]),
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path, args, fragments):
