@@ -53,6 +53,29 @@ class MemoryLedger:
     external_bytes: int
     free_bytes: int
 
+    @classmethod
+    def from_slots(
+        cls,
+        *,
+        budget_bytes: int,
+        kv_bytes_per_token: int,
+        allocated_slots: int,
+        token_slots: int,
+        future_slots: int,
+        external_bytes: int,
+        free_bytes: int,
+    ) -> MemoryLedger:
+        """Build a ledger from slot counts: allocated slots that hold no token and will never be
+        filled are internal fragmentation."""
+        return cls(
+            budget_bytes=budget_bytes,
+            token_bytes=token_slots * kv_bytes_per_token,
+            reserved_future_bytes=future_slots * kv_bytes_per_token,
+            internal_bytes=(allocated_slots - token_slots - future_slots) * kv_bytes_per_token,
+            external_bytes=external_bytes,
+            free_bytes=free_bytes,
+        )
+
     @property
     def total_bytes(self) -> int:
         return (

@@ -125,14 +125,13 @@ class NaiveAllocator(Allocator):
     def ledger(self, next_shape: SeqShape | None = None) -> MemoryLedger:
         """O(1) from running totals; every slot fits every admissible request, so ``next_shape``
         does not change anything."""
-        kv_bytes = self.kv_bytes_per_token
         num_used_slots = self.num_slots - len(self._free_slot_ids)
-        internal_slots = num_used_slots * self.s_max_tokens - self._num_token_slots - self._num_future_slots
-        return MemoryLedger(
+        return MemoryLedger.from_slots(
             budget_bytes=self.budget_bytes,
-            token_bytes=self._num_token_slots * kv_bytes,
-            reserved_future_bytes=self._num_future_slots * kv_bytes,
-            internal_bytes=internal_slots * kv_bytes,
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            allocated_slots=num_used_slots * self.s_max_tokens,
+            token_slots=self._num_token_slots,
+            future_slots=self._num_future_slots,
             external_bytes=self._remainder_bytes,
             free_bytes=len(self._free_slot_ids) * self.slot_bytes,
         )

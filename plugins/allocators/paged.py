@@ -182,15 +182,14 @@ class PagedAllocator(Allocator):
 
     def ledger(self, next_shape: SeqShape | None = None) -> MemoryLedger:
         """O(1) from running totals; ``next_shape`` does not matter (any free block serves anyone)."""
-        kv_bytes = self.kv_bytes_per_token
         num_free_blocks = len(self._free_block_ids)
         allocated_slots = (self.num_blocks - num_free_blocks) * self._block_size_tokens
-        internal_slots = allocated_slots - self._num_token_slots - self._num_future_slots
-        return MemoryLedger(
+        return MemoryLedger.from_slots(
             budget_bytes=self.budget_bytes,
-            token_bytes=self._num_token_slots * kv_bytes,
-            reserved_future_bytes=self._num_future_slots * kv_bytes,
-            internal_bytes=internal_slots * kv_bytes,
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            allocated_slots=allocated_slots,
+            token_slots=self._num_token_slots,
+            future_slots=self._num_future_slots,
             external_bytes=self._remainder_bytes,
             free_bytes=num_free_blocks * self.block_bytes,
         )

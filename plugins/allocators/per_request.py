@@ -257,15 +257,14 @@ class PerRequestAllocator(Allocator):
     def ledger(self, next_shape: SeqShape | None = None) -> MemoryLedger:
         """Free holes smaller than ``next_shape``'s reservation are external; O(#holes) with a
         ``next_shape``, O(1) without."""
-        kv_bytes = self.kv_bytes_per_token
         hole_granules = 0 if next_shape is None else self._holes.granules_below(self.reservation_granules(next_shape))
         allocated_slots = (self.num_granules - self._num_free_granules) * self.granule_tokens
-        internal_slots = allocated_slots - self._num_token_slots - self._num_future_slots
-        return MemoryLedger(
+        return MemoryLedger.from_slots(
             budget_bytes=self.budget_bytes,
-            token_bytes=self._num_token_slots * kv_bytes,
-            reserved_future_bytes=self._num_future_slots * kv_bytes,
-            internal_bytes=internal_slots * kv_bytes,
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            allocated_slots=allocated_slots,
+            token_slots=self._num_token_slots,
+            future_slots=self._num_future_slots,
             external_bytes=self._remainder_bytes + hole_granules * self.granule_bytes,
             free_bytes=(self._num_free_granules - hole_granules) * self.granule_bytes,
         )

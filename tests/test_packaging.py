@@ -1,0 +1,29 @@
+"""The wheel carries what an installed kvbench needs: the config tree, the plugins, the entry points."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_wheel_ships_conf_plugins_and_entry_points(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    [wheel] = tmp_path.glob("kvbench-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for group in ("model", "hardware", "allocator", "kernel", "preemption", "workload"):
+        yamls = [n for n in names if n.startswith(f"kvbench/conf/{group}/") and n.endswith(".yaml")]
+        assert yamls, f"conf/{group}/*.yaml missing from the wheel"
+    assert "kvbench/conf/config.yaml" in names
+    assert {"kvbench_plugins/allocators/paged.py", "kvbench_plugins/kernels/triton_paged.py"} <= names
+    assert "kvbench/kernels/triton_decode.py" in names
+    [entry_points] = [n for n in names if n.endswith("entry_points.txt")]
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "[kvbench]" in text and "paged = kvbench_plugins.allocators.paged" in text
+    assert "kvbench = kvbench.cli:main" in text
