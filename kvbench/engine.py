@@ -165,7 +165,10 @@ class Engine:
                     if admitted and prefill_tokens + context > max_batched:
                         break
                     shape = SeqShape(context, s.max_tokens, s.final_kv_tokens)
-                    if not allocate(s.seq_id, shape, keep_free):
+                    # NOTE: the watermark is headroom for the batch to grow; with an empty batch it
+                    # would only stop a request that fits from ever running
+                    headroom = keep_free if running or admitted else 0
+                    if not allocate(s.seq_id, shape, headroom):
                         refusals.append(self._refusal(clock_s, s, shape))
                         refused = True
                         break

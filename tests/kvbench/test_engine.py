@@ -94,3 +94,10 @@ def test_per_request_exercise2_mix_observes_external_fragmentation():
 def test_uncalibrated_kernel_runs_at_full_bandwidth_and_says_so(paged):
     assert paged.summary["calibration"] == "uncalibrated"
     assert paged.summary["decode_efficiency"] == 1.0
+
+
+def test_a_watermark_larger_than_the_free_space_never_blocks_an_empty_batch():
+    # 1 GB holds one 640-token sequence (0.34 GB) but not with 90 % of the budget kept free
+    result = lecture("allocator=paged", "hardware.kv_budget_bytes=1e9", "scheduler.watermark_fraction=0.9", num_requests=5)
+    assert (result.requests["num_generated"] == result.requests["output_tokens"]).all()
+    assert result.summary["peak_concurrency"] == 1
