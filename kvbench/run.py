@@ -138,6 +138,8 @@ def _refusal_summary(refusals, engine: Engine) -> dict:
     headroom = engine.watermark_bytes if engine.allocator.uses_watermark else 0
     fragmented = refusals["free_bytes"] - headroom >= refusals["reservation_bytes"]
     return {
+        # a request at the head of the queue is refused once per step until it fits
         "num_refusal_steps": int(len(refusals)),
         "num_fragmentation_refusals": int(fragmented.sum()),
+        "num_requests_refused_by_fragmentation": int(refusals.loc[fragmented, "request_id"].nunique()),
     }
