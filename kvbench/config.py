@@ -91,7 +91,8 @@ class WandbConfig:
 
 @dataclass
 class KvbenchConfig:
-    """The whole run. Group nodes are typed by their plugin's ``Config``, checked in :func:`plugin_config`."""
+    """The whole run. Group nodes are typed by their plugin's ``Config``, checked in :func:`plugin_config`;
+    the other sections are range-checked by their own ``validate()`` in :func:`kvbench.run.setup`."""
 
     model: Any = None
     hardware: Any = None
@@ -108,12 +109,6 @@ class KvbenchConfig:
     slo: SloConfig = field(default_factory=SloConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
-
-    def validate(self) -> None:
-        require(self.mode in MODES, "mode", self.mode, f"choose one of {', '.join(MODES)}")
-        self.scheduler.validate()
-        self.slo.validate()
-        self.wandb.validate()
 
 
 def _format_omegaconf_error(group: str, exc: OmegaConfBaseException) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,6 @@ class RunResult:
     steps: pd.DataFrame
     refusals: pd.DataFrame
     out_dir: Path | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def summary_frame(self) -> pd.DataFrame:
         return pd.DataFrame([self.summary])

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from kvbench.config import OutputConfig, SchedulerConfig, SloConfig, WandbConfig, require, to_dataclass, plugin_config
+from kvbench.config import MODES, OutputConfig, SchedulerConfig, SloConfig, WandbConfig, plugin_config, require, to_dataclass
 from kvbench.costmodel import CostModel
 from kvbench.engine import Engine
 from kvbench.errors import ConfigError
@@ -16,8 +16,6 @@ from kvbench.metrics import summarize
 from kvbench.model import ModelConfig, ModelSpec, model_spec
 from kvbench.plugins import lookup
 from kvbench.results import RunResult
-
-MODES = ("sim", "real")
 
 
 @dataclass

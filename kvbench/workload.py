@@ -12,7 +12,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kvbench.errors import ConfigError
 
 
 @dataclass(frozen=True)
