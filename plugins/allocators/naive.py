@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench import hookimpl
-from kvbench.allocator import Allocator, MemoryLedger, SeqShape
+from kvbench.allocator import MemoryLedger, SeqShape
 from kvbench.config import require
+from kvbench_plugins.allocators.contiguous import ContiguousAllocator
 
 
 @dataclass
@@ -30,13 +31,11 @@ class NaiveConfig:
         )
 
 
-class NaiveAllocator(Allocator):
+class NaiveAllocator(ContiguousAllocator):
     """Reserve-to-S_max: ``floor(budget / slot_bytes)`` slots handed out from a free-slot stack."""
 
     name = "naive"
     Config = NaiveConfig
-    uses_watermark = False  # the whole future is reserved at admission: no growth headroom needed
-    contiguous = True  # one contiguous range per sequence
     #: uniform slots never leave a hole some request cannot use (kept for a uniform engine view)
     num_fragmentation_refusals = 0
 
@@ -49,11 +48,6 @@ class NaiveAllocator(Allocator):
         # stack: O(1) allocate/free; reversed so that a fresh allocator hands out slot 0 first
         self._free_slot_ids: list[int] = list(range(self.num_slots - 1, -1, -1))
         self._slot_ids: dict[int, int] = {}
-        self._num_tokens: dict[int, int] = {}
-        # final length capped at the slot: what the sequence will still fill counts as reserved future
-        self._final_tokens: dict[int, int] = {}
-        self._num_token_slots = 0
-        self._num_future_slots = 0
 
     # --- sizing ----------------------------------------------------------------------------------
 
@@ -84,17 +78,6 @@ class NaiveAllocator(Allocator):
         self._place(seq_id, shape.num_tokens, shape.final_kv_tokens)
         return True
 
-    def append(self, seq_id: int) -> bool:
-        """Count one more token; ``False`` once the slot is full (the sequence cannot outgrow S_max)."""
-        num_tokens = self._num_tokens[seq_id]
-        if num_tokens >= self.s_max_tokens:
-            return False
-        self._num_tokens[seq_id] = num_tokens + 1
-        self._num_token_slots += 1
-        if num_tokens < self._final_tokens[seq_id]:
-            self._num_future_slots -= 1
-        return True
-
     def fork(self, parent_id: int, child_id: int, child_final_kv_tokens: int | None = None) -> bool:
         """Copy the parent's tokens into a new slot; ``False`` when no slot is free."""
         num_tokens = self._num_tokens[parent_id]
@@ -109,14 +92,9 @@ class NaiveAllocator(Allocator):
     def free(self, seq_id: int) -> None:
         """Return the slot to the stack."""
         self._free_slot_ids.append(self._slot_ids.pop(seq_id))
-        num_tokens = self._num_tokens.pop(seq_id)
-        self._num_token_slots -= num_tokens
-        self._num_future_slots -= max(0, self._final_tokens.pop(seq_id) - num_tokens)
+        self._untrack(seq_id)
 
     # --- views -----------------------------------------------------------------------------------
-
-    def num_tokens(self, seq_id: int) -> int:
-        return self._num_tokens[seq_id]
 
     def block_table(self, seq_id: int) -> list[int]:
         """``[slot_id]``: one block of ``s_max_tokens``."""
@@ -126,12 +104,8 @@ class NaiveAllocator(Allocator):
         """O(1) from running totals; every slot fits every admissible request, so ``next_shape``
         does not change anything."""
         num_used_slots = self.num_slots - len(self._free_slot_ids)
-        return MemoryLedger.from_slots(
-            budget_bytes=self.budget_bytes,
-            kv_bytes_per_token=self.kv_bytes_per_token,
+        return self._ledger(
             allocated_slots=num_used_slots * self.s_max_tokens,
-            token_slots=self._num_token_slots,
-            future_slots=self._num_future_slots,
             external_bytes=self._remainder_bytes,
             free_bytes=len(self._free_slot_ids) * self.slot_bytes,
         )
@@ -140,11 +114,10 @@ class NaiveAllocator(Allocator):
 
     def _place(self, seq_id: int, num_tokens: int, final_kv_tokens: int) -> None:
         self._slot_ids[seq_id] = self._free_slot_ids.pop()
-        self._num_tokens[seq_id] = num_tokens
-        final_tokens = min(final_kv_tokens, self.s_max_tokens)
-        self._final_tokens[seq_id] = final_tokens
-        self._num_token_slots += num_tokens
-        self._num_future_slots += max(0, final_tokens - num_tokens)
+        self._track(seq_id, num_tokens, final_kv_tokens, self.s_max_tokens)
+
+    def _capacity_tokens(self, seq_id: int) -> int:
+        return self.s_max_tokens
 
 
 @hookimpl

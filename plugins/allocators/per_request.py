@@ -18,8 +18,9 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from kvbench import hookimpl
-from kvbench.allocator import Allocator, MemoryLedger, SeqShape
+from kvbench.allocator import MemoryLedger, SeqShape
 from kvbench.config import require
+from kvbench_plugins.allocators.contiguous import ContiguousAllocator
 
 RESERVE_POLICIES = ("declared", "pow2", "oracle")
 PLACEMENTS = ("first_fit", "best_fit", "buddy")
@@ -132,13 +133,11 @@ class _BuddyArena:
         return sum(len(self._free[j]) << j for j in range(min(order, self.max_order + 1)))
 
 
-class PerRequestAllocator(Allocator):
+class PerRequestAllocator(ContiguousAllocator):
     """One contiguous, request-sized range per sequence; holes and refusals are real."""
 
     name = "per_request"
     Config = PerRequestConfig
-    uses_watermark = False  # the whole future is reserved at admission: no growth headroom needed
-    contiguous = True  # one contiguous range per sequence
 
     def __init__(self, config: PerRequestConfig | None = None, *, budget_bytes: int, kv_bytes_per_token: int) -> None:
         super().__init__(config or PerRequestConfig(), budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)
@@ -155,11 +154,7 @@ class PerRequestAllocator(Allocator):
         self._remainder_bytes = self.budget_bytes - self.num_granules * self.granule_bytes
         self._num_free_granules = self.num_granules
         self._ranges: dict[int, tuple[int, int]] = {}  # seq -> (first granule, number of granules)
-        self._num_tokens: dict[int, int] = {}
         self._max_tokens: dict[int, int] = {}
-        self._final_tokens: dict[int, int] = {}  # final length capped at the reservation
-        self._num_token_slots = 0
-        self._num_future_slots = 0
         #: allocate/fork refusals while the free granules, added up, would have held the request
         self.num_fragmentation_refusals = 0
         #: whether the most recent refused allocate/fork was such a refusal
@@ -214,17 +209,6 @@ class PerRequestAllocator(Allocator):
             raise ValueError(f"sequence {seq_id} is already allocated")
         return self._place(seq_id, shape)
 
-    def append(self, seq_id: int) -> bool:
-        """Count one more token; ``False`` only if the sequence outgrows its reservation."""
-        num_tokens = self._num_tokens[seq_id]
-        if num_tokens >= self._ranges[seq_id][1] * self.granule_tokens:
-            return False
-        self._num_tokens[seq_id] = num_tokens + 1
-        self._num_token_slots += 1
-        if num_tokens < self._final_tokens[seq_id]:
-            self._num_future_slots -= 1
-        return True
-
     def fork(self, parent_id: int, child_id: int, child_final_kv_tokens: int | None = None) -> bool:
         """Copy the parent's tokens into a new range sized for the child; ``False`` when none fits."""
         num_tokens = self._num_tokens[parent_id]
@@ -239,15 +223,10 @@ class PerRequestAllocator(Allocator):
         start, granules = self._ranges.pop(seq_id)
         self._holes.give(start, granules)
         self._num_free_granules += granules
-        num_tokens = self._num_tokens.pop(seq_id)
         del self._max_tokens[seq_id]
-        self._num_token_slots -= num_tokens
-        self._num_future_slots -= max(0, self._final_tokens.pop(seq_id) - num_tokens)
+        self._untrack(seq_id)
 
     # --- views -----------------------------------------------------------------------------------
-
-    def num_tokens(self, seq_id: int) -> int:
-        return self._num_tokens[seq_id]
 
     def block_table(self, seq_id: int) -> list[int]:
         """Every granule of the sequence's range, in address order (``granule_tokens`` slots each)."""
@@ -259,12 +238,8 @@ class PerRequestAllocator(Allocator):
         ``next_shape``, O(1) without."""
         hole_granules = 0 if next_shape is None else self._holes.granules_below(self.reservation_granules(next_shape))
         allocated_slots = (self.num_granules - self._num_free_granules) * self.granule_tokens
-        return MemoryLedger.from_slots(
-            budget_bytes=self.budget_bytes,
-            kv_bytes_per_token=self.kv_bytes_per_token,
+        return self._ledger(
             allocated_slots=allocated_slots,
-            token_slots=self._num_token_slots,
-            future_slots=self._num_future_slots,
             external_bytes=self._remainder_bytes + hole_granules * self.granule_bytes,
             free_bytes=(self._num_free_granules - hole_granules) * self.granule_bytes,
         )
@@ -281,13 +256,12 @@ class PerRequestAllocator(Allocator):
             return False
         self._ranges[seq_id] = (start, granules)
         self._num_free_granules -= granules
-        self._num_tokens[seq_id] = shape.num_tokens
         self._max_tokens[seq_id] = shape.max_tokens
-        final_tokens = min(shape.final_kv_tokens, granules * self.granule_tokens)
-        self._final_tokens[seq_id] = final_tokens
-        self._num_token_slots += shape.num_tokens
-        self._num_future_slots += max(0, final_tokens - shape.num_tokens)
+        self._track(seq_id, shape.num_tokens, shape.final_kv_tokens, granules * self.granule_tokens)
         return True
+
+    def _capacity_tokens(self, seq_id: int) -> int:
+        return self._ranges[seq_id][1] * self.granule_tokens
 
 
 @hookimpl
