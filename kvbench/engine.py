@@ -42,6 +42,15 @@ STEP_COLUMNS = (
     "internal_bytes", "external_bytes", "free_bytes", "kv_read_bytes", "num_preemptions",
     "allocated_tail_tokens",
 )  # fmt: skip
+#: (request-table column, Sequence attribute)
+REQUEST_COLUMNS = tuple(
+    (column, "seq_id" if column == "request_id" else column)
+    for column in (
+        "request_id", "arrival_s", "prompt_tokens", "output_tokens", "max_tokens", "num_generated",
+        "boundary_s", "admitted_s", "prefill_s", "first_token_s", "finish_s", "num_preemptions",
+        "num_recomputed_tokens",
+    )
+)  # fmt: skip
 REFUSAL_COLUMNS = ("time_s", "request_id", "reservation_bytes", "free_bytes", "largest_hole_bytes")
 
 
@@ -246,20 +255,6 @@ class Engine:
 
 
 def _requests_frame(seqs: list[Sequence]) -> pd.DataFrame:
-    cols = {
-        "request_id": [s.seq_id for s in seqs],
-        "arrival_s": [s.arrival_s for s in seqs],
-        "prompt_tokens": [s.prompt_tokens for s in seqs],
-        "output_tokens": [s.output_tokens for s in seqs],
-        "max_tokens": [s.max_tokens for s in seqs],
-        "num_generated": [s.num_generated for s in seqs],
-        "boundary_s": [s.boundary_s for s in seqs],
-        "admitted_s": [s.admitted_s for s in seqs],
-        "prefill_s": [s.prefill_s for s in seqs],
-        "first_token_s": [s.first_token_s for s in seqs],
-        "finish_s": [s.finish_s for s in seqs],
-        "num_preemptions": [s.num_preemptions for s in seqs],
-        "num_recomputed_tokens": [s.num_recomputed_tokens for s in seqs],
-    }
-    frame = pd.DataFrame(cols)
+    # the request table's columns are the Sequence counters of the same name (request_id = seq_id)
+    frame = pd.DataFrame({column: [getattr(s, attr) for s in seqs] for column, attr in REQUEST_COLUMNS})
     return frame.astype({"request_id": np.int64})
