@@ -15,10 +15,9 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, open_dict
 
 from kvbench.config import KvbenchConfig
+from kvbench.overrides import GROUPS
 from kvbench.plugins import config_searchpaths
 from kvbench.results import RunResult
-
-GROUPS = ("model", "hardware", "allocator", "kernel", "preemption", "workload")
 
 
 def compose(overrides: Sequence[str] = ()) -> tuple[DictConfig, dict[str, str]]:

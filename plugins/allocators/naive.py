@@ -36,8 +36,6 @@ class NaiveAllocator(ContiguousAllocator):
 
     name = "naive"
     Config = NaiveConfig
-    #: uniform slots never leave a hole some request cannot use (kept for a uniform engine view)
-    num_fragmentation_refusals = 0
 
     def __init__(self, config: NaiveConfig | None = None, *, budget_bytes: int, kv_bytes_per_token: int) -> None:
         super().__init__(config or NaiveConfig(), budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)

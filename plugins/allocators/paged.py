@@ -39,8 +39,6 @@ class PagedAllocator(Allocator):
 
     name = "paged"
     Config = PagedConfig
-    #: paging never refuses a request that the free bytes could hold (kept for a uniform engine view)
-    num_fragmentation_refusals = 0
 
     def __init__(self, config: PagedConfig | None = None, *, budget_bytes: int, kv_bytes_per_token: int) -> None:
         super().__init__(config or PagedConfig(), budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)
