@@ -14,10 +14,10 @@ from hydra import initialize_config_module
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, open_dict
 
-from kvbench.config import KvbenchConfig
-from kvbench.overrides import GROUPS
+from kvbench.app.config import KvbenchConfig
+from kvbench.app.overrides import GROUPS
 from kvbench.plugins import config_searchpaths
-from kvbench.results import RunResult
+from kvbench.output.results import RunResult
 
 
 def compose(overrides: Sequence[str] = ()) -> tuple[DictConfig, dict[str, str]]:
@@ -37,7 +37,7 @@ def compose(overrides: Sequence[str] = ()) -> tuple[DictConfig, dict[str, str]]:
 
 def run(overrides: Sequence[str] = ()) -> RunResult:
     """Run one job in-process (no files written, no sinks called) and return its result."""
-    from kvbench.run import execute
+    from kvbench.app.run import execute
 
     cfg, choices = compose(overrides)
     return execute(cfg, choices)

@@ -15,7 +15,7 @@ A step is *saturated* when memory binds: the allocator refused the head of the w
 running sequence had to be preempted. Utilization "while saturated" is measured over those steps.
 
 Per-step work is proportional to the batch, never to the tokens held, and there are no per-token
-Python objects: sequences are counters (:mod:`kvbench.sequence`).
+Python objects: sequences are counters (:mod:`kvbench.core.sequence`).
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from kvbench.allocator import Allocator, SeqShape
-from kvbench.config import SchedulerConfig
-from kvbench.costmodel import CostModel
+from kvbench.memory.allocator import Allocator, SeqShape
+from kvbench.app.config import SchedulerConfig
+from kvbench.exec.costmodel import CostModel
 from kvbench.errors import ConfigError
-from kvbench.preemption import PreemptionPolicy
-from kvbench.progress import progress_bar
-from kvbench.sequence import Sequence
-from kvbench.workload import Workload
+from kvbench.sched.preemption import PreemptionPolicy
+from kvbench.app.progress import progress_bar
+from kvbench.core.sequence import Sequence
+from kvbench.workload.source import Workload
 
 STEP_COLUMNS = (
     "step", "start_s", "duration_s", "num_running", "num_prefill_seqs", "num_prefill_tokens",

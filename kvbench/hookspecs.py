@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from kvbench import hookspec
 
 if TYPE_CHECKING:
-    from kvbench.results import RunResult
+    from kvbench.output.results import RunResult
 
 
 # -------------------------------------------------------------------------------------------------
@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 def kvbench_register_allocators() -> list[type]:
     """Return KV-cache allocator classes to add to the ``allocator`` config group.
 
-    Each class subclasses :class:`kvbench.allocator.Allocator`, sets ``name`` (selected with
+    Each class subclasses :class:`kvbench.memory.allocator.Allocator`, sets ``name`` (selected with
     ``allocator=<name>``) and a ``Config`` dataclass of its options. It must pass the allocator
-    conformance suite in :mod:`kvbench.testing`.
+    conformance suite in :mod:`kvbench.memory.conformance`.
 
     :return: a list of allocator classes (may be empty).
     """
@@ -43,7 +43,7 @@ def kvbench_register_allocators() -> list[type]:
 def kvbench_register_kernels() -> list[type]:
     """Return attention-kernel classes to add to the ``kernel`` config group.
 
-    Each class subclasses :class:`kvbench.kernel.Kernel`: in ``sim`` mode it supplies the decode
+    Each class subclasses :class:`kvbench.kernels.kernel.Kernel`: in ``sim`` mode it supplies the decode
     efficiency measured in its calibration file, in ``real`` mode it computes paged decode
     attention.
 
@@ -55,7 +55,7 @@ def kvbench_register_kernels() -> list[type]:
 def kvbench_register_preemption_policies() -> list[type]:
     """Return preemption-policy classes to add to the ``preemption`` config group.
 
-    Each class subclasses :class:`kvbench.preemption.PreemptionPolicy`: when a running sequence
+    Each class subclasses :class:`kvbench.sched.preemption.PreemptionPolicy`: when a running sequence
     cannot grow, it picks the victim and how the victim gives up its cache.
 
     :return: a list of preemption-policy classes (may be empty).
@@ -66,7 +66,7 @@ def kvbench_register_preemption_policies() -> list[type]:
 def kvbench_register_workloads() -> list[type]:
     """Return workload-source classes to add to the ``workload`` config group.
 
-    Each class subclasses :class:`kvbench.workload.WorkloadSource` and turns its config and a
+    Each class subclasses :class:`kvbench.workload.source.WorkloadSource` and turns its config and a
     seeded random generator into the run's requests (arrival time, prompt and output tokens,
     declared S_max).
 

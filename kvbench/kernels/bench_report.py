@@ -1,6 +1,6 @@
 """What the kernel benchmark writes: the CSV, bandwidth-versus-block-size plots, calibration files.
 
-A calibration file (format in :mod:`kvbench.calibration`) holds, per block size, the kernel's
+A calibration file (format in :mod:`kvbench.exec.calibration`) holds, per block size, the kernel's
 achieved bytes/s divided by the hardware config's *spec* HBM bandwidth, aggregated over the
 (batch, context) points measured at every block size as ``sum(bytes read) / sum(median time)``:
 that is the efficiency at which the simulator's ``bytes / (bandwidth * efficiency)`` reproduces

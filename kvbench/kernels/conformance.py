@@ -64,7 +64,7 @@ DTYPES = tuple(TOLERANCES)
 
 def assert_matches_reference(decode, case: DecodeCase, dtype: torch.dtype, device="cpu") -> None:
     """``decode(query, key_cache, value_cache, block_tables, seq_lens)`` must match the torch reference."""
-    from kvbench_plugins.kernels.torch_ref import paged_decode_reference
+    from kvbench.kernels.reference import paged_decode_reference
 
     paged = case.build(dtype, device)
     out = decode(*paged.args)

@@ -1,6 +1,6 @@
 """The paged decode layout every kernel reads, its input checks, and a builder for test/benchmark caches.
 
-Layout (the one interface of :meth:`kvbench.kernel.Kernel.decode`):
+Layout (the one interface of :meth:`kvbench.kernels.kernel.Kernel.decode`):
 
 - ``query`` ``[B, H, D]``; ``key_cache`` / ``value_cache`` ``[num_blocks, block_size, H_kv, D]``;
 - ``block_tables`` ``[B, max_blocks]`` int32: sequence ``b``'s token ``t`` lives in block

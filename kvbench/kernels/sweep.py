@@ -1,7 +1,7 @@
 """The kernel benchmark's sweep: one row per (kernel, layout, block size, batch, context).
 
 For each (batch, context) it allocates one random cache (:class:`~kvbench.kernels.timing.BenchCache`),
-views it at every block size, and times every kernel plugin on it; see :mod:`kvbench.bench_kernels`
+views it at every block size, and times every kernel plugin on it; see :mod:`kvbench.kernels.bench`
 for the command and :mod:`kvbench.kernels.timing` for the method. A point that fails (an error, an
 unavailable kernel, the time budget) becomes a row with that status instead of ending the sweep.
 """
@@ -35,7 +35,7 @@ class Point:
 def _kernel_instance(name: str, options: dict):
     """The registered kernel ``name`` with conf/kernel/<name>.yaml's options plus ``options``."""
     import kvbench.conf
-    from kvbench.config import plugin_config
+    from kvbench.app.config import plugin_config
     from kvbench.plugins import lookup
 
     cls = lookup("kernel", name)
@@ -108,7 +108,7 @@ class Runner:
         """Max |out - reference| over sequences 0 and B-1 (the reference on the whole batch is too big)."""
         if not self.cfg.check_outputs:
             return {}
-        from kvbench_plugins.kernels.torch_ref import paged_decode_reference
+        from kvbench.kernels.reference import paged_decode_reference
 
         query, key_cache, value_cache, block_tables, seq_lens = args
         idx = sorted({0, query.shape[0] - 1})

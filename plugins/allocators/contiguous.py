@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 
-from kvbench.allocator import Allocator, MemoryLedger
+from kvbench.memory.allocator import Allocator, MemoryLedger
 
 
 class ContiguousAllocator(Allocator):

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench import hookimpl
-from kvbench.allocator import MemoryLedger, SeqShape
-from kvbench.config import require
+from kvbench.memory.allocator import MemoryLedger, SeqShape
+from kvbench.errors import require
 from kvbench_plugins.allocators.contiguous import ContiguousAllocator
 
 

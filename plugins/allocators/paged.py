@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench import hookimpl
-from kvbench.allocator import Allocator, MemoryLedger, SeqShape
-from kvbench.config import require
+from kvbench.memory.allocator import Allocator, MemoryLedger, SeqShape
+from kvbench.errors import require
 
 
 @dataclass

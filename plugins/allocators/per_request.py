@@ -18,8 +18,8 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from kvbench import hookimpl
-from kvbench.allocator import MemoryLedger, SeqShape
-from kvbench.config import require
+from kvbench.memory.allocator import MemoryLedger, SeqShape
+from kvbench.errors import require
 from kvbench_plugins.allocators.contiguous import ContiguousAllocator
 
 RESERVE_POLICIES = ("declared", "pow2", "oracle")

@@ -18,9 +18,9 @@ import importlib.util
 from dataclasses import dataclass
 
 from kvbench import hookimpl
-from kvbench.config import require
+from kvbench.errors import require
 from kvbench.errors import ConfigError
-from kvbench.kernel import Kernel
+from kvbench.kernels.kernel import Kernel
 
 #: (dtype name, head dim) pairs whose decode module the offline bundle prebuilds (variants.txt)
 BUNDLED_VARIANTS = frozenset((dtype, head_dim) for dtype in ("float16", "bfloat16") for head_dim in (64, 128))

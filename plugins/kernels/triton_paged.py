@@ -19,9 +19,9 @@ import os
 from dataclasses import dataclass
 
 from kvbench import hookimpl
-from kvbench.config import require
+from kvbench.errors import require
 from kvbench.errors import ConfigError
-from kvbench.kernel import Kernel
+from kvbench.kernels.kernel import Kernel
 
 
 @dataclass

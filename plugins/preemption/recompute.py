@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvbench import hookimpl
-from kvbench.preemption import PreemptionPolicy
+from kvbench.sched.preemption import PreemptionPolicy
 
 
 class RecomputePolicy(PreemptionPolicy):

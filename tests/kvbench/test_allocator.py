@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbench.allocator import SeqShape
+from kvbench.memory.allocator import SeqShape
 from kvbench_plugins.allocators.naive import NaiveAllocator, NaiveConfig
 from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
 from kvbench_plugins.allocators.per_request import PerRequestAllocator, PerRequestConfig

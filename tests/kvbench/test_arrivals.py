@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kvbench.arrivals import SmaxClass, arrival_times_s, draw_s_max, validate_arrivals, validate_s_max_mix
+from kvbench.workload.arrivals import SmaxClass, arrival_times_s, draw_s_max, validate_arrivals, validate_s_max_mix
 from kvbench.errors import ConfigError
 
 EXERCISE2_MIX = [SmaxClass(512, 0.70), SmaxClass(4096, 0.25), SmaxClass(32768, 0.05)]

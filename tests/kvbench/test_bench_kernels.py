@@ -20,7 +20,7 @@ def bench(tmp_path, *overrides: str, interpret: bool = False) -> subprocess.Comp
     if interpret:
         env["TRITON_INTERPRET"] = "1"
     return subprocess.run(
-        [sys.executable, "-m", "kvbench.bench_kernels", f"hydra.run.dir={tmp_path / 'run'}", *overrides],
+        [sys.executable, "-m", "kvbench.kernels.bench", f"hydra.run.dir={tmp_path / 'run'}", *overrides],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 
@@ -77,7 +77,7 @@ def test_efficiency_is_total_bytes_over_total_time_on_points_common_to_all_block
 
 
 def test_calibration_file_is_what_the_simulator_reads(tmp_path, monkeypatch):
-    import kvbench.calibration as calibration
+    import kvbench.exec.calibration as calibration
 
     df = pd.DataFrame([rows("triton", "paged", 8, 1, 512, 50, 1.0), rows("triton", "paged", 32, 1, 512, 80, 1.0)])
     (path,) = write_calibrations(df, tmp_path, "h200", 100.0, meta={"measured_on": "test"})

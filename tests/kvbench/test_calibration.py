@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-import kvbench.calibration as calibration
-from kvbench.calibration import load_decode_efficiency
+import kvbench.exec.calibration as calibration
+from kvbench.exec.calibration import load_decode_efficiency
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "outside_plugin"
 def kvbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}
     return subprocess.run(
-        [sys.executable, "-c", "from kvbench.cli import main; main()", *args],
+        [sys.executable, "-c", "from kvbench.app.cli import main; main()", *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvbench.costmodel import CostModel
-from kvbench.hardware import HardwareSpec
-from kvbench.model import ModelSpec
+from kvbench.exec.costmodel import CostModel
+from kvbench.specs.hardware import HardwareSpec
+from kvbench.specs.model import ModelSpec
 
 LLAMA2_7B = ModelSpec("llama2-7b", num_layers=32, num_heads=32, num_kv_heads=32, head_dim=128, dtype_bytes=2, num_params=6_738_415_616)
 H100 = HardwareSpec(kv_budget_bytes=62.5e9)

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from kvbench.config import to_dataclass
+from kvbench.app.config import to_dataclass
 from kvbench.errors import ConfigError
-from kvbench.hardware import HardwareSpec
+from kvbench.specs.hardware import HardwareSpec
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "hardware"
 

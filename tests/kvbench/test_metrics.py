@@ -10,8 +10,8 @@ import math
 import pandas as pd
 import pytest
 
-from kvbench.config import SloConfig
-from kvbench.metrics import METRIC_DEFINITIONS, format_summary, summarize
+from kvbench.app.config import SloConfig
+from kvbench.metrics.summary import METRIC_DEFINITIONS, format_summary, summarize
 
 REQUEST_COLUMNS = [
     "request_id", "arrival_s", "prompt_tokens", "output_tokens", "max_tokens", "num_generated", "boundary_s",

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from kvbench.config import to_dataclass
+from kvbench.app.config import to_dataclass
 from kvbench.errors import ConfigError
-from kvbench.model import ModelConfig, model_spec
+from kvbench.specs.model import ModelConfig, model_spec
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
 

@@ -70,28 +70,28 @@ def test_kvbench_config_searchpath_is_collected():
 
 
 def test_kvbench_register_allocators_classes_follow_the_interface():
-    from kvbench.allocator import Allocator
+    from kvbench.memory.allocator import Allocator
 
     for name, cls in registry("allocator").items():
         assert issubclass(cls, Allocator) and cls.name == name
 
 
 def test_kvbench_register_kernels_classes_follow_the_interface():
-    from kvbench.kernel import Kernel
+    from kvbench.kernels.kernel import Kernel
 
     for name, cls in registry("kernel").items():
         assert issubclass(cls, Kernel) and cls.name == name
 
 
 def test_kvbench_register_preemption_policies_classes_follow_the_interface():
-    from kvbench.preemption import PreemptionPolicy
+    from kvbench.sched.preemption import PreemptionPolicy
 
     for name, cls in registry("preemption").items():
         assert issubclass(cls, PreemptionPolicy) and cls.name == name
 
 
 def test_kvbench_register_workloads_classes_follow_the_interface():
-    from kvbench.workload import WorkloadSource
+    from kvbench.workload.source import WorkloadSource
 
     for name, cls in registry("workload").items():
         assert issubclass(cls, WorkloadSource) and cls.name == name

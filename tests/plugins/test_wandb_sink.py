@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kvbench.results import RunResult
+from kvbench.output.results import RunResult
 from kvbench_plugins import wandb_sink
 
 

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvbench import hookspecs
-from kvbench.allocator import SeqShape
-from kvbench.config import plugin_config
+from kvbench.memory.allocator import SeqShape
+from kvbench.app.config import plugin_config
 from kvbench.errors import ConfigError
-from kvbench.testing import OPERATIONS, AllocatorConformance
+from kvbench.memory.conformance import OPERATIONS, AllocatorConformance
 from kvbench_plugins.allocators import paged
 from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
 

@@ -10,10 +10,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from kvbench import hookspecs
-from kvbench.allocator import SeqShape
-from kvbench.config import plugin_config
+from kvbench.memory.allocator import SeqShape
+from kvbench.app.config import plugin_config
 from kvbench.errors import ConfigError
-from kvbench.testing import AllocatorConformance
+from kvbench.memory.conformance import AllocatorConformance
 from kvbench_plugins.allocators import per_request
 from kvbench_plugins.allocators.per_request import PerRequestAllocator, PerRequestConfig
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from kvbench.calibration import DecodeEfficiency, load_decode_efficiency
+from kvbench.exec.calibration import DecodeEfficiency, load_decode_efficiency
 
 
 class Kernel:

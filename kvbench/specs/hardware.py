@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvbench.config import require
+from kvbench.errors import require
 from kvbench.errors import ConfigError
 
 

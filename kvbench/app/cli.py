@@ -18,12 +18,12 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from kvbench.config import KvbenchConfig
+from kvbench.app.config import KvbenchConfig
 from kvbench.errors import ConfigError
-from kvbench.overrides import check_overrides
+from kvbench.app.overrides import check_overrides
 from kvbench.plugins import config_searchpaths, plugin_manager
-from kvbench.report import print_comparison, print_summary
-from kvbench.results import write_failure, write_run
+from kvbench.output.report import print_comparison, print_summary
+from kvbench.output.results import write_failure, write_run
 
 ConfigStore.instance().store(name="kvbench_schema", node=KvbenchConfig)
 
@@ -44,7 +44,7 @@ def _notify_sinks(result) -> None:
 
 @hydra.main(version_base="1.3", config_path="pkg://kvbench.conf", config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
-    from kvbench.run import execute  # after Hydra has parsed: `kvbench --help` stays fast
+    from kvbench.app.run import execute  # after Hydra has parsed: `kvbench --help` stays fast
 
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
@@ -73,7 +73,7 @@ def main() -> None:
     """Console entry point."""
     args = sys.argv[1:]
     if args and args[0] == "bench-kernels":
-        from kvbench.bench_kernels import main as bench_main
+        from kvbench.kernels.bench import main as bench_main
 
         sys.argv = [f"{sys.argv[0]} bench-kernels", *args[1:]]
         bench_main()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvbench.config import require
+from kvbench.errors import require
 from kvbench.errors import ConfigError
 
 #: arrival processes a source may name in its config

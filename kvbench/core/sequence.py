@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvbench.allocator import SeqShape
+from kvbench.memory.allocator import SeqShape
 
 
 class Sequence:

@@ -2,7 +2,7 @@
 
 A workload *source* plugin turns its config and a seeded ``numpy.random.Generator`` into a
 :class:`Workload`. Arrival processes and the declared-S_max mix are shared by every source and live
-in :mod:`kvbench.arrivals`, so a new length generator only has to say how long prompts and outputs are.
+in :mod:`kvbench.workload.arrivals`, so a new length generator only has to say how long prompts and outputs are.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from kvbench.config import SloConfig
+from kvbench.app.config import SloConfig
 
 METRIC_DEFINITIONS = (
     "TTFT = first token - intended arrival (queueing included); "

@@ -9,8 +9,8 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from kvbench.metrics import METRIC_DEFINITIONS, format_summary
-from kvbench.results import read_job
+from kvbench.metrics.summary import METRIC_DEFINITIONS, format_summary
+from kvbench.output.results import read_job
 
 #: (column, header, format) of the sweep comparison table
 COMPARISON_COLUMNS = (
@@ -103,7 +103,7 @@ def print_comparison(sweep_dir: Path, console: Console | None = None) -> pd.Data
     frame.to_parquet(sweep_dir / "comparison.parquet", index=False)
     frame.to_csv(sweep_dir / "comparison.csv", index=False)
     if (~frame["failed"]).any():
-        from kvbench.figures import plot_comparison
+        from kvbench.output.figures import plot_comparison
 
         plot_comparison(frame, sweep_dir / "comparison.png")
     console.print(f"comparison: {sweep_dir / 'comparison.csv'}")

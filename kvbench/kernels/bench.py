@@ -32,7 +32,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from kvbench.config import require, to_dataclass
+from kvbench.app.config import require, to_dataclass
 from kvbench.errors import ConfigError
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
@@ -149,7 +149,7 @@ def run(cfg: BenchKernelsConfig, hardware, out_dir: Path, command: str) -> dict:
     )
     plots = plot_bandwidth(df, out_dir)
     if cfg.write_calibration:
-        from kvbench.calibration import calibration_path
+        from kvbench.exec.calibration import calibration_path
 
         for path in calibrations:
             target = calibration_path(hardware.name, path.stem)
@@ -163,7 +163,7 @@ def run(cfg: BenchKernelsConfig, hardware, out_dir: Path, command: str) -> dict:
 
 @hydra.main(version_base="1.3", config_path="pkg://kvbench.conf", config_name="bench_kernels")
 def _hydra_main(node: DictConfig) -> None:
-    from kvbench.hardware import HardwareSpec
+    from kvbench.specs.hardware import HardwareSpec
 
     try:
         data = OmegaConf.to_container(node, resolve=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Sequence as SequenceType
 
-from kvbench.sequence import Sequence
+from kvbench.core.sequence import Sequence
 
 
 class PreemptionPolicy:

@@ -7,15 +7,15 @@ from dataclasses import dataclass
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from kvbench.config import MODES, OutputConfig, SchedulerConfig, SloConfig, WandbConfig, plugin_config, require, to_dataclass
-from kvbench.costmodel import CostModel
+from kvbench.app.config import MODES, OutputConfig, SchedulerConfig, SloConfig, WandbConfig, plugin_config, require, to_dataclass
+from kvbench.exec.costmodel import CostModel
 from kvbench.engine import Engine
 from kvbench.errors import ConfigError
-from kvbench.hardware import HardwareSpec
-from kvbench.metrics import summarize
-from kvbench.model import ModelConfig, ModelSpec, model_spec
+from kvbench.specs.hardware import HardwareSpec
+from kvbench.metrics.summary import summarize
+from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
 from kvbench.plugins import lookup
-from kvbench.results import RunResult
+from kvbench.output.results import RunResult
 
 
 @dataclass

@@ -16,16 +16,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from kvbench.errors import ConfigError
+from kvbench.errors import ConfigError, require
 
 MODES = ("sim", "real")
 WANDB_MODES = ("offline", "online", "disabled")
-
-
-def require(ok: bool, key: str, value: Any, allowed: str) -> None:
-    """Raise a one-line ConfigError naming ``key``, ``value`` and what is allowed unless ``ok``."""
-    if not ok:
-        raise ConfigError(f"{key}={value!r} is invalid: {allowed}")
 
 
 @dataclass
@@ -92,7 +86,7 @@ class WandbConfig:
 @dataclass
 class KvbenchConfig:
     """The whole run. Group nodes are typed by their plugin's ``Config``, checked in :func:`plugin_config`;
-    the other sections are range-checked by their own ``validate()`` in :func:`kvbench.run.setup`."""
+    the other sections are range-checked by their own ``validate()`` in :func:`kvbench.app.run.setup`."""
 
     model: Any = None
     hardware: Any = None

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvbench.hardware import HardwareSpec
-from kvbench.model import ModelSpec
+from kvbench.specs.hardware import HardwareSpec
+from kvbench.specs.model import ModelSpec
 
 
 @dataclass(frozen=True)

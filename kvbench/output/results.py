@@ -38,7 +38,7 @@ def write_run(result: RunResult, out_dir: Path, *, steps: bool = True, figures: 
         frame.to_csv(out_dir / f"{name}.csv", index=False)
     (out_dir / "config.json").write_text(json.dumps(result.config, indent=2, default=str) + "\n")
     if figures and len(result.steps):
-        from kvbench.figures import plot_memory_timeline
+        from kvbench.output.figures import plot_memory_timeline
 
         plot_memory_timeline(result.steps, result.summary, out_dir / "memory.png")
     result.out_dir = out_dir
