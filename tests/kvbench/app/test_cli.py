@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 SMALL = ["workload.num_requests=40", "wandb.mode=disabled", "progress=false"]
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "outside_plugin"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "outside_plugin"
 
 
 def kvbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -11,7 +11,7 @@ from kvbench.app.config import to_dataclass
 from kvbench.errors import ConfigError
 from kvbench.specs.hardware import HardwareSpec
 
-CONF = Path(__file__).resolve().parents[2] / "conf" / "hardware"
+CONF = Path(__file__).resolve().parents[3] / "conf" / "hardware"
 
 
 def hw(name: str) -> HardwareSpec:

@@ -12,7 +12,7 @@ from kvbench.app.config import to_dataclass
 from kvbench.errors import ConfigError
 from kvbench.specs.model import ModelConfig, model_spec
 
-CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
+CONF = Path(__file__).resolve().parents[3] / "conf" / "model"
 
 
 def spec(name: str):
