@@ -1,112 +1,139 @@
-"""The allocator interface the scheduler talks to, and the memory ledger every allocator reports.
+"""The allocator interface the scheduler talks to.
 
 The scheduler never reaches into an allocator's internals: it asks through a handful of verbs
-(``can_fit``, ``allocate``, ``append``, ``fork``, ``free``) and reads ``ledger`` once per step.
-Running out of memory is an ordinary answer (``False``), not an exception; exceptions are for bad
-input and broken invariants.
+(``allocate``, ``append``, ``fork``, ``free``, and ``swap_out``/``swap_in`` where declared) and
+reads ``ledger`` once per step. Running out of memory is an ordinary answer (``None`` /
+``False``), not an exception; exceptions are for bad input and broken invariants.
 
 Units: allocators count *token slots* (one token's K and V in every layer); bytes are
 ``slots * kv_bytes_per_token``. Every allocator exposes each sequence's physical placement as a
 block table in units of ``block_size_tokens`` (consecutive ids for a contiguous range), so any
 paged kernel can read any allocator's cache.
+
+Work that costs GPU time is never hidden: a copy the allocator makes (copy-on-write of a shared
+block, a contiguous fork copying its parent's tokens) is queued as a :class:`KVCopy` that the
+scheduler drains into the step plan, and a swap returns the :class:`Transfer` it performed.
 """
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
+import numpy as np
+
+from kvbench.memory.ledger import MemoryLedger
+
 
 class SeqShape(NamedTuple):
-    """What an allocator may know about a sequence when sizing it.
+    """What an allocator may know about a request when sizing it.
 
-    ``final_kv_tokens`` is the number of KV slots the sequence will hold when it finishes
-    (prompt + output - 1: the last emitted token is never fed back). A real engine does not know
-    it; kvbench uses it for the memory ledger (what is reserved but will never be used) and for
-    the ``oracle``/``pow2`` reservation baselines of the vLLM paper, which assume it.
+    ``final_kv_tokens`` is the number of KV slots one sequence holds when it finishes (prompt +
+    output - 1: the last emitted token is never fed back; the longest branch of a fan-out). A real
+    engine does not know it; kvbench uses it for the memory ledger (what is reserved but will
+    never be used) and for the ``oracle``/``pow2`` reservations of the vLLM paper's baselines.
     """
 
-    num_tokens: int  #: KV slots needed now (the prompt, or prompt + generated after a recompute)
-    max_tokens: int  #: the request's declared S_max (prompt + output never exceed it)
+    num_tokens: int  #: KV slots needed now (a prompt, a prompt chunk, or a recomputed context)
+    s_max_tokens: int  #: the request's declared S_max (prompt + output never exceed it)
     final_kv_tokens: int
+    #: sequences the request forks into after its prompt; allocators that reserve a sequence's
+    #: whole future reserve one range per branch at admission, so that a later fork never fails
+    num_branches: int = 1
 
 
 @dataclass(frozen=True)
-class MemoryLedger:
-    """Where every byte of the KV budget is, at one instant. The six fields sum to ``budget_bytes``.
+class AllocatorCapabilities:
+    """What an allocator can do beyond the required verbs; the scheduler reads these, never probes."""
 
-    - ``token_bytes``: slots holding a token's K/V state (a block shared by several sequences
-      counts once).
-    - ``reserved_future_bytes``: allocated slots a sequence will fill before it finishes.
-    - ``internal_bytes``: allocated slots that will never be filled (reserve-to-S_max waste, the
-      unused tail of a paged sequence's last block once it has finished growing).
-    - ``external_bytes``: free slots that the next waiting request cannot use (holes smaller than
-      its reservation, budget left over below one slot or block).
-    - ``free_bytes``: the remaining free slots.
+    #: reserves a sequence's whole future at admission: growth never takes memory, so the
+    #: scheduler's watermark (headroom for growth) is not applied to it
+    reserves_future: bool = False
+    #: each sequence is one contiguous range (kernels read it as a contiguous cache; the simulator
+    #: uses the kernel's contiguous efficiency)
+    contiguous_layout: bool = False
+    #: fork shares blocks by reference count (``refcount`` is meaningful); otherwise every block
+    #: is in exactly one block table
+    shares_blocks: bool = False
+    #: implements ``swap_out``/``swap_in`` (a swap preemption falls back to recompute otherwise)
+    can_swap: bool = False
+    #: implements ``project_decode`` exactly, so the engine can advance runs of decode-only steps
+    #: in one computation (without it every step is simulated one by one, with identical results)
+    projects_decode: bool = False
+
+
+class Refusal(str, enum.Enum):
+    """Why an ``allocate`` (or ``swap_in``) was refused: the one classification every table uses."""
+
+    #: fewer free bytes than the request needs
+    NO_MEMORY = "no_memory"
+    #: enough free bytes in total, but no single hole holds the reservation (external fragmentation)
+    FRAGMENTED = "fragmented"
+    #: it fits, but would leave less than the scheduler's watermark free
+    WATERMARK = "watermark"
+
+
+class KVCopy(NamedTuple):
+    """A device-to-device copy the allocator made: ``num_blocks`` blocks from ``src_block_id`` on."""
+
+    src_block_id: int
+    dst_block_id: int
+    num_blocks: int
+    num_bytes: int
+
+
+class Transfer(NamedTuple):
+    """Bytes moved between device and host by a swap, in ``num_runs`` separate copies."""
+
+    num_bytes: int
+    #: one copy per run (the per-transfer overhead is paid per run): vLLM swaps block by block,
+    #: so a paged sequence is one run per block; a contiguous sequence is one run
+    num_runs: int
+
+
+class Footprint(NamedTuple):
+    """What evicting a set of sequences would free, and what swapping them would move."""
+
+    held_bytes: int
+    transfer: Transfer
+
+
+class DecodeProjection(NamedTuple):
+    """The next ``num_steps`` decode steps of a set of sequences, computed without taking them.
+
+    Each step appends one token to every sequence of the set. ``num_steps`` is the most steps
+    that need neither a refusal nor a copy; ``ledgers`` maps each :data:`LEDGER_FIELDS` name to an
+    int64 array of its value after each of those steps, exactly what ``ledger(next_shape)`` would
+    return after taking them one by one.
     """
 
-    budget_bytes: int
-    token_bytes: int
-    reserved_future_bytes: int
-    internal_bytes: int
-    external_bytes: int
-    free_bytes: int
+    num_steps: int
+    ledgers: dict[str, np.ndarray]
 
-    @classmethod
-    def from_slots(
-        cls,
-        *,
-        budget_bytes: int,
-        kv_bytes_per_token: int,
-        allocated_slots: int,
-        token_slots: int,
-        future_slots: int,
-        external_bytes: int,
-        free_bytes: int,
-    ) -> MemoryLedger:
-        """Build a ledger from slot counts: allocated slots that hold no token and will never be
-        filled are internal fragmentation."""
-        return cls(
-            budget_bytes=budget_bytes,
-            token_bytes=token_slots * kv_bytes_per_token,
-            reserved_future_bytes=future_slots * kv_bytes_per_token,
-            internal_bytes=(allocated_slots - token_slots - future_slots) * kv_bytes_per_token,
-            external_bytes=external_bytes,
-            free_bytes=free_bytes,
-        )
 
-    @property
-    def total_bytes(self) -> int:
-        return (
-            self.token_bytes
-            + self.reserved_future_bytes
-            + self.internal_bytes
-            + self.external_bytes
-            + self.free_bytes
-        )
+NO_PROJECTION = DecodeProjection(0, {})
 
 
 class Allocator(ABC):
     """A KV-cache allocator plugin.
 
-    Subclasses set ``name`` (the ``conf/allocator/<name>.yaml`` it is selected by) and ``Config``
-    (a dataclass of its options, with a ``validate()`` raising :class:`kvbench.errors.ConfigError`).
+    Subclasses set ``name`` (the ``conf/allocator/<name>.yaml`` it is selected by), ``Config`` (a
+    dataclass of its options, with a ``validate()`` raising :class:`kvbench.errors.ConfigError`)
+    and ``capabilities``.
     """
 
     name: ClassVar[str]
     Config: ClassVar[type | None] = None
-    #: False for allocators that reserve a sequence's whole future at admission: they never need
-    #: headroom for growth, so the scheduler's watermark is not applied to them
-    uses_watermark: ClassVar[bool] = True
-    #: True when each sequence occupies one contiguous range (kernels then read it as a
-    #: contiguous cache, and the simulator uses the kernel's contiguous efficiency)
-    contiguous: ClassVar[bool] = False
+    capabilities: ClassVar[AllocatorCapabilities] = AllocatorCapabilities()
 
     def __init__(self, config: Any, *, budget_bytes: int, kv_bytes_per_token: int) -> None:
         self.config = config
         self.budget_bytes = int(budget_bytes)
         self.kv_bytes_per_token = int(kv_bytes_per_token)
+        self._pending_copies: list[KVCopy] = []
 
     # --- sizing ----------------------------------------------------------------------------------
 
@@ -117,46 +144,73 @@ class Allocator(ABC):
 
     @abstractmethod
     def max_sequence_tokens(self, shape: SeqShape) -> int:
-        """Most KV slots one sequence of this shape could ever hold in an empty cache.
+        """Most KV slots one sequence of this shape could ever hold in an empty cache."""
 
-        The engine rejects a workload up front (with a clear message) when a request's
-        ``final_kv_tokens`` exceeds this, instead of letting it wait forever.
-        """
+    def fits_in_empty(self, shape: SeqShape) -> bool:
+        """Whether a request of this shape, with all its branches at their final length at once,
+        fits an empty cache. The engine rejects a workload up front when it does not, instead of
+        letting the request wait forever. The default checks one sequence."""
+        return shape.final_kv_tokens <= self.max_sequence_tokens(shape)
+
+    def reservation_tokens(self, shape: SeqShape) -> int:
+        """Slots :meth:`allocate` would take for this shape (what a refused request asked for)."""
+        return shape.num_tokens
 
     # --- verbs -----------------------------------------------------------------------------------
 
     @abstractmethod
-    def can_fit(self, shape: SeqShape, keep_free_bytes: int = 0) -> bool:
-        """Whether :meth:`allocate` would succeed for this shape now (changes nothing)."""
-
-    @abstractmethod
-    def allocate(self, seq_id: int, shape: SeqShape, keep_free_bytes: int = 0) -> bool:
+    def allocate(self, seq_id: int, shape: SeqShape, keep_free_bytes: int = 0) -> int | None:
         """Give a new sequence room for ``shape.num_tokens`` slots (and whatever it reserves).
 
-        ``keep_free_bytes`` is the scheduler's watermark: on-demand allocators refuse when fewer
-        than that many bytes would stay free; allocators that reserve the sequence's whole future
-        at admission ignore it. Returns ``False`` (changing nothing) when it does not fit.
+        ``keep_free_bytes`` is the scheduler's watermark: allocators that allocate on demand
+        refuse when fewer than that many bytes would stay free; those that reserve the whole
+        future ignore it. Returns how many of the tokens are already cached (0: kvbench has no
+        prefix cache yet), or ``None`` (changing nothing) when it does not fit;
+        :meth:`refusal_reason` then says why.
         """
 
     @abstractmethod
-    def append(self, seq_id: int) -> bool:
-        """Make room for one more token of ``seq_id``; ``False`` (changing nothing) when out of memory.
+    def refusal_reason(self, shape: SeqShape, keep_free_bytes: int = 0) -> Refusal:
+        """Why :meth:`allocate` refuses ``shape`` now (only meaningful when it does)."""
 
-        For a paged allocator this is where a new block is taken, or where a shared last block is
-        copied first (copy-on-write).
+    @abstractmethod
+    def append(self, seq_id: int, num_tokens: int = 1) -> bool:
+        """Make room for ``num_tokens`` more tokens of ``seq_id``, all or nothing.
+
+        ``False`` (changing nothing) when out of memory. For a paged allocator this is where new
+        blocks are taken, or where a shared last block is copied first (copy-on-write, queued as a
+        :class:`KVCopy`).
         """
 
     @abstractmethod
-    def fork(self, parent_id: int, child_id: int, child_final_kv_tokens: int | None = None) -> bool:
-        """Create ``child_id`` holding the same tokens as ``parent_id``.
+    def fork(self, parent_id: int, child_id: int, child_final_kv_tokens: int | None = None) -> None:
+        """Make ``child_id`` hold the same tokens as ``parent_id``; it never needs memory.
 
-        Paged allocators share the parent's blocks (reference counts); contiguous ones copy into a
-        new reservation. ``False`` (changing nothing) when there is no room.
+        A new ``child_id`` must be one of the ``num_branches - 1`` branches its family reserved at
+        admission: paged allocators share the parent's blocks (reference counts); contiguous ones
+        copy the parent's tokens into a range reserved then (a queued :class:`KVCopy`).
         """
 
     @abstractmethod
     def free(self, seq_id: int) -> None:
         """Release everything ``seq_id`` holds. Freeing an unknown id is a bug (``KeyError``)."""
+
+    def swap_out(self, seq_ids: Sequence[int]) -> Transfer:
+        """Move these sequences' KV to host memory and free their device memory (``can_swap``).
+
+        Blocks shared among them move once. They stay known to the allocator until
+        :meth:`swap_in` brings them back with the same tokens and the same sharing.
+        """
+        raise NotImplementedError(f"allocator {self.name!r} cannot swap")
+
+    def swap_in(self, seq_ids: Sequence[int], keep_free_bytes: int = 0) -> Transfer | None:
+        """Bring swapped-out sequences back (``can_swap``); ``None`` (changing nothing) when they do not fit."""
+        raise NotImplementedError(f"allocator {self.name!r} cannot swap")
+
+    def drain_copies(self) -> list[KVCopy]:
+        """The copies made since the last call (the scheduler puts them in the step plan)."""
+        copies, self._pending_copies = self._pending_copies, []
+        return copies
 
     # --- views -----------------------------------------------------------------------------------
 
@@ -173,11 +227,26 @@ class Allocator(ABC):
         """The memory breakdown now; ``next_shape`` (the head of the waiting queue) defines which
         free bytes are externally fragmented. Cheap: called once per simulated step."""
 
-    def free_bytes(self) -> int:
-        """Bytes not allocated to any sequence (free + externally fragmented)."""
+    @abstractmethod
+    def footprint(self, seq_ids: Sequence[int]) -> Footprint:
+        """What evicting these sequences together would free, and what swapping them would move."""
+
+    def refcount(self, block_id: int) -> int:
+        """How many live sequences hold ``block_id`` (meaningful when ``shares_blocks``)."""
+        raise NotImplementedError(f"allocator {self.name!r} does not share blocks")
+
+    def largest_hole_bytes(self) -> int:
+        """The largest free range a single reservation could take; without placement constraints,
+        every usable free byte."""
+        return self.ledger().free_bytes
+
+    def unallocated_bytes(self) -> int:
+        """Bytes not allocated to any sequence (usable free + externally fragmented)."""
         led = self.ledger()
         return led.free_bytes + led.external_bytes
 
-    def reservation_tokens(self, shape: SeqShape) -> int:
-        """Slots :meth:`allocate` would take for this shape (what a refused request asked for)."""
-        return shape.num_tokens
+    def project_decode(self, seq_ids: Sequence[int], max_steps: int, next_shape: SeqShape | None = None) -> DecodeProjection:
+        """Up to ``max_steps`` decode steps of ``seq_ids`` (``projects_decode``); see
+        :class:`DecodeProjection`. The default projects nothing, so the engine takes every step
+        one by one."""
+        return NO_PROJECTION

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench import hookimpl
-from kvbench.memory.allocator import MemoryLedger, SeqShape
+from kvbench.memory.allocator import SeqShape
 from kvbench.errors import require
 from kvbench_plugins.allocators.contiguous import ContiguousAllocator
 
@@ -42,12 +42,10 @@ class NaiveAllocator(ContiguousAllocator):
         self.s_max_tokens = self.config.s_max_tokens
         self.slot_bytes = self.s_max_tokens * self.kv_bytes_per_token
         self.num_slots = self.budget_bytes // self.slot_bytes
+        # NOTE: the budget left over below one slot can never hold a sequence: external, forever.
         self._remainder_bytes = self.budget_bytes - self.num_slots * self.slot_bytes
-        # stack: O(1) allocate/free; reversed so that a fresh allocator hands out slot 0 first
+        # stack: O(1) take/give; reversed so that a fresh allocator hands out slot 0 first
         self._free_slot_ids: list[int] = list(range(self.num_slots - 1, -1, -1))
-        self._slot_ids: dict[int, int] = {}
-
-    # --- sizing ----------------------------------------------------------------------------------
 
     @property
     def block_size_tokens(self) -> int:
@@ -57,65 +55,24 @@ class NaiveAllocator(ContiguousAllocator):
         """``s_max_tokens`` (0 when the budget holds no slot at all)."""
         return self.s_max_tokens if self.num_slots else 0
 
-    def reservation_tokens(self, shape: SeqShape) -> int:
-        """Always one whole slot."""
+    def _fits_ranges_in_empty(self, range_slots: int, num_ranges: int) -> bool:
+        return num_ranges <= self.num_slots
+
+    def _range_tokens(self, shape: SeqShape) -> int:
         return self.s_max_tokens
 
-    # --- verbs -----------------------------------------------------------------------------------
+    def _take(self, num_slots: int) -> int | None:
+        return self._free_slot_ids.pop() if self._free_slot_ids else None
 
-    def can_fit(self, shape: SeqShape, keep_free_bytes: int = 0) -> bool:
-        """A free slot exists and the prompt fits in it (``keep_free_bytes`` is ignored)."""
-        return bool(self._free_slot_ids) and shape.num_tokens <= self.s_max_tokens
+    def _give(self, start: int, num_slots: int) -> None:
+        self._free_slot_ids.append(start)
 
-    def allocate(self, seq_id: int, shape: SeqShape, keep_free_bytes: int = 0) -> bool:
-        """Reserve a whole slot; the sequence's whole future is reserved, so no watermark applies."""
-        if seq_id in self._slot_ids:
-            raise ValueError(f"sequence {seq_id} is already allocated")
-        if not self.can_fit(shape):
-            return False
-        self._place(seq_id, shape.num_tokens, shape.final_kv_tokens)
-        return True
+    def _fragmented(self, num_slots: int) -> bool:
+        return False  # uniform slots: any free slot fits any request
 
-    def fork(self, parent_id: int, child_id: int, child_final_kv_tokens: int | None = None) -> bool:
-        """Copy the parent's tokens into a new slot; ``False`` when no slot is free."""
-        num_tokens = self._num_tokens[parent_id]
-        if child_id in self._slot_ids:
-            raise ValueError(f"sequence {child_id} is already allocated")
-        if not self._free_slot_ids:
-            return False
-        final_tokens = self._final_tokens[parent_id] if child_final_kv_tokens is None else child_final_kv_tokens
-        self._place(child_id, num_tokens, final_tokens)
-        return True
-
-    def free(self, seq_id: int) -> None:
-        """Return the slot to the stack."""
-        self._free_slot_ids.append(self._slot_ids.pop(seq_id))
-        self._untrack(seq_id)
-
-    # --- views -----------------------------------------------------------------------------------
-
-    def block_table(self, seq_id: int) -> list[int]:
-        """``[slot_id]``: one block of ``s_max_tokens``."""
-        return [self._slot_ids[seq_id]]
-
-    def ledger(self, next_shape: SeqShape | None = None) -> MemoryLedger:
-        """O(1) from running totals; every slot fits every admissible request, so ``next_shape``
-        does not change anything."""
-        num_used_slots = self.num_slots - len(self._free_slot_ids)
-        return self._ledger(
-            allocated_slots=num_used_slots * self.s_max_tokens,
-            external_bytes=self._remainder_bytes,
-            free_bytes=len(self._free_slot_ids) * self.slot_bytes,
-        )
-
-    # --- internals -------------------------------------------------------------------------------
-
-    def _place(self, seq_id: int, num_tokens: int, final_kv_tokens: int) -> None:
-        self._slot_ids[seq_id] = self._free_slot_ids.pop()
-        self._track(seq_id, num_tokens, final_kv_tokens, self.s_max_tokens)
-
-    def _capacity_tokens(self, seq_id: int) -> int:
-        return self.s_max_tokens
+    def _free_and_external_bytes(self, next_shape: SeqShape | None) -> tuple[int, int]:
+        """Every slot fits every admissible request, so ``next_shape`` changes nothing."""
+        return len(self._free_slot_ids) * self.slot_bytes, self._remainder_bytes
 
 
 @hookimpl

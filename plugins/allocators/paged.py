@@ -5,8 +5,9 @@ block only when its last one is full, so its waste is at most the unfilled tail 
 ``fork`` shares the parent's blocks by reference count; the first ``append`` that would write into
 a shared, partly filled block copies it first (copy-on-write).
 
-``append`` is the simulator's hot path (about a million calls per run), so every ledger total is
-kept up to date incrementally and ``ledger()`` is O(1).
+``append`` is the simulator's hot path, so every ledger total is kept up to date incrementally and
+``ledger()`` is O(1); ``project_decode`` answers "how many decode steps until a block runs out, and
+what does the ledger look like meanwhile" in closed form, so that the engine can skip those steps.
 """
 
 from __future__ import annotations
@@ -14,7 +15,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench import hookimpl
-from kvbench.memory.allocator import Allocator, MemoryLedger, SeqShape
+from collections.abc import Sequence
+
+import numpy as np
+
+from kvbench.memory.allocator import (
+    NO_PROJECTION,
+    Allocator,
+    AllocatorCapabilities,
+    DecodeProjection,
+    Footprint,
+    KVCopy,
+    Refusal,
+    SeqShape,
+    Transfer,
+)
+from kvbench.memory.ledger import MemoryLedger
 from kvbench.errors import require
 
 
@@ -39,6 +55,7 @@ class PagedAllocator(Allocator):
 
     name = "paged"
     Config = PagedConfig
+    capabilities = AllocatorCapabilities(shares_blocks=True, can_swap=True, projects_decode=True)
 
     def __init__(self, config: PagedConfig | None = None, *, budget_bytes: int, kv_bytes_per_token: int) -> None:
         super().__init__(config or PagedConfig(), budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)
@@ -60,6 +77,8 @@ class PagedAllocator(Allocator):
         self._shared_tail_holders: dict[int, set[int]] = {}
         self._num_token_slots = 0  # physical slots holding a token (a shared block counted once)
         self._num_future_slots = 0
+        # swapped-out families: their block-table structure, to rebuild with the same sharing
+        self._swapped: dict[tuple[int, ...], list[tuple[int, list[int], int, int]]] = {}
         #: copy-on-write block copies made by ``append`` so far
         self.num_cow_copies = 0
 
@@ -73,6 +92,14 @@ class PagedAllocator(Allocator):
         """The whole pool: a paged sequence is limited only by the number of blocks."""
         return self.num_blocks * self._block_size_tokens
 
+    def fits_in_empty(self, shape: SeqShape) -> bool:
+        """The shared prompt's blocks plus every branch's own blocks (and its copy of a partly
+        filled shared block) fit the pool."""
+        size = self._block_size_tokens
+        shared = shape.num_tokens // size if shape.num_branches > 1 else 0
+        own = self._blocks_for(shape.final_kv_tokens) - shared
+        return shared + shape.num_branches * own <= self.num_blocks
+
     def reservation_tokens(self, shape: SeqShape) -> int:
         """Slots of the blocks covering the prompt (nothing is reserved for the future)."""
         return self._blocks_for(shape.num_tokens) * self._block_size_tokens
@@ -83,60 +110,67 @@ class PagedAllocator(Allocator):
 
     # --- verbs -----------------------------------------------------------------------------------
 
-    def can_fit(self, shape: SeqShape, keep_free_bytes: int = 0) -> bool:
-        """Whether the prompt's blocks are free with ``keep_free_bytes`` still free afterwards."""
-        num_free_after = len(self._free_block_ids) - self._blocks_for(shape.num_tokens)
-        return num_free_after >= 0 and num_free_after * self.block_bytes >= keep_free_bytes
-
-    def allocate(self, seq_id: int, shape: SeqShape, keep_free_bytes: int = 0) -> bool:
-        """Take ``ceil(num_tokens / block_size)`` blocks; ``False`` when the watermark would be crossed."""
+    def allocate(self, seq_id: int, shape: SeqShape, keep_free_bytes: int = 0) -> int | None:
+        """Take ``ceil(num_tokens / block_size)`` blocks; ``None`` when they, plus the watermark,
+        are not free. Branches reserve nothing: forks share."""
         if seq_id in self._tables:
             raise ValueError(f"sequence {seq_id} is already allocated")
-        if not self.can_fit(shape, keep_free_bytes):
-            return False
         num_blocks = self._blocks_for(shape.num_tokens)
-        table = [self._free_block_ids.pop() for _ in range(num_blocks)]
-        for block_id in table:
-            self._ref_counts[block_id] = 1
+        if not self._can_take(num_blocks, keep_free_bytes):
+            return None
+        table = self._take_blocks(num_blocks)
         self._tables[seq_id] = table
         self._num_tokens[seq_id] = shape.num_tokens
         self._final_kv_tokens[seq_id] = shape.final_kv_tokens
         self._future_tokens[seq_id] = 0
         self._num_token_slots += shape.num_tokens
         self._refresh_future(seq_id)
-        return True
+        return 0
 
-    def append(self, seq_id: int) -> bool:
-        """One more slot: in place, in a new block when the last is full, or after copy-on-write."""
-        num_tokens = self._num_tokens[seq_id]
+    def refusal_reason(self, shape: SeqShape, keep_free_bytes: int = 0) -> Refusal:
+        num_free_after = len(self._free_block_ids) - self._blocks_for(shape.num_tokens)
+        return Refusal.NO_MEMORY if num_free_after < 0 else Refusal.WATERMARK
+
+    def append(self, seq_id: int, num_tokens: int = 1) -> bool:
+        """Room for ``num_tokens`` more: in the own last block, in new blocks, or after copying a
+        shared last block first (copy-on-write)."""
+        size = self._block_size_tokens
+        tokens = self._num_tokens[seq_id]
         table = self._tables[seq_id]
-        offset = num_tokens % self._block_size_tokens
-        if offset and self._ref_counts[table[-1]] == 1:
-            # the common case: room in our own last block; one slot of its tail is now a token
-            self._num_tokens[seq_id] = num_tokens + 1
-            self._num_token_slots += 1
-            if self._future_tokens[seq_id]:
-                self._future_tokens[seq_id] -= 1
-                self._num_future_slots -= 1
+        offset = tokens % size
+        shared_tail = offset and self._ref_counts[table[-1]] > 1
+        room = size - offset if offset and not shared_tail else 0
+        if num_tokens <= room:
+            # the common case: room in our own last block; that much of its tail becomes tokens
+            self._num_tokens[seq_id] = tokens + num_tokens
+            self._num_token_slots += num_tokens
+            future = self._future_tokens[seq_id]
+            if future:
+                used = min(future, num_tokens)
+                self._future_tokens[seq_id] = future - used
+                self._num_future_slots -= used
             return True
-        if not self._free_block_ids:
+        if shared_tail:  # writing into it would corrupt the other holders' tokens: copy it first
+            num_new_blocks = self._blocks_for(offset + num_tokens)
+        else:
+            num_new_blocks = self._blocks_for(num_tokens - room)
+        if num_new_blocks > len(self._free_block_ids):
             return False
-        if offset == 0:  # last block full (or none yet): take a fresh one
-            block_id = self._free_block_ids.pop()
-            self._ref_counts[block_id] = 1
-            table.append(block_id)
-            self._num_token_slots += 1
-        else:  # shared tail: writing into it would corrupt the other holders' tokens
+        if shared_tail:
             self._copy_on_write(seq_id, table, offset)
-        self._num_tokens[seq_id] = num_tokens + 1
+            num_new_blocks -= 1
+        table.extend(self._take_blocks(num_new_blocks))
+        self._num_tokens[seq_id] = tokens + num_tokens
+        self._num_token_slots += num_tokens
         self._refresh_future(seq_id)
         return True
 
-    def fork(self, parent_id: int, child_id: int, child_final_kv_tokens: int | None = None) -> bool:
-        """Share every parent block with the child (reference counts + 1); never needs memory."""
-        table = self._tables[parent_id]
+    def fork(self, parent_id: int, child_id: int, child_final_kv_tokens: int | None = None) -> None:
+        """Share every parent block with the child (reference counts + 1); an existing child
+        first drops its own blocks. Never needs memory."""
         if child_id in self._tables:
-            raise ValueError(f"sequence {child_id} is already allocated")
+            self.free(child_id)
+        table = self._tables[parent_id]
         for block_id in table:
             self._ref_counts[block_id] += 1
         num_tokens = self._num_tokens[parent_id]
@@ -149,7 +183,6 @@ class PagedAllocator(Allocator):
         if num_tokens % self._block_size_tokens:
             self._shared_tail_holders.setdefault(table[-1], {parent_id}).add(child_id)
             self._refresh_future(parent_id)  # the parent's tail is now shared too
-        return True
 
     def free(self, seq_id: int) -> None:
         """Drop one reference to each block; blocks nobody holds go back to the pool."""
@@ -168,6 +201,55 @@ class PagedAllocator(Allocator):
                 self._num_token_slots -= size if index < last_index else num_tokens - last_index * size
         if num_tokens % size:
             self._release_tail(table[-1], seq_id)
+
+    def swap_out(self, seq_ids: Sequence[int]) -> Transfer:
+        """Copy the family's blocks to the host, each shared block once, one copy per block (as
+        vLLM's swap does), and free them; remember each table as positions in that list."""
+        family = tuple(seq_ids)
+        positions: dict[int, int] = {}
+        structure = []
+        for seq_id in family:
+            table = [positions.setdefault(block_id, len(positions)) for block_id in self._tables[seq_id]]
+            structure.append((seq_id, table, self._num_tokens[seq_id], self._final_kv_tokens[seq_id]))
+        for seq_id in family:
+            self.free(seq_id)
+        if any(self._ref_counts[block_id] for block_id in positions):
+            raise RuntimeError(f"swap_out of {family}: a block is shared with a sequence outside the set")
+        self._swapped[family] = structure
+        return Transfer(len(positions) * self.block_bytes, len(positions))
+
+    def swap_in(self, seq_ids: Sequence[int], keep_free_bytes: int = 0) -> Transfer | None:
+        """Take fresh blocks for the family (``None`` when they and the watermark are not free) and
+        rebuild its tables with the same sharing."""
+        family = tuple(seq_ids)
+        structure = self._swapped[family]
+        num_blocks = 1 + max((max(table, default=-1) for _, table, _, _ in structure), default=-1)
+        if not self._can_take(num_blocks, keep_free_bytes):
+            return None
+        del self._swapped[family]
+        blocks = self._take_blocks(num_blocks)
+        for block_id in blocks:
+            self._ref_counts[block_id] = 0
+        size = self._block_size_tokens
+        filled: dict[int, int] = {}
+        tails: dict[int, set[int]] = {}
+        for seq_id, table, num_tokens, final in structure:
+            self._tables[seq_id] = [blocks[p] for p in table]
+            self._num_tokens[seq_id] = num_tokens
+            self._final_kv_tokens[seq_id] = final
+            self._future_tokens[seq_id] = 0
+            for index, p in enumerate(table):
+                self._ref_counts[blocks[p]] += 1
+                filled[p] = min(size, num_tokens - index * size)
+            if num_tokens % size:
+                tails.setdefault(blocks[table[-1]], set()).add(seq_id)
+        self._num_token_slots += sum(filled.values())
+        for block_id, holders in tails.items():
+            if len(holders) > 1:
+                self._shared_tail_holders[block_id] = holders
+        for seq_id, _, _, _ in structure:
+            self._refresh_future(seq_id)
+        return Transfer(num_blocks * self.block_bytes, num_blocks)
 
     # --- views -----------------------------------------------------------------------------------
 
@@ -192,19 +274,85 @@ class PagedAllocator(Allocator):
             free_bytes=num_free_blocks * self.block_bytes,
         )
 
+    def footprint(self, seq_ids: Sequence[int]) -> Footprint:
+        """Every distinct block of the set (blocks are shared only within a family)."""
+        num_blocks = len({block_id for seq_id in seq_ids for block_id in self._tables[seq_id]})
+        return Footprint(num_blocks * self.block_bytes, Transfer(num_blocks * self.block_bytes, num_blocks))
+
+    def project_decode(self, seq_ids: Sequence[int], max_steps: int, next_shape: SeqShape | None = None) -> DecodeProjection:
+        """Exact in closed form, in O(sequences + steps).
+
+        A sequence with ``s`` free slots in its own last block takes a new block at steps
+        ``s + 1, s + 1 + B, ...``, so the blocks taken per step repeat with period B and follow
+        from a histogram of ``s``. Before its final block a sequence's tail is all reserved future;
+        from the step that takes its final block on, that block's never-filled slots
+        (``B * ceil(final / B) - final``) are internal. Sequences must not pass their final length
+        within ``max_steps``; a sequence whose last block is shared (a copy pending) stops the
+        projection at 0 steps.
+        """
+        if not seq_ids or max_steps <= 0:
+            return NO_PROJECTION
+        size = self._block_size_tokens
+        slacks = np.empty(len(seq_ids), dtype=np.int64)
+        final_steps, final_waste = [], []
+        for i, seq_id in enumerate(seq_ids):
+            tokens = self._num_tokens[seq_id]
+            offset = tokens % size
+            if offset and self._ref_counts[self._tables[seq_id][-1]] > 1:
+                return NO_PROJECTION
+            slacks[i] = (size - offset) % size
+            final = self._final_kv_tokens[seq_id]
+            final_block_start = size * ((final - 1) // size)
+            if tokens <= final_block_start:  # its final block is taken at this step
+                final_steps.append(final_block_start - tokens + 1)
+                final_waste.append(-final % size)
+        steps = np.arange(1, max_steps + 1, dtype=np.int64)
+        new_blocks = np.cumsum(np.bincount(slacks, minlength=size)[(steps - 1) % size])
+        num_steps = int(np.searchsorted(new_blocks, len(self._free_block_ids), side="right"))
+        steps, new_slots = steps[:num_steps], new_blocks[:num_steps] * size
+        waste = np.zeros(num_steps + 2, dtype=np.int64)
+        if final_steps:
+            np.add.at(waste, np.minimum(final_steps, num_steps + 1), final_waste)
+        internal_slots = np.cumsum(waste)[1 : num_steps + 1]
+        token_slots = len(seq_ids) * steps
+        kv = self.kv_bytes_per_token
+        led = self.ledger(next_shape)
+        return DecodeProjection(num_steps, {
+            "token_bytes": led.token_bytes + kv * token_slots,
+            "reserved_future_bytes": led.reserved_future_bytes + kv * (new_slots - token_slots - internal_slots),
+            "internal_bytes": led.internal_bytes + kv * internal_slots,
+            "external_bytes": np.full(num_steps, led.external_bytes, dtype=np.int64),
+            "free_bytes": led.free_bytes - self.block_bytes * new_blocks[:num_steps],
+        })  # fmt: skip
+
     # --- internals -------------------------------------------------------------------------------
 
     def _blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self._block_size_tokens)
 
+    def _can_take(self, num_blocks: int, keep_free_bytes: int) -> bool:
+        num_free_after = len(self._free_block_ids) - num_blocks
+        return num_free_after >= 0 and num_free_after * self.block_bytes >= keep_free_bytes
+
+    def _take_blocks(self, num_blocks: int) -> list[int]:
+        if not num_blocks:
+            return []
+        free = self._free_block_ids
+        taken = free[-num_blocks:]
+        del free[-num_blocks:]
+        taken.reverse()  # pop order: the same blocks one-by-one pops would give
+        for block_id in taken:
+            self._ref_counts[block_id] = 1
+        return taken
+
     def _copy_on_write(self, seq_id: int, table: list[int], offset: int) -> None:
         shared_id = table[-1]
-        block_id = self._free_block_ids.pop()
-        self._ref_counts[block_id] = 1
+        (block_id,) = self._take_blocks(1)
         self._ref_counts[shared_id] -= 1
         table[-1] = block_id
-        self._num_token_slots += offset + 1  # the copied tokens plus the new one
+        self._num_token_slots += offset  # the copied tokens now exist twice
         self.num_cow_copies += 1
+        self._pending_copies.append(KVCopy(shared_id, block_id, 1, self.block_bytes))
         self._release_tail(shared_id, seq_id)
 
     def _release_tail(self, block_id: int, seq_id: int) -> None:

@@ -4,8 +4,7 @@ Each sequence reserves ONE contiguous range of a real address space, sized by it
 (``reserve``): its declared S_max, the next power of two of its true length, or exactly its true
 length (an oracle). Variable sizes bring external fragmentation back: retiring sequences leaves
 holes, and a request can be refused while the free bytes, added up, would hold it. This allocator
-makes that observable (:attr:`PerRequestAllocator.num_fragmentation_refusals`,
-:meth:`PerRequestAllocator.is_fragmented_for`).
+makes that observable: such a refusal is classified ``fragmented`` (:meth:`refusal_reason`).
 
 The address space is counted in granules of ``granule_tokens`` slots. ``first_fit``/``best_fit``
 keep free holes in a sorted list and coalesce neighbours on free; ``buddy`` is the classic binary
@@ -18,7 +17,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from kvbench import hookimpl
-from kvbench.memory.allocator import MemoryLedger, SeqShape
+from kvbench.memory.allocator import SeqShape
 from kvbench.errors import require
 from kvbench_plugins.allocators.contiguous import ContiguousAllocator
 
@@ -153,12 +152,6 @@ class PerRequestAllocator(ContiguousAllocator):
             self.num_granules = num_granules
         self._remainder_bytes = self.budget_bytes - self.num_granules * self.granule_bytes
         self._num_free_granules = self.num_granules
-        self._ranges: dict[int, tuple[int, int]] = {}  # seq -> (first granule, number of granules)
-        self._max_tokens: dict[int, int] = {}
-        #: allocate/fork refusals while the free granules, added up, would have held the request
-        self.num_fragmentation_refusals = 0
-        #: whether the most recent refused allocate/fork was such a refusal
-        self.last_refusal_was_fragmentation = False
 
     # --- sizing ----------------------------------------------------------------------------------
 
@@ -167,10 +160,10 @@ class PerRequestAllocator(ContiguousAllocator):
         return self.granule_tokens
 
     def reservation_granules(self, shape: SeqShape) -> int:
-        """Granules :meth:`allocate` takes for ``shape`` under the ``reserve`` policy."""
+        """Granules one range of ``shape`` takes under the ``reserve`` policy."""
         reserve = self.config.reserve
         if reserve == "declared":
-            tokens = shape.max_tokens
+            tokens = shape.s_max_tokens
         elif reserve == "pow2":  # next power of two >= prompt + output = final_kv_tokens + 1
             tokens = 1 << max(shape.final_kv_tokens, 0).bit_length()
         else:
@@ -178,90 +171,47 @@ class PerRequestAllocator(ContiguousAllocator):
         granules = max(1, -(-max(tokens, shape.num_tokens) // self.granule_tokens))
         return 1 << (granules - 1).bit_length() if self._is_buddy else granules
 
-    def reservation_tokens(self, shape: SeqShape) -> int:
-        """Slots :meth:`allocate` takes, rounded up to granules (and to a power of two for buddy)."""
-        return self.reservation_granules(shape) * self.granule_tokens
-
     def max_sequence_tokens(self, shape: SeqShape) -> int:
         """The reservation's slots if it fits the empty address space, else 0 (never admissible)."""
         granules = self.reservation_granules(shape)
         return granules * self.granule_tokens if granules <= self.num_granules else 0
 
+    def _fits_ranges_in_empty(self, range_slots: int, num_ranges: int) -> bool:
+        # equal ranges tile an empty space (for buddy, equal power-of-two blocks tile the arena)
+        return range_slots // self.granule_tokens * num_ranges <= self.num_granules
+
     def largest_hole_bytes(self) -> int:
         """The largest contiguous free range (for buddy: the largest free block)."""
         return self._holes.largest() * self.granule_bytes
 
-    def is_fragmented_for(self, shape: SeqShape) -> bool:
-        """True when ``shape`` cannot be placed although the free granules, added up, could hold it."""
-        granules = self.reservation_granules(shape)
-        return self._num_free_granules >= granules and self._holes.largest() < granules
+    # --- placement -------------------------------------------------------------------------------
 
-    # --- verbs -----------------------------------------------------------------------------------
+    def _range_tokens(self, shape: SeqShape) -> int:
+        return self.reservation_granules(shape) * self.granule_tokens
 
-    def can_fit(self, shape: SeqShape, keep_free_bytes: int = 0) -> bool:
-        """Whether a hole holds the reservation (``keep_free_bytes`` is ignored: the future is reserved)."""
-        return self._holes.largest() >= self.reservation_granules(shape)
+    def _take(self, num_slots: int) -> int | None:
+        granules = num_slots // self.granule_tokens
+        start = self._holes.take(granules) if granules <= self.num_granules else None
+        if start is not None:
+            self._num_free_granules -= granules
+        return start
 
-    def allocate(self, seq_id: int, shape: SeqShape, keep_free_bytes: int = 0) -> bool:
-        """Reserve one contiguous range; ``False`` when no hole is big enough (see
-        :attr:`last_refusal_was_fragmentation` for whether the free bytes alone would have sufficed)."""
-        if seq_id in self._ranges:
-            raise ValueError(f"sequence {seq_id} is already allocated")
-        return self._place(seq_id, shape)
-
-    def fork(self, parent_id: int, child_id: int, child_final_kv_tokens: int | None = None) -> bool:
-        """Copy the parent's tokens into a new range sized for the child; ``False`` when none fits."""
-        num_tokens = self._num_tokens[parent_id]
-        if child_id in self._ranges:
-            raise ValueError(f"sequence {child_id} is already allocated")
-        final = self._final_tokens[parent_id] if child_final_kv_tokens is None else child_final_kv_tokens
-        max_tokens = self._max_tokens[parent_id]
-        return self._place(child_id, SeqShape(num_tokens, max_tokens, final))
-
-    def free(self, seq_id: int) -> None:
-        """Give the range back; it merges with free neighbours (or its buddy)."""
-        start, granules = self._ranges.pop(seq_id)
+    def _give(self, start: int, num_slots: int) -> None:
+        granules = num_slots // self.granule_tokens
         self._holes.give(start, granules)
         self._num_free_granules += granules
-        del self._max_tokens[seq_id]
-        self._untrack(seq_id)
 
-    # --- views -----------------------------------------------------------------------------------
+    def _fragmented(self, num_slots: int) -> bool:
+        """Enough free granules in total, but no hole holds a range of ``num_slots``."""
+        granules = num_slots // self.granule_tokens
+        return self._num_free_granules >= granules and self._holes.largest() < granules
 
-    def block_table(self, seq_id: int) -> list[int]:
-        """Every granule of the sequence's range, in address order (``granule_tokens`` slots each)."""
-        start, granules = self._ranges[seq_id]
-        return list(range(start, start + granules))
-
-    def ledger(self, next_shape: SeqShape | None = None) -> MemoryLedger:
-        """Free holes smaller than ``next_shape``'s reservation are external; O(#holes) with a
+    def _free_and_external_bytes(self, next_shape: SeqShape | None) -> tuple[int, int]:
+        """Free holes smaller than ``next_shape``'s range are external; O(#holes) with a
         ``next_shape``, O(1) without."""
         hole_granules = 0 if next_shape is None else self._holes.granules_below(self.reservation_granules(next_shape))
-        allocated_slots = (self.num_granules - self._num_free_granules) * self.granule_tokens
-        return self._ledger(
-            allocated_slots=allocated_slots,
-            external_bytes=self._remainder_bytes + hole_granules * self.granule_bytes,
-            free_bytes=(self._num_free_granules - hole_granules) * self.granule_bytes,
-        )
-
-    # --- internals -------------------------------------------------------------------------------
-
-    def _place(self, seq_id: int, shape: SeqShape) -> bool:
-        granules = self.reservation_granules(shape)
-        start = self._holes.take(granules) if granules <= self.num_granules else None
-        if start is None:
-            # NOTE: a refusal changes no memory; only these two counters record it for the engine
-            self.last_refusal_was_fragmentation = self._num_free_granules >= granules
-            self.num_fragmentation_refusals += int(self.last_refusal_was_fragmentation)
-            return False
-        self._ranges[seq_id] = (start, granules)
-        self._num_free_granules -= granules
-        self._max_tokens[seq_id] = shape.max_tokens
-        self._track(seq_id, shape.num_tokens, shape.final_kv_tokens, granules * self.granule_tokens)
-        return True
-
-    def _capacity_tokens(self, seq_id: int) -> int:
-        return self._ranges[seq_id][1] * self.granule_tokens
+        free_bytes = (self._num_free_granules - hole_granules) * self.granule_bytes
+        return free_bytes, self._remainder_bytes + hole_granules * self.granule_bytes
 
 
 @hookimpl

@@ -47,11 +47,12 @@ def logical_sequences() -> dict[int, torch.Tensor]:
 def build(alloc) -> dict[int, list[int]]:
     for i, (prompt, appended) in enumerate(SEQUENCES):
         final = prompt + appended
-        assert alloc.allocate(i, SeqShape(prompt, max_tokens=256, final_kv_tokens=final))
-        for _ in range(appended if i != FORK_PARENT else 0):
-            assert alloc.append(i)
+        branches = 2 if i == FORK_PARENT else 1  # the parent reserves its child's branch
+        assert alloc.allocate(i, SeqShape(prompt, s_max_tokens=256, final_kv_tokens=final, num_branches=branches)) == 0
+        if appended and i != FORK_PARENT:
+            assert alloc.append(i, appended)
     # the parent forks before it grows, so parent and child diverge inside a shared block
-    assert alloc.fork(FORK_PARENT, FORK_CHILD, child_final_kv_tokens=SEQUENCES[FORK_PARENT][0] + CHILD_APPENDS)
+    alloc.fork(FORK_PARENT, FORK_CHILD, child_final_kv_tokens=SEQUENCES[FORK_PARENT][0] + CHILD_APPENDS)
     for _ in range(SEQUENCES[FORK_PARENT][1]):
         assert alloc.append(FORK_PARENT)
     for _ in range(CHILD_APPENDS):

@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from kvbench import hookspecs
-from kvbench.memory.allocator import SeqShape
+from kvbench.memory.allocator import Refusal, SeqShape
 from kvbench.app.config import plugin_config
 from kvbench.errors import ConfigError
 from kvbench.memory.conformance import AllocatorConformance
@@ -44,7 +44,7 @@ def test_lecture_640_token_chats_waste_84_percent_internally():
     alloc = lecture_allocator(4096)
     shape = SeqShape(640, 4096, 640)
     seq_id = 0
-    while alloc.allocate(seq_id, shape):
+    while alloc.allocate(seq_id, shape) is not None:
         seq_id += 1
     assert seq_id == 29
     led = alloc.ledger()
@@ -56,7 +56,7 @@ def test_lecture_640_token_chats_waste_84_percent_internally():
 def test_one_slot_per_sequence_with_a_one_entry_block_table():
     alloc = make()
     assert alloc.block_size_tokens == 64
-    assert alloc.allocate(7, SeqShape(10, 64, 30))
+    assert alloc.allocate(7, SeqShape(10, 64, 30)) == 0
     assert alloc.block_table(7) == [0]
     led = alloc.ledger()
     assert (led.token_bytes, led.reserved_future_bytes, led.internal_bytes, led.free_bytes) == (10, 20, 34, 192)
@@ -67,19 +67,19 @@ def test_one_slot_per_sequence_with_a_one_entry_block_table():
 def test_refuses_when_all_slots_are_taken_and_admits_after_a_free():
     alloc = make()
     for seq_id in range(4):
-        assert alloc.allocate(seq_id, SeqShape(1, 64, 1))
-    assert not alloc.can_fit(SeqShape(1, 64, 1))
-    assert not alloc.allocate(4, SeqShape(1, 64, 1))
+        assert alloc.allocate(seq_id, SeqShape(1, 64, 1)) == 0
+    assert alloc.allocate(4, SeqShape(1, 64, 1)) is None
+    assert alloc.refusal_reason(SeqShape(1, 64, 1)) is Refusal.NO_MEMORY  # uniform slots never fragment
     alloc.free(2)
-    assert alloc.allocate(4, SeqShape(1, 64, 1))
+    assert alloc.allocate(4, SeqShape(1, 64, 1)) == 0
     assert alloc.block_table(4) == [2]
 
 
 def test_a_sequence_cannot_outgrow_its_slot():
     alloc = make()
     assert alloc.max_sequence_tokens(SeqShape(1, 10_000, 5000)) == 64
-    assert not alloc.allocate(1, SeqShape(65, 100, 80))
-    assert alloc.allocate(1, SeqShape(63, 64, 63))
+    assert alloc.allocate(1, SeqShape(65, 100, 80)) is None
+    assert alloc.allocate(1, SeqShape(63, 64, 63)) == 0
     assert alloc.append(1)
     led = alloc.ledger()
     assert not alloc.append(1)
@@ -88,18 +88,25 @@ def test_a_sequence_cannot_outgrow_its_slot():
 
 def test_watermark_is_ignored_because_the_whole_future_is_reserved():
     alloc = make()
-    assert alloc.allocate(1, SeqShape(10, 64, 30), keep_free_bytes=10**9)
-    assert NaiveAllocator.uses_watermark is False and NaiveAllocator.contiguous is True
+    assert alloc.allocate(1, SeqShape(10, 64, 30), keep_free_bytes=10**9) == 0
+    caps = NaiveAllocator.capabilities
+    assert caps.reserves_future and caps.contiguous_layout and not caps.shares_blocks
 
 
-def test_fork_copies_into_a_new_slot():
+def test_a_fan_out_reserves_a_slot_per_branch_and_fork_copies_into_it():
     alloc = make(budget_tokens=128)
-    assert alloc.allocate(1, SeqShape(10, 64, 30))
-    assert alloc.fork(1, 2, child_final_kv_tokens=40)
+    assert alloc.allocate(1, SeqShape(10, 64, 30, num_branches=3)) is None  # 3 slots do not fit 2
+    assert alloc.allocate(1, SeqShape(10, 64, 30, num_branches=2)) == 0
+    assert alloc.ledger().free_bytes == 0  # the branch's slot is reserved at admission
+    assert alloc.ledger().reserved_future_bytes == 20 + 30
+    alloc.fork(1, 2, child_final_kv_tokens=40)
     assert alloc.block_table(2) == [1] and alloc.num_tokens(2) == 10
+    [copy] = alloc.drain_copies()
+    assert (copy.src_block_id, copy.dst_block_id, copy.num_bytes) == (0, 1, 10)  # the parent's tokens
     assert alloc.ledger().token_bytes == 20  # copied, not shared
     assert alloc.ledger().reserved_future_bytes == 20 + 30
-    assert not alloc.fork(1, 3)  # no slot left
+    with pytest.raises(RuntimeError, match="reserved no branch"):
+        alloc.fork(1, 3)
 
 
 def test_budget_below_one_slot_holds_nothing():

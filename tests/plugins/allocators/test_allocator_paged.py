@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvbench import hookspecs
-from kvbench.memory.allocator import SeqShape
+from kvbench.memory.allocator import Refusal, SeqShape
 from kvbench.app.config import plugin_config
 from kvbench.errors import ConfigError
 from kvbench.memory.conformance import OPERATIONS, AllocatorConformance
@@ -40,7 +40,7 @@ def test_lecture_numbers_block_16_gives_7450_blocks():
 
 def test_allocate_takes_ceil_blocks_and_grows_one_block_at_a_time():
     alloc = make()
-    assert alloc.allocate(1, SeqShape(20, 100, 40))
+    assert alloc.allocate(1, SeqShape(20, 100, 40)) == 0
     assert alloc.block_table(1) == [0, 1]
     for _ in range(12):  # fills block 1 exactly
         assert alloc.append(1)
@@ -52,7 +52,7 @@ def test_allocate_takes_ceil_blocks_and_grows_one_block_at_a_time():
 
 def test_ledger_splits_the_tail_into_future_and_internal():
     alloc = make()
-    assert alloc.allocate(1, SeqShape(20, 100, 25))  # 2 blocks = 32 slots; will fill 5 more
+    assert alloc.allocate(1, SeqShape(20, 100, 25)) == 0  # 2 blocks = 32 slots; will fill 5 more
     led = alloc.ledger()
     assert (led.token_bytes, led.reserved_future_bytes, led.internal_bytes) == (20, 5, 7)
     assert led.free_bytes == 1024 - 32 and led.external_bytes == 0
@@ -64,8 +64,8 @@ def test_ledger_splits_the_tail_into_future_and_internal():
 
 def test_fork_then_append_to_child_copies_one_block_and_leaves_parent_untouched():
     alloc = make()
-    assert alloc.allocate(1, SeqShape(20, 100, 40))
-    assert alloc.fork(1, 2)
+    assert alloc.allocate(1, SeqShape(20, 100, 40)) == 0
+    alloc.fork(1, 2)
     assert alloc.block_table(2) == [0, 1]
     assert [alloc.refcount(b) for b in (0, 1)] == [2, 2]
     led = alloc.ledger()
@@ -85,8 +85,8 @@ def test_fork_then_append_to_child_copies_one_block_and_leaves_parent_untouched(
 
 def test_fork_with_full_last_block_needs_no_copy():
     alloc = make()
-    assert alloc.allocate(1, SeqShape(32, 100, 60))
-    assert alloc.fork(1, 2)
+    assert alloc.allocate(1, SeqShape(32, 100, 60)) == 0
+    alloc.fork(1, 2)
     assert alloc.append(2)
     assert alloc.num_cow_copies == 0
     assert alloc.block_table(2) == [0, 1, 2] and alloc.block_table(1) == [0, 1]
@@ -94,8 +94,8 @@ def test_fork_with_full_last_block_needs_no_copy():
 
 def test_free_returns_blocks_only_when_the_last_holder_leaves():
     alloc = make()
-    assert alloc.allocate(1, SeqShape(20, 100, 40))
-    assert alloc.fork(1, 2)
+    assert alloc.allocate(1, SeqShape(20, 100, 40)) == 0
+    alloc.fork(1, 2)
     free_before = alloc.ledger().free_bytes
     alloc.free(1)
     assert alloc.ledger().free_bytes == free_before
@@ -109,7 +109,7 @@ def test_free_returns_blocks_only_when_the_last_holder_leaves():
 
 def test_out_of_blocks_append_returns_false_and_changes_nothing():
     alloc = make(budget_tokens=32)
-    assert alloc.allocate(1, SeqShape(32, 100, 60))
+    assert alloc.allocate(1, SeqShape(32, 100, 60)) == 0
     led = alloc.ledger()
     assert not alloc.append(1)
     assert alloc.ledger() == led and alloc.num_tokens(1) == 32
@@ -118,11 +118,13 @@ def test_out_of_blocks_append_returns_false_and_changes_nothing():
 def test_watermark_refuses_admission_that_would_leave_too_little_free():
     alloc = make(budget_tokens=64)  # 4 blocks of 16 bytes
     shape = SeqShape(20, 100, 40)  # 2 blocks
-    assert alloc.can_fit(shape, keep_free_bytes=32)
-    assert not alloc.can_fit(shape, keep_free_bytes=33)
-    assert not alloc.allocate(1, shape, keep_free_bytes=33)
+    assert alloc.allocate(1, shape, keep_free_bytes=33) is None
+    assert alloc.refusal_reason(shape, keep_free_bytes=33) is Refusal.WATERMARK
     assert alloc.ledger().free_bytes == 64
-    assert PagedAllocator.uses_watermark is True and PagedAllocator.contiguous is False
+    assert alloc.allocate(1, shape, keep_free_bytes=32) == 0
+    assert alloc.refusal_reason(SeqShape(40, 100, 40)) is Refusal.NO_MEMORY
+    caps = PagedAllocator.capabilities
+    assert caps.shares_blocks and not caps.reserves_future and not caps.contiguous_layout
 
 
 def test_budget_remainder_below_one_block_is_external():
@@ -185,18 +187,17 @@ def test_running_totals_match_a_brute_force_recount(block_size_tokens, operation
         live = sorted(finals)
         if op[0] == "allocate":
             shape = SeqShape(op[1], op[1] + op[2] + op[3], op[1] + op[2] - 1)
-            if alloc.allocate(next_id, shape):
+            if alloc.allocate(next_id, shape) is not None:
                 finals[next_id] = shape.final_kv_tokens
                 next_id += 1
         elif live and op[0] == "append":
-            for _ in range(op[2]):
-                alloc.append(live[op[1] % len(live)])
+            alloc.append(live[op[1] % len(live)], op[2])
         elif live and op[0] == "fork":
             parent = live[op[1] % len(live)]
             alloc.fork(parent, next_id, None if op[2] is None else alloc.num_tokens(parent) + op[2])
             finals[next_id] = finals[parent] if op[2] is None else alloc.num_tokens(parent) + op[2]
             next_id += 1
-        elif live:
+        elif live and op[0] == "free":
             seq_id = live[op[1] % len(live)]
             alloc.free(seq_id)
             del finals[seq_id]

@@ -10,7 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from kvbench import hookspecs
-from kvbench.memory.allocator import SeqShape
+from kvbench.memory.allocator import Refusal, SeqShape
 from kvbench.app.config import plugin_config
 from kvbench.errors import ConfigError
 from kvbench.memory.conformance import AllocatorConformance
@@ -31,44 +31,42 @@ def make(budget_granules: int, placement: str = "first_fit", reserve: str = "ora
 
 def granules(n: int) -> SeqShape:
     """A request whose oracle reservation is exactly ``n`` granules (prompt + output == 16 n)."""
-    return SeqShape(num_tokens=8, max_tokens=16 * n, final_kv_tokens=16 * n - 1)
+    return SeqShape(num_tokens=8, s_max_tokens=16 * n, final_kv_tokens=16 * n - 1)
 
 
 @pytest.mark.parametrize("placement", ["first_fit", "best_fit"])
 def test_refusal_with_enough_free_bytes_is_observed_as_fragmentation(placement):
     alloc = make(6, placement)
     for seq_id in (1, 2, 3):  # A, B, C: two granules each
-        assert alloc.allocate(seq_id, granules(2))
+        assert alloc.allocate(seq_id, granules(2)) == 0
     alloc.free(1)
     alloc.free(3)  # two holes of 2 granules, separated by B
     d = granules(3)
-    assert alloc.free_bytes() == 64 >= alloc.reservation_tokens(d) == 48
+    assert alloc.unallocated_bytes() == 64 >= alloc.reservation_tokens(d) == 48
     assert alloc.largest_hole_bytes() == 32
-    assert alloc.is_fragmented_for(d)
-    assert not alloc.can_fit(d)
     led = alloc.ledger(next_shape=d)
-    assert not alloc.allocate(4, d)
+    assert alloc.allocate(4, d) is None
+    assert alloc.refusal_reason(d) is Refusal.FRAGMENTED
     assert alloc.ledger(next_shape=d) == led  # a refusal changes nothing
-    assert alloc.num_fragmentation_refusals == 1 and alloc.last_refusal_was_fragmentation
     assert (led.external_bytes, led.free_bytes) == (64, 0)  # both holes are too small for D
     assert alloc.ledger().free_bytes == 64  # ... but free for whoever fits
     alloc.free(2)  # B's range merges with both holes
     assert alloc.largest_hole_bytes() == 96
-    assert alloc.allocate(4, d) and alloc.block_table(4) == [0, 1, 2]
+    assert alloc.allocate(4, d) == 0 and alloc.block_table(4) == [0, 1, 2]
 
 
 def test_refusal_for_lack_of_bytes_is_not_fragmentation():
     alloc = make(4)
-    assert alloc.allocate(1, granules(3))
-    assert not alloc.allocate(2, granules(2))
-    assert not alloc.last_refusal_was_fragmentation and alloc.num_fragmentation_refusals == 0
-    assert not alloc.is_fragmented_for(granules(2))
+    assert alloc.allocate(1, granules(3)) == 0
+    assert alloc.allocate(2, granules(2)) is None
+    assert alloc.refusal_reason(granules(2)) is Refusal.NO_MEMORY
 
 
 def test_reserves_the_whole_future_so_the_watermark_does_not_apply():
     alloc = make(4)
-    assert alloc.allocate(1, granules(2), keep_free_bytes=10**9)
-    assert PerRequestAllocator.uses_watermark is False and PerRequestAllocator.contiguous is True
+    assert alloc.allocate(1, granules(2), keep_free_bytes=10**9) == 0
+    caps = PerRequestAllocator.capabilities
+    assert caps.reserves_future and caps.contiguous_layout and not caps.shares_blocks
 
 
 @pytest.mark.parametrize(
@@ -83,9 +81,9 @@ def test_reserves_the_whole_future_so_the_watermark_does_not_apply():
 )
 def test_reservation_policies(reserve, placement, tokens):
     alloc = make(128, placement, reserve)
-    shape = SeqShape(num_tokens=100, max_tokens=1000, final_kv_tokens=149)
+    shape = SeqShape(num_tokens=100, s_max_tokens=1000, final_kv_tokens=149)
     assert alloc.reservation_tokens(shape) == tokens
-    assert alloc.allocate(1, shape)
+    assert alloc.allocate(1, shape) == 0
     assert len(alloc.block_table(1)) * 16 == tokens
     # final_kv_tokens (149) will be filled; the rest, rounding and the slot of the last emitted
     # token (never fed back), is internal
@@ -102,10 +100,10 @@ def test_best_fit_takes_the_smallest_hole_first_fit_the_first():
     for placement in ("first_fit", "best_fit"):
         alloc = make(10, placement)
         for seq_id, n in enumerate((3, 1, 2, 4)):
-            assert alloc.allocate(seq_id, granules(n))
+            assert alloc.allocate(seq_id, granules(n)) == 0
         alloc.free(0)  # hole of 3 at granule 0
         alloc.free(2)  # hole of 2 at granule 4
-        assert alloc.allocate(9, granules(2))
+        assert alloc.allocate(9, granules(2)) == 0
         placed[placement] = alloc.block_table(9)
     assert placed == {"first_fit": [0, 1], "best_fit": [4, 5]}
 
@@ -114,7 +112,7 @@ def test_freeing_in_any_order_coalesces_back_to_one_hole():
     for order in itertools.permutations(range(4)):
         alloc = make(9)
         for seq_id in range(4):
-            assert alloc.allocate(seq_id, granules(2))
+            assert alloc.allocate(seq_id, granules(2)) == 0
         for seq_id in order:
             alloc.free(seq_id)
         assert alloc.largest_hole_bytes() == 9 * 16
@@ -124,12 +122,12 @@ def test_buddy_splits_and_merges():
     alloc = make(12, "buddy")  # arena of 8 granules; 4 granules are outside it
     assert alloc.num_granules == 8
     assert alloc.ledger().external_bytes == 4 * 16
-    assert alloc.allocate(1, granules(1)) and alloc.block_table(1) == [0]  # 8 -> 4 + 2 + 1 + [1]
-    assert alloc.allocate(2, granules(2)) and alloc.block_table(2) == [2, 3]
-    assert alloc.allocate(3, granules(1)) and alloc.block_table(3) == [1]
+    assert alloc.allocate(1, granules(1)) == 0 and alloc.block_table(1) == [0]  # 8 -> 4 + 2 + 1 + [1]
+    assert alloc.allocate(2, granules(2)) == 0 and alloc.block_table(2) == [2, 3]
+    assert alloc.allocate(3, granules(1)) == 0 and alloc.block_table(3) == [1]
     assert alloc.largest_hole_bytes() == 4 * 16
-    assert alloc.allocate(4, granules(3)) and alloc.block_table(4) == [4, 5, 6, 7]  # 3 -> 4 granules
-    assert not alloc.allocate(5, granules(1))
+    assert alloc.allocate(4, granules(3)) == 0 and alloc.block_table(4) == [4, 5, 6, 7]  # 3 -> 4 granules
+    assert alloc.allocate(5, granules(1)) is None
     for seq_id in (2, 4):
         alloc.free(seq_id)
     # granules 2-7 are free, but 2-3 and 4-7 are not buddies of a common 8-block while 0-1 are taken
@@ -143,7 +141,7 @@ def test_buddy_splits_and_merges():
 
 def test_append_fills_the_reservation_and_no_further():
     alloc = make(4)
-    assert alloc.allocate(1, SeqShape(30, 40, 31))  # oracle: 32 tokens
+    assert alloc.allocate(1, SeqShape(30, 40, 31)) == 0  # oracle: 32 tokens
     led = alloc.ledger()
     assert (led.token_bytes, led.reserved_future_bytes, led.internal_bytes) == (30, 1, 1)
     assert alloc.append(1) and alloc.append(1)
@@ -152,14 +150,17 @@ def test_append_fills_the_reservation_and_no_further():
     assert alloc.ledger() == led
 
 
-def test_fork_copies_into_a_new_range_sized_for_the_child():
-    alloc = make(8)
-    assert alloc.allocate(1, SeqShape(20, 100, 31))
-    assert alloc.fork(1, 2, child_final_kv_tokens=60)  # oracle: 61 -> 4 granules
-    assert alloc.block_table(1) == [0, 1] and alloc.block_table(2) == [2, 3, 4, 5]
-    assert alloc.num_tokens(2) == 20 and alloc.ledger().token_bytes == 40
-    assert not alloc.fork(1, 3, child_final_kv_tokens=60)
-    assert alloc.last_refusal_was_fragmentation is False
+def test_a_fan_out_reserves_a_range_per_branch_and_fork_copies_into_it():
+    alloc = make(12)
+    assert alloc.allocate(1, SeqShape(20, 100, 60, num_branches=4)) is None  # 4 x 4 granules > 12
+    assert alloc.allocate(1, SeqShape(20, 100, 60, num_branches=3)) == 0  # oracle: 61 -> 4 granules each
+    assert alloc.ledger().free_bytes == 0  # every branch's range is reserved at admission
+    assert alloc.block_table(1) == [0, 1, 2, 3]
+    alloc.fork(1, 2, child_final_kv_tokens=40)
+    assert alloc.block_table(2) == [4, 5, 6, 7] and alloc.num_tokens(2) == 20
+    assert alloc.ledger().token_bytes == 40  # copied, not shared
+    [copy] = alloc.drain_copies()
+    assert copy.num_bytes == 20 and copy.dst_block_id == 4
 
 
 def test_a_declared_s_max_larger_than_the_cache_is_never_admissible():

@@ -1,0 +1,67 @@
+"""The memory ledger: where every byte of the KV budget is, at one instant.
+
+:data:`LEDGER_FIELDS` is the one list of its parts; step tables, summaries and figures all derive
+their columns from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class MemoryLedger:
+    """The budget split into five parts that sum to ``budget_bytes``.
+
+    - ``token_bytes``: slots holding a token's K/V state (a block shared by several sequences
+      counts once).
+    - ``reserved_future_bytes``: allocated slots a sequence will fill before it finishes.
+    - ``internal_bytes``: allocated slots that will never be filled (reserve-to-S_max waste, the
+      unused tail of a paged sequence's last block, a finished sequence held until its batch ends).
+    - ``external_bytes``: free slots that the next waiting request cannot use (holes smaller than
+      its reservation, budget left over below one slot or block).
+    - ``free_bytes``: the remaining, usable free slots.
+    """
+
+    budget_bytes: int
+    token_bytes: int
+    reserved_future_bytes: int
+    internal_bytes: int
+    external_bytes: int
+    free_bytes: int
+
+    @classmethod
+    def from_slots(
+        cls,
+        *,
+        budget_bytes: int,
+        kv_bytes_per_token: int,
+        allocated_slots: int,
+        token_slots: int,
+        future_slots: int,
+        external_bytes: int,
+        free_bytes: int,
+    ) -> MemoryLedger:
+        """Build a ledger from slot counts: allocated slots that hold no token and will never be
+        filled are internal fragmentation."""
+        return cls(
+            budget_bytes=budget_bytes,
+            token_bytes=token_slots * kv_bytes_per_token,
+            reserved_future_bytes=future_slots * kv_bytes_per_token,
+            internal_bytes=(allocated_slots - token_slots - future_slots) * kv_bytes_per_token,
+            external_bytes=external_bytes,
+            free_bytes=free_bytes,
+        )
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(getattr(self, name) for name in LEDGER_FIELDS)
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes held by sequences: tokens, reserved future and internal fragmentation."""
+        return self.token_bytes + self.reserved_future_bytes + self.internal_bytes
+
+
+#: the ledger's parts in the order they stack up to the budget
+LEDGER_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(MemoryLedger) if f.name != "budget_bytes")
