@@ -14,8 +14,7 @@ from hydra import initialize_config_module
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, open_dict
 
-from kvbench.app.config import KvbenchConfig
-from kvbench.app.overrides import GROUPS
+from kvbench.app.config import CONFIG_GROUPS, KvbenchConfig
 from kvbench.plugins import config_searchpaths
 from kvbench.output.results import RunResult
 
@@ -29,7 +28,7 @@ def compose(overrides: Sequence[str] = ()) -> tuple[DictConfig, dict[str, str]]:
         extra.append(f"hydra.searchpath=[{','.join(searchpaths)}]")
     with initialize_config_module("kvbench.conf", version_base="1.3"):
         cfg = hydra_compose("config", overrides=extra, return_hydra_config=True)
-    choices = {g: c for g, c in cfg.hydra.runtime.choices.items() if g in GROUPS}
+    choices = {g: c for g, c in cfg.hydra.runtime.choices.items() if g in CONFIG_GROUPS}
     with open_dict(cfg):
         del cfg["hydra"]
     return cfg, choices

@@ -56,9 +56,21 @@ def kvbench_register_preemption_policies() -> list[type]:
     """Return preemption-policy classes to add to the ``preemption`` config group.
 
     Each class subclasses :class:`kvbench.sched.preemption.PreemptionPolicy`: when a running sequence
-    cannot grow, it picks the victim and how the victim gives up its cache.
+    cannot grow, it picks the victim (a whole request) and the mechanism (recompute or swap).
 
     :return: a list of preemption-policy classes (may be empty).
+    """
+
+
+@hookspec
+def kvbench_register_schedulers() -> list[type]:
+    """Return scheduling-policy classes to add to the ``scheduler`` config group.
+
+    Each class subclasses :class:`kvbench.sched.scheduler.Scheduler` and implements ``_schedule``:
+    the order in which a step runs the running requests, resumes swapped ones and admits waiting
+    ones, composed from the scheduler's shared mechanisms (grow or preempt, admit, resume).
+
+    :return: a list of scheduler classes (may be empty).
     """
 
 

@@ -13,11 +13,12 @@ from kvbench.errors import ConfigError
 
 ENTRY_POINT_GROUP = "kvbench"
 
-#: config group -> the registration hook that fills it
+#: plugin config group -> the registration hook that fills it
 GROUP_HOOKS = {
     "allocator": "kvbench_register_allocators",
     "kernel": "kvbench_register_kernels",
     "preemption": "kvbench_register_preemption_policies",
+    "scheduler": "kvbench_register_schedulers",
     "workload": "kvbench_register_workloads",
 }
 

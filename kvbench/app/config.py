@@ -17,49 +17,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from kvbench.errors import ConfigError, require
+from kvbench.metrics.summary import SloConfig
 
 MODES = ("sim", "real")
 WANDB_MODES = ("offline", "online", "disabled")
-
-
-@dataclass
-class SchedulerConfig:
-    #: most sequences in one batch (vLLM's max_num_seqs)
-    max_num_seqs: int = 1024
-    #: prompt tokens prefilled in one step; a longer prompt alone still runs (no chunked prefill)
-    max_num_batched_tokens: int = 8192
-    #: fraction of the KV budget kept free when admitting, so running sequences can grow
-    #: (vLLM's watermark); allocators that reserve a sequence's whole future at admission ignore it
-    watermark_fraction: float = 0.01
-
-    def validate(self) -> None:
-        require(self.max_num_seqs >= 1, "scheduler.max_num_seqs", self.max_num_seqs, "use an integer >= 1")
-        require(
-            self.max_num_batched_tokens >= 1,
-            "scheduler.max_num_batched_tokens",
-            self.max_num_batched_tokens,
-            "use an integer >= 1",
-        )
-        require(
-            0.0 <= self.watermark_fraction < 1.0,
-            "scheduler.watermark_fraction",
-            self.watermark_fraction,
-            "use a fraction in [0, 1)",
-        )
-
-
-@dataclass
-class SloConfig:
-    """Latency objectives; a request counts toward goodput only if it meets every one given."""
-
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    e2e_s: float | None = None
-
-    def validate(self) -> None:
-        for key in ("ttft_s", "tpot_s", "e2e_s"):
-            value = getattr(self, key)
-            require(value is None or value > 0, f"slo.{key}", value, "use a positive number of seconds or null")
 
 
 @dataclass
@@ -83,26 +44,38 @@ class WandbConfig:
         require(self.mode in WANDB_MODES, "wandb.mode", self.mode, f"choose one of {', '.join(WANDB_MODES)}")
 
 
+def _group() -> Any:
+    """A config group: a folder of ``conf/`` whose option is picked with ``<group>=<name>``."""
+    return field(default=None, metadata={"group": True})
+
+
 @dataclass
 class KvbenchConfig:
-    """The whole run. Group nodes are typed by their plugin's ``Config``, checked in :func:`plugin_config`;
-    the other sections are range-checked by their own ``validate()`` in :func:`kvbench.app.run.setup`."""
+    """The whole run. Group nodes are typed by their own ``Config`` (the plugin's, or the spec's),
+    checked where they are built; the other sections are range-checked by their ``validate()``."""
 
-    model: Any = None
-    hardware: Any = None
-    allocator: Any = None
-    kernel: Any = None
-    preemption: Any = None
-    workload: Any = None
+    model: Any = _group()
+    hardware: Any = _group()
+    allocator: Any = _group()
+    kernel: Any = _group()
+    preemption: Any = _group()
+    scheduler: Any = _group()
+    workload: Any = _group()
     #: sim: a cost model of the GPU executes each step; real: a CUDA GPU does
     mode: str = "sim"
     seed: int = 0
     #: show a progress bar for long runs
     progress: bool = True
-    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    #: advance runs of decode-only steps in one computation (identical results; false takes every
+    #: step one by one, the reference the tests compare against)
+    event_driven: bool = True
     slo: SloConfig = field(default_factory=SloConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
+
+
+#: every config group, in the order the defaults list and the help show them (the one list of them)
+CONFIG_GROUPS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(KvbenchConfig) if f.metadata.get("group"))
 
 
 def _format_omegaconf_error(group: str, exc: OmegaConfBaseException) -> str:

@@ -11,9 +11,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from kvbench.app.config import CONFIG_GROUPS as GROUPS
 from kvbench.errors import ConfigError
-
-GROUPS = ("model", "hardware", "allocator", "kernel", "preemption", "workload")
 _ABSENT = object()
 
 

@@ -7,15 +7,22 @@ from dataclasses import dataclass
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from kvbench.app.config import MODES, OutputConfig, SchedulerConfig, SloConfig, WandbConfig, plugin_config, require, to_dataclass
-from kvbench.exec.costmodel import CostModel
+from kvbench.app.progress import progress_bar
+from kvbench.app.config import MODES, OutputConfig, WandbConfig, plugin_config, to_dataclass
+from kvbench.core.request import requests_from_workload
 from kvbench.engine import Engine
-from kvbench.errors import ConfigError
-from kvbench.specs.hardware import HardwareSpec
-from kvbench.metrics.summary import summarize
-from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
-from kvbench.plugins import lookup
+from kvbench.errors import ConfigError, require
+from kvbench.exec.calibration import DecodeEfficiency
+from kvbench.exec.costmodel import CostModel
+from kvbench.exec.sim import SimExecutor
+from kvbench.memory.allocator import Allocator
+from kvbench.memory.host_pool import HostSwapPool
+from kvbench.metrics.summary import SloConfig, summarize
 from kvbench.output.results import RunResult
+from kvbench.plugins import lookup
+from kvbench.sched.scheduler import Scheduler
+from kvbench.specs.hardware import HardwareSpec
+from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
 
 
 @dataclass
@@ -25,11 +32,12 @@ class RunSetup:
     model: ModelSpec
     hardware: HardwareSpec
     budget_bytes: int
-    allocator: object
+    allocator: Allocator
     kernel: object
-    policy: object
+    efficiency: DecodeEfficiency
+    cost: CostModel
+    scheduler: Scheduler
     workload_source: object
-    scheduler: SchedulerConfig
     slo: SloConfig
     output: OutputConfig
     wandb: WandbConfig
@@ -54,15 +62,24 @@ def setup(cfg: DictConfig) -> RunSetup:
     hardware = to_dataclass(HardwareSpec, cfg.hardware, "hardware")
     budget_bytes = hardware.kv_budget(model.weight_bytes)
     allocator = _instantiate("allocator", cfg.allocator, budget_bytes=budget_bytes, kv_bytes_per_token=model.kv_bytes_per_token)
+    kernel = _instantiate("kernel", cfg.kernel)
+    efficiency = kernel.decode_efficiency(
+        hardware.name, allocator.block_size_tokens, allocator.capabilities.contiguous_layout
+    )
+    cost = CostModel(model, hardware, efficiency.efficiency)
+    policy = _instantiate("preemption", cfg.preemption)
+    host_pool = HostSwapPool(int(hardware.host_swap_bytes))
+    scheduler = _instantiate("scheduler", cfg.scheduler, allocator=allocator, policy=policy, cost=cost, host_pool=host_pool)
     return RunSetup(
         model=model,
         hardware=hardware,
         budget_bytes=budget_bytes,
         allocator=allocator,
-        kernel=_instantiate("kernel", cfg.kernel),
-        policy=_instantiate("preemption", cfg.preemption),
+        kernel=kernel,
+        efficiency=efficiency,
+        cost=cost,
+        scheduler=scheduler,
         workload_source=_instantiate("workload", cfg.workload),
-        scheduler=to_dataclass(SchedulerConfig, cfg.scheduler, "scheduler"),
         slo=to_dataclass(SloConfig, cfg.slo, "slo"),
         output=to_dataclass(OutputConfig, cfg.output, "output"),
         wandb=to_dataclass(WandbConfig, cfg.wandb, "wandb"),
@@ -83,43 +100,37 @@ def labels(cfg: DictConfig, s: RunSetup, choices: dict | None = None) -> dict:
         "allocator": choices.get("allocator", s.allocator.name),
         "block_size_tokens": s.allocator.block_size_tokens,
         "kernel": s.kernel.name,
-        "preemption": s.policy.name,
+        "scheduler": choices.get("scheduler", s.scheduler.name),
+        "preemption": choices.get("preemption", s.scheduler.policy.name),
+        "victim": s.scheduler.policy.config.victim,
         "workload": choices.get("workload", s.workload_source.name),
         "seed": int(cfg.seed),
     }
 
 
 def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
-    """Run the config (already composed by Hydra or by :func:`kvbench.compose`) and summarize it."""
+    """Run the config (already composed by Hydra or by :func:`kvbench.api.compose`) and summarize it."""
     s = setup(cfg)
-    efficiency = s.kernel.decode_efficiency(s.hardware.name, s.allocator.block_size_tokens, s.allocator.contiguous)
     workload = s.workload_source.generate(np.random.default_rng(int(cfg.seed)))
-    engine = Engine(
-        s.allocator,
-        s.policy,
-        CostModel(s.model, s.hardware, efficiency.efficiency),
-        s.scheduler,
-        show_progress=bool(cfg.progress),
-    )
-    record = engine.run(workload)
+    with progress_bar(workload.num_requests, "simulating", enabled=bool(cfg.progress)) as advance:
+        engine = Engine(s.scheduler, SimExecutor(s.cost), event_driven=bool(cfg.event_driven), on_finished=advance)
+        record = engine.run(requests_from_workload(workload))
     summary = labels(cfg, s, choices)
     summary.update(
         kv_budget_bytes=s.budget_bytes,
         kv_bytes_per_token=s.model.kv_bytes_per_token,
         weight_bytes=s.model.weight_bytes,
-        decode_efficiency=efficiency.efficiency,
-        calibration=efficiency.source,
+        decode_efficiency=s.efficiency.efficiency,
+        calibration=s.efficiency.source,
     )
-    summary.update(
-        summarize(
-            record.requests,
-            record.steps,
-            budget_bytes=s.budget_bytes,
-            kv_bytes_per_token=s.model.kv_bytes_per_token,
-            slo=s.slo,
-        )
+    summary.update(summarize(record.requests, record.steps, budget_bytes=s.budget_bytes,
+                             kv_bytes_per_token=s.model.kv_bytes_per_token, slo=s.slo))  # fmt: skip
+    summary.update(_refusal_summary(record.refusals))
+    caps = s.allocator.capabilities
+    summary["swap_pool_peak_bytes"] = s.scheduler.host_pool.peak_bytes
+    summary["swap_break_even_kv_tokens"] = s.cost.swap_break_even_kv_tokens(
+        None if caps.contiguous_layout else s.allocator.block_size_tokens
     )
-    summary.update(_refusal_summary(record.refusals, engine))
     summary["sim_wall_s"] = record.sim_wall_s
     summary["simulated_requests_per_wall_s"] = workload.num_requests / record.sim_wall_s
     return RunResult(
@@ -131,13 +142,13 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
     )
 
 
-def _refusal_summary(refusals, engine: Engine) -> dict:
-    """Admission refusals, and those at a moment when enough memory was free: fragmentation, observed."""
-    headroom = engine.watermark_bytes if engine.allocator.uses_watermark else 0
-    fragmented = refusals["free_bytes"] - headroom >= refusals["reservation_bytes"]
+def _refusal_summary(refusals) -> dict:
+    """Admission refusals by the allocator's own classification; ``fragmented`` is external
+    fragmentation, observed: enough free bytes, no hole that holds the request."""
+    fragmented = refusals["reason"] == "fragmented"
     return {
         # a request at the head of the queue is refused once per step until it fits
-        "num_refusal_steps": int(len(refusals)),
-        "num_fragmentation_refusals": int(fragmented.sum()),
+        "num_refusal_steps": int(refusals["num_steps"].sum()),
+        "num_fragmentation_refusals": int(refusals.loc[fragmented, "num_steps"].sum()),
         "num_requests_refused_by_fragmentation": int(refusals.loc[fragmented, "request_id"].nunique()),
     }

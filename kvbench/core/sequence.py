@@ -1,60 +1,134 @@
-"""Per-request state inside the engine: counters, not token lists (no per-token objects)."""
+"""Sequences and the groups the scheduler moves: counters, not token lists (no per-token objects).
+
+A :class:`Sequence` is one completion being generated: ``num_tokens`` (prompt + generated) and
+``num_computed_tokens`` (how many of them have K/V in the cache), vLLM v1's unified token model:
+there is no prefill or decode phase, only how many new tokens a sequence computes in a step. A
+sequence samples a token whenever a step leaves it with every token computed.
+
+A :class:`SequenceGroup` is one request's sequences (its branches) plus what the run records about
+the request. Groups are the unit the scheduler queues, admits and preempts: a victim is a whole
+request.
+"""
 
 from __future__ import annotations
 
+import enum
+
+from kvbench.core.request import Request
 from kvbench.memory.allocator import SeqShape
 
 
-class Sequence:
-    """One request as it moves through waiting -> running -> finished, possibly several times.
+class Status(enum.Enum):
+    WAITING = "waiting"  #: not admitted (or preempted by recompute); holds no memory
+    RUNNING = "running"  #: admitted: holds memory and computes in steps
+    SWAPPED = "swapped"  #: preempted by swap: its KV is in host memory
+    FINISHED = "finished"
 
-    ``num_generated`` counts emitted output tokens; ``num_kv_tokens`` counts KV slots held (0 while
-    waiting). A prefill of ``n`` context tokens stores ``n`` KV slots and emits one token; a decode
-    step stores the previous token's KV slot and emits the next one.
+
+class Sequence:
+    """One branch of a request. Its KV slots in the allocator are ``num_computed_tokens``."""
+
+    __slots__ = ("seq_id", "group", "output_tokens", "num_tokens", "num_computed_tokens", "status")
+
+    def __init__(self, seq_id: int, group: SequenceGroup, output_tokens: int) -> None:
+        self.seq_id = seq_id
+        self.group = group
+        self.output_tokens = output_tokens
+        self.num_tokens = group.request.prompt_tokens
+        self.num_computed_tokens = 0
+        #: WAITING until the allocator holds it (a branch stays WAITING until its group forks)
+        self.status = Status.WAITING
+
+    @property
+    def num_generated(self) -> int:
+        return self.num_tokens - self.group.request.prompt_tokens
+
+    @property
+    def num_pending_tokens(self) -> int:
+        """Tokens to compute before it can sample again (1 for a decode)."""
+        return self.num_tokens - self.num_computed_tokens
+
+
+#: the request-table columns: what the run records about every request (one source for the table)
+REQUEST_COLUMNS = (
+    "request_id", "arrival_s", "prompt_tokens", "s_max_tokens", "num_branches", "max_branch_output_tokens",
+    "output_tokens", "num_generated", "boundary_s", "admitted_s", "prefill_compute_s", "first_token_s",
+    "finish_s", "num_preemptions", "num_recompute_preemptions", "num_swap_preemptions", "num_swap_fallbacks",
+    "num_computed_tokens", "num_recomputed_tokens", "swap_out_bytes", "swap_in_bytes",
+)  # fmt: skip
+
+
+class SequenceGroup:
+    """A request's branches, the queue it is in, and its counters.
+
+    Timestamps are -1 until they happen. ``boundary_s`` is the first step boundary at or after
+    arrival (scheduling delay ends there), ``admitted_s`` the start of the step that first
+    allocated it, ``prefill_compute_s`` the compute time of its first prefill.
     """
 
     __slots__ = (
-        "seq_id",
-        "arrival_s",
-        "prompt_tokens",
-        "output_tokens",
-        "max_tokens",
-        "num_generated",
-        "num_kv_tokens",
-        "num_preemptions",
-        "num_recomputed_tokens",
-        "boundary_s",
-        "admitted_s",
-        "prefill_s",
-        "first_token_s",
-        "finish_s",
-    )
+        "request", "seqs", "status", "is_forked", "num_live", "num_lost_tokens",
+        "boundary_s", "admitted_s", "prefill_compute_s", "first_token_s", "finish_s",
+        "num_preemptions", "num_recompute_preemptions", "num_swap_preemptions", "num_swap_fallbacks",
+        "num_computed_tokens", "num_recomputed_tokens", "swap_out_bytes", "swap_in_bytes",
+    )  # fmt: skip
 
-    def __init__(self, seq_id: int, arrival_s: float, prompt_tokens: int, output_tokens: int, max_tokens: int):
-        self.seq_id = seq_id
-        self.arrival_s = arrival_s
-        self.prompt_tokens = prompt_tokens
-        self.output_tokens = output_tokens
-        self.max_tokens = max_tokens
-        self.num_generated = 0
-        self.num_kv_tokens = 0
-        self.num_preemptions = 0
-        self.num_recomputed_tokens = 0
-        self.boundary_s = -1.0  #: first step boundary at or after arrival (scheduling delay ends)
-        self.admitted_s = -1.0  #: start of the step that first prefilled it
-        self.prefill_s = 0.0  #: compute time of its first prefill
-        self.first_token_s = -1.0
-        self.finish_s = -1.0
+    def __init__(self, request: Request, first_seq_id: int) -> None:
+        self.request = request
+        self.seqs = [Sequence(first_seq_id + i, self, out) for i, out in enumerate(request.branch_output_tokens)]
+        self.status = Status.WAITING
+        #: the branches share the prompt's KV; until the fork only the first live branch holds memory
+        self.is_forked = False
+        self.num_live = len(self.seqs)
+        #: KV positions lost to recompute preemptions and not yet computed again
+        self.num_lost_tokens = 0
+        self.boundary_s = self.admitted_s = self.first_token_s = self.finish_s = -1.0
+        self.prefill_compute_s = 0.0
+        self.num_preemptions = self.num_recompute_preemptions = self.num_swap_preemptions = 0
+        self.num_swap_fallbacks = self.num_computed_tokens = self.num_recomputed_tokens = 0
+        self.swap_out_bytes = self.swap_in_bytes = 0
 
     @property
-    def final_kv_tokens(self) -> int:
-        # the last emitted token is never fed back, so its KV is never stored
-        return self.prompt_tokens + self.output_tokens - 1
+    def request_id(self) -> int:
+        return self.request.request_id
 
-    @property
-    def context_tokens(self) -> int:
-        """Tokens a (re-)prefill must process: the prompt plus everything generated so far."""
-        return self.prompt_tokens + self.num_generated
+    def live_seqs(self) -> list[Sequence]:
+        """Branches that have not finished."""
+        return [s for s in self.seqs if s.status is not Status.FINISHED]
 
-    def shape(self) -> SeqShape:
-        return SeqShape(self.context_tokens, self.max_tokens, self.final_kv_tokens)
+    def held_seqs(self) -> list[Sequence]:
+        """Branches the allocator holds."""
+        return [s for s in self.seqs if s.status is Status.RUNNING]
+
+    def root(self) -> Sequence:
+        """The branch that computes the shared prompt (the first live one)."""
+        return next(s for s in self.seqs if s.status is not Status.FINISHED)
+
+    def needs_fork(self) -> bool:
+        """Whether live branches still wait to be forked off the prompt."""
+        return not self.is_forked and self.num_live > 1
+
+    def shape(self, num_tokens: int) -> SeqShape:
+        """What the allocator is told when the group's first ``num_tokens`` are allocated."""
+        request = self.request
+        longest = max(s.output_tokens for s in self.seqs if s.status is not Status.FINISHED)
+        return SeqShape(num_tokens, request.s_max_tokens, request.prompt_tokens + longest - 1, self.num_live)
+
+    def num_cached_positions(self) -> int:
+        """Distinct token positions whose KV the group holds (the prompt counts once once forked)."""
+        held = self.held_seqs()
+        if not self.is_forked:
+            return sum(s.num_computed_tokens for s in held)
+        prompt = self.request.prompt_tokens
+        return prompt + sum(s.num_computed_tokens - prompt for s in held)
+
+    def row(self) -> tuple:
+        """Its request-table row, in :data:`REQUEST_COLUMNS` order."""
+        r = self.request
+        return (
+            r.request_id, r.arrival_s, r.prompt_tokens, r.s_max_tokens, r.num_branches, r.max_output_tokens,
+            sum(r.branch_output_tokens), sum(s.num_generated for s in self.seqs), self.boundary_s, self.admitted_s,
+            self.prefill_compute_s, self.first_token_s, self.finish_s, self.num_preemptions,
+            self.num_recompute_preemptions, self.num_swap_preemptions, self.num_swap_fallbacks,
+            self.num_computed_tokens, self.num_recomputed_tokens, self.swap_out_bytes, self.swap_in_bytes,
+        )  # fmt: skip

@@ -1,18 +1,28 @@
-"""The simulated GPU: how long one engine step takes (the lecture's roofline cost model).
+"""The simulated GPU: what each piece of a step costs (the lecture's roofline cost model).
 
 - decode: every step re-reads all weights plus the KV of every decoding sequence, so it is
   memory-bound: ``(weight bytes + KV bytes read) / (HBM bandwidth * kernel efficiency)``;
-- prefill: compute-bound: ``(2*N*S + 4*L*H*d*S^2) / (peak FLOP/s * achieved fraction)`` per prompt.
+- prefill: compute-bound. A chunk of ``c`` new tokens over ``p`` tokens already cached costs
+  ``(2*N*c + 4*L*H*d*c*(p + c)) / (peak FLOP/s * achieved fraction)``: every new query row attends
+  to every key up to the end of its chunk. With ``p = 0`` and ``c = S`` this is the lecture's
+  ``2*N*S + 4*L*H*d*S^2``; a prompt split into chunks costs less attention than one chunk,
+  because rows of an early chunk never see the keys of a later one;
+- swap: ``bytes / host link bandwidth + one per-transfer overhead per copy`` each way (vLLM copies
+  block by block, so small blocks pay the overhead more often);
+- copy on the device (copy-on-write, a contiguous fork): read and write, ``2 * bytes / HBM bandwidth``.
 
-A step that both prefills and decodes (iteration-level batching without chunked prefill) is
-charged the sum: the cost model does not assume the two overlap, which is why one long prefill
-stalls every decode in its batch (lecture section 10.6).
+A step's time is the sum of its parts: the cost model does not assume that prefill, decode and
+transfers overlap, which is why one long prefill stalls every decode in its batch (lecture 10.6).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
+
+from kvbench.memory.allocator import Transfer
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelSpec
 
@@ -25,7 +35,7 @@ class CostModel:
     decode_efficiency: float = 1.0
 
     def __post_init__(self) -> None:
-        # hoisted constants: step_time_s runs once per simulated step
+        # hoisted constants: these run once per simulated step
         object.__setattr__(self, "_linear_flops", 2.0 * self.model.num_params)
         object.__setattr__(
             self, "_quadratic_flops", 4.0 * self.model.num_layers * self.model.num_heads * self.model.head_dim
@@ -35,15 +45,63 @@ class CostModel:
             self, "_bytes_per_s", self.hardware.hbm_bandwidth_bytes_per_s * self.decode_efficiency
         )
 
+    # --- compute -------------------------------------------------------------------------------------
+
+    def prefill_chunk_time_s(self, num_new_tokens: int, num_context_tokens: int = 0) -> float:
+        """Compute time of ``num_new_tokens`` new tokens over ``num_context_tokens`` cached ones."""
+        c = num_new_tokens
+        return (self._linear_flops * c + self._quadratic_flops * c * (num_context_tokens + c)) / self._flops_per_s
+
     def prefill_time_s(self, num_tokens: int) -> float:
-        """Compute time to prefill one sequence of ``num_tokens`` context tokens."""
-        return (self._linear_flops * num_tokens + self._quadratic_flops * num_tokens * num_tokens) / self._flops_per_s
+        """Compute time to prefill ``num_tokens`` tokens in one chunk (nothing cached)."""
+        return self.prefill_chunk_time_s(num_tokens, 0)
 
     def decode_time_s(self, kv_read_tokens: int) -> float:
         """Time of one decode step whose sequences hold ``kv_read_tokens`` KV slots in total."""
         return (self.model.weight_bytes + kv_read_tokens * self.model.kv_bytes_per_token) / self._bytes_per_s
 
-    def step_time_s(self, prefill_time_s: float, num_decode_seqs: int, kv_read_tokens: int) -> float:
-        """One engine step: its prefills' compute plus, if any sequence decodes, one decode pass."""
-        decode_s = self.decode_time_s(kv_read_tokens) if num_decode_seqs else 0.0
-        return prefill_time_s + decode_s
+    def decode_times_s(self, first_kv_read_tokens: int, num_decodes: int, num_steps: int) -> np.ndarray:
+        """``num_steps`` consecutive decode steps of the same ``num_decodes`` sequences: each step
+        reads one more slot per sequence. Element k equals ``decode_time_s`` of step k exactly."""
+        kv_read_tokens = first_kv_read_tokens + num_decodes * np.arange(num_steps, dtype=np.int64)
+        return (self.model.weight_bytes + kv_read_tokens * self.model.kv_bytes_per_token) / self._bytes_per_s
+
+    # --- moving KV -----------------------------------------------------------------------------------
+
+    def transfer_time_s(self, transfer: Transfer) -> float:
+        """One direction of a swap."""
+        hw = self.hardware
+        return transfer.num_bytes / hw.host_link_bytes_per_s + transfer.num_runs * hw.host_transfer_overhead_s
+
+    def swap_round_trip_s(self, transfer: Transfer) -> float:
+        """Out to host memory and back: what a swap preemption costs in total."""
+        return 2.0 * self.transfer_time_s(transfer)
+
+    def copy_time_s(self, num_bytes: int) -> float:
+        """A device-to-device copy: every byte read once and written once."""
+        return 2.0 * num_bytes / self.hardware.hbm_bandwidth_bytes_per_s
+
+    # --- swap versus recompute ---------------------------------------------------------------------
+
+    def swap_break_even_kv_tokens(self, block_size_tokens: int | None) -> float:
+        """KV tokens above which swapping a preempted sequence out and back costs less than
+        recomputing its prefill (lecture 10.5, Exercise 4), in closed form.
+
+        With ``S`` KV tokens, recompute costs ``(2N*S + q*S^2) / F`` (``q = 4*L*H*d``) and a swap
+        round trip ``2 * (S * kv / W + runs * o)``, with one run per block of ``block_size_tokens``
+        (taken as ``S / B``: whole blocks are what is moved) or a single run for a contiguous
+        sequence (``block_size_tokens=None``). Recompute grows quadratically and a swap linearly,
+        so they cross once: below the break-even recompute is cheaper, above it swapping is.
+        0 means swapping is cheaper at every length.
+        """
+        hw, kv = self.hardware, self.model.kv_bytes_per_token
+        quadratic = self._quadratic_flops / self._flops_per_s  # s per token^2
+        linear_recompute = self._linear_flops / self._flops_per_s  # s per token
+        linear_swap = 2.0 * kv / hw.host_link_bytes_per_s
+        if block_size_tokens is None:
+            # q S^2 + (b_r - b_s) S - 2 o = 0: one positive root (the fixed overhead favours recompute at S -> 0)
+            b = linear_recompute - linear_swap
+            c = -2.0 * hw.host_transfer_overhead_s
+            return (-b + math.sqrt(b * b - 4.0 * quadratic * c)) / (2.0 * quadratic)
+        linear_swap += 2.0 * hw.host_transfer_overhead_s / block_size_tokens
+        return max(0.0, (linear_swap - linear_recompute) / quadratic)

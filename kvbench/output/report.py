@@ -9,7 +9,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from kvbench.metrics.summary import METRIC_DEFINITIONS, format_summary
+from kvbench.metrics.display import METRIC_DEFINITIONS, format_summary
 from kvbench.output.results import read_job
 
 #: (column, header, format) of the sweep comparison table

@@ -20,6 +20,11 @@ class HardwareSpec:
     prefill_flops_efficiency: float = 0.5
     #: host <-> device link, for swapping
     host_link_bytes_per_s: float = 64e9
+    #: fixed cost of one host <-> device copy (a cudaMemcpyAsync and its PCIe round trip); a
+    #: swap pays it once per block moved, as vLLM copies block by block
+    host_transfer_overhead_s: float = 10e-6
+    #: host memory set aside for swapped-out KV (vLLM's swap_space, 4 GiB by default)
+    host_swap_bytes: float = 4 * 2**30
     #: the KV-cache budget in bytes; when null it is hbm_bytes * memory_fraction - weight bytes
     kv_budget_bytes: float | None = None
     #: vLLM's gpu_memory_utilization, used only when kv_budget_bytes is null
@@ -28,6 +33,9 @@ class HardwareSpec:
     def validate(self) -> None:
         for key in ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "dense_flops_per_s", "host_link_bytes_per_s"):
             require(getattr(self, key) > 0, f"hardware.{key}", getattr(self, key), "use a positive number")
+        for key in ("host_transfer_overhead_s", "host_swap_bytes"):
+            value = getattr(self, key)
+            require(value >= 0, f"hardware.{key}", value, "use a number >= 0")
         require(
             0 < self.prefill_flops_efficiency <= 1,
             "hardware.prefill_flops_efficiency",

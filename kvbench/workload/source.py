@@ -16,22 +16,46 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Workload:
-    """Requests sorted by arrival; request ``i`` is row ``i`` of every array."""
+    """Requests sorted by arrival; request ``i`` is row ``i`` of every per-request array.
+
+    A request with ``num_branches = n > 1`` wants n completions of one prompt (parallel sampling).
+    Its branches emit ``output_tokens`` tokens each, unless ``branch_output_tokens`` gives every
+    branch its own length (then ``output_tokens`` is the longest).
+    """
 
     arrival_s: np.ndarray  #: float64, seconds from the start of the run
     prompt_tokens: np.ndarray  #: int64, >= 1
     output_tokens: np.ndarray  #: int64, >= 1
-    max_tokens: np.ndarray  #: int64, the request's declared S_max (prompt + output <= it)
+    s_max_tokens: np.ndarray  #: int64, the request's declared S_max (prompt + output <= it)
+    num_branches: np.ndarray | None = None  #: int64, >= 1; None: one completion each
+    #: int64, ``num_branches.sum()`` entries, request by request; None: every branch emits ``output_tokens``
+    branch_output_tokens: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
-        for name in ("prompt_tokens", "output_tokens", "max_tokens"):
-            if len(getattr(self, name)) != n:
-                raise ValueError(f"workload column {name} has {len(getattr(self, name))} rows, expected {n}")
+        for name in ("prompt_tokens", "output_tokens", "s_max_tokens", "num_branches"):
+            column = getattr(self, name)
+            if column is not None and len(column) != n:
+                raise ValueError(f"workload column {name} has {len(column)} rows, expected {n}")
+        if self.branch_output_tokens is not None and len(self.branch_output_tokens) != int(self.branches().sum()):
+            raise ValueError("workload column branch_output_tokens needs one entry per branch")
 
     @property
     def num_requests(self) -> int:
         return len(self.arrival_s)
+
+    def branches(self) -> np.ndarray:
+        """Completions per request (int64)."""
+        return np.ones(self.num_requests, dtype=np.int64) if self.num_branches is None else self.num_branches
+
+    def branch_output_tokens_per_request(self) -> list[tuple[int, ...]]:
+        """Each request's branch lengths, as tuples."""
+        branches = self.branches().tolist()
+        if self.branch_output_tokens is None:
+            return [(o,) * b for o, b in zip(self.output_tokens.tolist(), branches)]
+        flat = self.branch_output_tokens.tolist()
+        ends = np.cumsum(branches).tolist()
+        return [tuple(flat[end - b : end]) for b, end in zip(branches, ends)]
 
 
 class WorkloadSource:

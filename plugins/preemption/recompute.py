@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from kvbench import hookimpl
-from kvbench.sched.preemption import PreemptionPolicy
+from kvbench.sched.preemption import RECOMPUTE, PreemptionPolicy
 
 
 class RecomputePolicy(PreemptionPolicy):
-    """Evict the newest running sequence (the default victim) and recompute its cache later.
+    """Always recompute (vLLM's default for single-sequence requests).
 
-    Its cost is paid on readmission, as a prefill of the prompt plus every token generated so
-    far; the engine counts those tokens as the recompute tax.
+    The cost is paid on readmission, as a prefill of the prompt plus every token generated so far;
+    those positions count toward the recompute tax.
     """
 
     name = "recompute"
 
-    def mechanism(self, victim) -> str:
-        return self.RECOMPUTE
+    def mechanism(self, group, ctx) -> str:
+        return RECOMPUTE
 
 
 @hookimpl

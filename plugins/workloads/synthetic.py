@@ -3,7 +3,7 @@
 Presets in ``conf/workload/`` (``lecture_chat``, ``lognormal``, ``exercise2_mix``) are this source
 with different options.
 
-Declared S_max. Every request declares an S_max (the workload's ``max_tokens`` column): either
+Declared S_max. Every request declares an S_max (the workload's ``s_max_tokens`` column): either
 ``s_max_tokens`` for all, or a class drawn from ``s_max_mix``. A declared S_max is the request's own
 promise about its length, so kvbench keeps it: drawn (lognormal) lengths are clipped into the
 request's class, prompt to ``S_max - min_tokens`` and then output to ``S_max - prompt``. A request
@@ -65,6 +65,9 @@ class SyntheticConfig:
     #: declared S_max classes, each {s_max_tokens, fraction}, fractions summing to 1; each request
     #: draws its class; null: every request declares s_max_tokens (which a mix overrides)
     s_max_mix: list[SmaxClass] | None = None
+    #: completions per request (parallel sampling): the branches share the prompt, fork after its
+    #: prefill and each emit their own output (with lognormal lengths, each branch draws its own)
+    num_branches: int = 1
 
     def declared_s_max_tokens(self) -> list[int]:
         """Every S_max a request of this workload can declare."""
@@ -87,6 +90,7 @@ class SyntheticConfig:
             value = getattr(self, key)
             ok = value is None or value >= self.min_tokens
             require(ok, f"{_KEY}.{key}", value, f"use null or an integer >= workload.min_tokens={self.min_tokens}")
+        require(self.num_branches >= 1, f"{_KEY}.num_branches", self.num_branches, "use an integer >= 1")
         validate_arrivals(self.arrival, self.rate_per_s, _KEY)
         require(self.s_max_tokens >= 2, f"{_KEY}.s_max_tokens", self.s_max_tokens, "use an integer >= 2")
         if self.s_max_mix is not None:
@@ -145,10 +149,12 @@ class SyntheticWorkload(WorkloadSource):
         n = cfg.num_requests
         arrival_s = arrival_times_s(cfg.arrival, n, cfg.rate_per_s, rng)
         if cfg.s_max_mix:
-            max_tokens = draw_s_max(cfg.s_max_mix, n, rng)
+            s_max_tokens = draw_s_max(cfg.s_max_mix, n, rng)
         else:
-            max_tokens = np.full(n, cfg.s_max_tokens, dtype=np.int64)
+            s_max_tokens = np.full(n, cfg.s_max_tokens, dtype=np.int64)
+        branches = cfg.num_branches
 
+        branch_output_tokens = None
         if cfg.lengths == "fixed":
             prompt_tokens = np.full(n, cfg.prompt_tokens, dtype=np.int64)
             output_tokens = np.full(n, cfg.output_tokens, dtype=np.int64)
@@ -158,11 +164,14 @@ class SyntheticWorkload(WorkloadSource):
             upper = min(cfg.max_prompt_tokens or largest, largest)
             prompt_tokens = _lognormal_tokens(cfg.prompt_tokens, cfg.prompt_sigma, cfg.min_tokens, upper, n, rng)
             upper = min(cfg.max_output_tokens or largest, largest)
-            output_tokens = _lognormal_tokens(cfg.output_tokens, cfg.output_sigma, cfg.min_tokens, upper, n, rng)
+            # one draw per branch, request by request (a single column when there is one branch)
+            drawn = _lognormal_tokens(cfg.output_tokens, cfg.output_sigma, cfg.min_tokens, upper, n * branches, rng)
             # Clip into each request's own declared S_max (see the module docstring): leave room
             # for at least min_tokens of output, then let the output fill what remains.
-            prompt_tokens = np.minimum(prompt_tokens, max_tokens - cfg.min_tokens)
-            output_tokens = np.minimum(output_tokens, max_tokens - prompt_tokens)
+            prompt_tokens = np.minimum(prompt_tokens, s_max_tokens - cfg.min_tokens)
+            drawn = np.minimum(drawn.reshape(n, branches), (s_max_tokens - prompt_tokens)[:, None])
+            output_tokens = drawn.max(axis=1)
+            branch_output_tokens = drawn if branches > 1 else None
 
         # Stable, so requests with equal arrival times keep their generation order.
         order = np.argsort(arrival_s, kind="stable")
@@ -170,7 +179,9 @@ class SyntheticWorkload(WorkloadSource):
             arrival_s=arrival_s[order],
             prompt_tokens=prompt_tokens[order],
             output_tokens=output_tokens[order],
-            max_tokens=max_tokens[order],
+            s_max_tokens=s_max_tokens[order],
+            num_branches=None if branches == 1 else np.full(n, branches, dtype=np.int64),
+            branch_output_tokens=None if branch_output_tokens is None else branch_output_tokens[order].reshape(-1),
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvbench.exec.costmodel import CostModel
+from kvbench.memory.allocator import Transfer
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelSpec
 
@@ -29,7 +30,53 @@ def test_efficiency_scales_decode_only():
     assert half.prefill_time_s(512) == full.prefill_time_s(512)
 
 
-def test_step_time_adds_prefill_and_one_decode_pass():
+def test_a_chunk_attends_to_the_context_before_it():
     cost = CostModel(LLAMA2_7B, H100)
-    assert cost.step_time_s(0.1, 0, 0) == 0.1
-    assert cost.step_time_s(0.1, 3, 1000) == pytest.approx(0.1 + cost.decode_time_s(1000))
+    q = 4.0 * 32 * 32 * 128  # FLOPs per (query, key) pair over all layers and heads
+    flops_per_s = 989e12 * 0.5
+    assert cost.prefill_chunk_time_s(512, 0) == cost.prefill_time_s(512)
+    expected = (2 * LLAMA2_7B.num_params * 256 + q * 256 * (1024 + 256)) / flops_per_s
+    assert cost.prefill_chunk_time_s(256, 1024) == pytest.approx(expected, rel=1e-12)
+    # two chunks of a 4K prompt skip the keys the first half never sees: cheaper than one chunk
+    split = cost.prefill_chunk_time_s(2048, 0) + cost.prefill_chunk_time_s(2048, 2048)
+    assert split == pytest.approx(cost.prefill_time_s(4096) - q * 2048 * 2048 / flops_per_s)
+
+
+def test_decode_times_of_a_run_equal_each_step_priced_alone():
+    cost = CostModel(LLAMA2_7B, H100, 0.73)
+    run = cost.decode_times_s(123_457, 199, 50)
+    assert [float(t) for t in run] == [cost.decode_time_s(123_457 + 199 * k) for k in range(50)]
+
+
+def test_a_4k_mha_swap_round_trip_takes_67_ms_plus_per_copy_overheads():
+    # lecture 10.5: 4,096 tokens x 512 KiB = 2.147 GB each way over 64 GB/s -> 67 ms round trip
+    no_overhead = CostModel(LLAMA2_7B, HardwareSpec(kv_budget_bytes=62.5e9, host_transfer_overhead_s=0.0))
+    transfer = Transfer(num_bytes=4096 * 524_288, num_runs=256)  # 256 blocks of 16
+    assert no_overhead.swap_round_trip_s(transfer) == pytest.approx(0.0671, abs=1e-4)
+    with_overhead = CostModel(LLAMA2_7B, H100)  # 10 us per block copy, each way
+    assert with_overhead.swap_round_trip_s(transfer) == pytest.approx(no_overhead.swap_round_trip_s(transfer) + 2 * 256 * 10e-6)
+
+
+def test_a_device_copy_reads_and_writes_every_byte():
+    assert CostModel(LLAMA2_7B, H100).copy_time_s(3.35e9) == pytest.approx(2 / 1000)
+
+
+@pytest.mark.parametrize("block_size_tokens", [None, 8, 16, 256])
+def test_break_even_is_where_swap_and_recompute_cost_the_same(block_size_tokens):
+    hw = HardwareSpec(kv_budget_bytes=62.5e9, host_link_bytes_per_s=32e9)
+    cost = CostModel(LLAMA2_7B, hw)
+    s_star = cost.swap_break_even_kv_tokens(block_size_tokens)
+    runs = 1 if block_size_tokens is None else s_star / block_size_tokens
+    swap = cost.swap_round_trip_s(Transfer(s_star * 524_288, runs))
+    assert swap == pytest.approx(cost.prefill_time_s(s_star), rel=1e-9)
+
+
+def test_exercise_4_mha_at_32_gb_per_s_breaks_even_at_5201_tokens_not_2600():
+    # swap 2 S 512 KiB / 32e9 = recompute (13.48 S + 0.524e-3 S^2) GFLOP / 494.5 TFLOP/s gives
+    # S = 5,201 tokens without per-copy overheads; the lecture's "about 2,600" is off by half
+    hw = HardwareSpec(kv_budget_bytes=62.5e9, host_link_bytes_per_s=32e9, host_transfer_overhead_s=0.0)
+    assert CostModel(LLAMA2_7B, hw).swap_break_even_kv_tokens(16) == pytest.approx(5201.2, abs=0.1)
+
+
+def test_at_64_gb_per_s_swapping_a_mha_sequence_always_wins():
+    assert CostModel(LLAMA2_7B, H100).swap_break_even_kv_tokens(16) == 0.0

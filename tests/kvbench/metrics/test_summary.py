@@ -10,53 +10,66 @@ import math
 import pandas as pd
 import pytest
 
-from kvbench.app.config import SloConfig
-from kvbench.metrics.summary import METRIC_DEFINITIONS, format_summary, summarize
+from kvbench.core.sequence import REQUEST_COLUMNS
+from kvbench.metrics.display import METRIC_DEFINITIONS, format_summary
+from kvbench.metrics.recorder import STEP_COLUMNS
+from kvbench.metrics.summary import SloConfig, summarize
 
-REQUEST_COLUMNS = [
-    "request_id", "arrival_s", "prompt_tokens", "output_tokens", "max_tokens", "num_generated", "boundary_s",
-    "admitted_s", "prefill_s", "first_token_s", "finish_s", "num_preemptions", "num_recomputed_tokens",
-]
-STEP_COLUMNS = [
-    "step", "start_s", "duration_s", "num_running", "num_prefill_seqs", "num_prefill_tokens", "num_decode_seqs",
-    "num_waiting", "saturated", "token_bytes", "reserved_future_bytes", "internal_bytes", "external_bytes",
-    "free_bytes", "kv_read_bytes", "num_preemptions", "allocated_tail_tokens",
-]
 BUDGET_BYTES = 1024
 KV_BYTES_PER_TOKEN = 16
 
-# id, arrival, prompt, output, S_max, generated, boundary, admitted, prefill, first token, finish,
-# preemptions, recomputed
-# r0: TTFT 0.25 (all prefill), e2e 1.25, TPOT (1.25 - 0.25) / 4 = 0.25
+# id, arrival, prompt, output, S_max, generated, boundary, admitted, prefill compute, first token,
+# finish, preemptions, computed positions, recomputed
+# r0: TTFT 0.25 (all prefill), e2e 1.25, TPOT (1.25 - 0.25) / 4 = 0.25; computed 8 + 4 decodes
 # r1: TTFT 1.25 = sched 0.25 + queue 0.5 + prefill 0.5, e2e 2.25, TPOT (2.25 - 1.25) / 2 = 0.5;
-#     preempted once, 6 tokens recomputed
+#     preempted once, 6 tokens recomputed: computed 4 + 2 decodes + 6
 # r2: one output token: TTFT 0.25, e2e 0.25, no TPOT
 # r3: TTFT 0.5 = sched 0.25 + prefill 0.25, e2e 1.0, TPOT (1.0 - 0.5) / 1 = 0.5
 # r4: arrived at 2.0, never admitted, unfinished
 REQUEST_ROWS = [
-    (0, 0.00, 8, 5, 64, 5, 0.00, 0.00, 0.125, 0.25, 1.25, 0, 0),
-    (1, 0.25, 4, 3, 64, 3, 0.50, 1.00, 0.250, 1.50, 2.50, 1, 6),
-    (2, 0.50, 2, 1, 64, 1, 0.50, 0.50, 0.125, 0.75, 0.75, 0, 0),
-    (3, 1.00, 4, 2, 64, 2, 1.25, 1.25, 0.125, 1.50, 2.00, 0, 0),
-    (4, 2.00, 16, 4, 64, 0, 2.00, -1.0, -1.0, -1.0, -1.0, 0, 0),
+    (0, 0.00, 8, 5, 64, 5, 0.00, 0.00, 0.125, 0.25, 1.25, 0, 12, 0),
+    (1, 0.25, 4, 3, 64, 3, 0.50, 1.00, 0.250, 1.50, 2.50, 1, 12, 6),
+    (2, 0.50, 2, 1, 64, 1, 0.50, 0.50, 0.125, 0.75, 0.75, 0, 2, 0),
+    (3, 1.00, 4, 2, 64, 2, 1.25, 1.25, 0.125, 1.50, 2.00, 0, 5, 0),
+    (4, 2.00, 16, 4, 64, 0, 2.00, -1.0, -1.0, -1.0, -1.0, 0, 0, 0),
 ]
 
 # step, start, duration, running, (prefill seqs, prefill tokens, decode seqs, waiting), saturated,
-# token, reserved future, internal, external, free (bytes, summing to the 1024-byte budget), kv read, preempt, tail
+# token, reserved future, internal, external, free (bytes, summing to the 1024-byte budget), kv read, preemptions
 STEP_ROWS = [
-    (0, 0.0, 0.5, 2, 1, 8, 1, 0, False, 128, 512, 128, 0, 256, 1000, 0, 4),
-    (1, 0.5, 1.5, 4, 0, 0, 4, 2, True, 512, 256, 128, 0, 128, 3000, 1, 8),
-    (2, 2.0, 0.5, 2, 0, 0, 2, 1, True, 256, 128, 128, 256, 256, 1000, 0, 3),
-    (3, 2.5, 1.5, 0, 0, 0, 0, 0, False, 0, 0, 0, 0, 1024, 0, 0, 0),
+    (0, 0.0, 0.5, 2, 1, 8, 1, 0, False, 128, 512, 128, 0, 256, 1000, 0),
+    (1, 0.5, 1.5, 4, 0, 0, 4, 2, True, 512, 256, 128, 0, 128, 3000, 1),
+    (2, 2.0, 0.5, 2, 0, 0, 2, 1, True, 256, 128, 128, 256, 256, 1000, 0),
+    (3, 2.5, 1.5, 0, 0, 0, 0, 0, False, 0, 0, 0, 0, 1024, 0, 0),
 ]
 
 
 def requests(rows=REQUEST_ROWS) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
+    records = []
+    for (rid, arrival, prompt, output, s_max, generated, boundary, admitted, prefill, first, finish, preemptions,
+         computed, recomputed) in rows:  # fmt: skip
+        record = dict.fromkeys(REQUEST_COLUMNS, 0)
+        record.update(request_id=rid, arrival_s=arrival, prompt_tokens=prompt, s_max_tokens=s_max, num_branches=1,
+                      max_branch_output_tokens=output, output_tokens=output, num_generated=generated,
+                      boundary_s=boundary, admitted_s=admitted, prefill_compute_s=prefill, first_token_s=first,
+                      finish_s=finish, num_preemptions=preemptions, num_recompute_preemptions=preemptions,
+                      num_computed_tokens=computed, num_recomputed_tokens=recomputed)  # fmt: skip
+        records.append(record)
+    return pd.DataFrame(records, columns=list(REQUEST_COLUMNS))
 
 
 def steps(rows=STEP_ROWS) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=STEP_COLUMNS)
+    records = []
+    for (step, start, duration, running, prefill_seqs, prefill_tokens, decode_seqs, waiting, saturated,
+         token, future, internal, external, free, kv_read, preemptions) in rows:  # fmt: skip
+        record = dict.fromkeys(STEP_COLUMNS, 0)
+        record.update(step=step, num_steps=1, start_s=start, duration_s=duration, num_running=running,
+                      num_prefill_seqs=prefill_seqs, num_prefill_tokens=prefill_tokens, num_decode_seqs=decode_seqs,
+                      num_waiting=waiting, saturated=saturated, token_bytes=token, reserved_future_bytes=future,
+                      internal_bytes=internal, external_bytes=external, free_bytes=free, kv_read_bytes=kv_read,
+                      num_preemptions=preemptions)  # fmt: skip
+        records.append(record)
+    return pd.DataFrame(records, columns=list(STEP_COLUMNS))
 
 
 def run(req=None, stp=None, slo=None):
@@ -134,6 +147,7 @@ def test_recompute_tax_is_recomputed_over_all_positions_computed():
     s = run()
     # Prompts of admitted requests 8 + 4 + 2 + 4 = 18; decode steps 4 + 2 + 0 + 1 + 0 = 7; recomputed 6.
     assert s["num_recomputed_tokens"] == 6
+    assert s["num_computed_tokens"] == 18 + 7 + 6
     assert s["recompute_tax"] == 6 / (18 + 7 + 6)
     assert s["num_preemptions"] == 1
 
@@ -153,8 +167,8 @@ def test_concurrency_and_utilization_are_time_weighted():
 
 def test_a_long_step_outweighs_a_short_one():
     rows = [
-        (0, 0.0, 3.0, 1, 0, 0, 1, 0, True, 0, 0, 0, 0, 1024, 0, 0, 0),
-        (1, 3.0, 1.0, 5, 0, 0, 5, 0, True, 0, 0, 0, 0, 1024, 0, 0, 0),
+        (0, 0.0, 3.0, 1, 0, 0, 1, 0, True, 0, 0, 0, 0, 1024, 0, 0),
+        (1, 3.0, 1.0, 5, 0, 0, 5, 0, True, 0, 0, 0, 0, 1024, 0, 0),
     ]
     s = run(stp=steps(rows))
     assert s["mean_concurrency"] == 2.0  # (1 * 3 + 5 * 1) / 4, not the step mean 3.0
@@ -172,8 +186,9 @@ def test_memory_breakdown_is_over_saturated_steps_and_sums_to_one():
     }
     assert {key: s[key] for key in expected} == expected
     assert sum(expected.values()) == 1.0
-    # Tail per sequence: 8 / 4 = 2 for 1.5 s, 3 / 2 = 1.5 for 0.5 s.
-    assert s["mean_tail_waste_tokens_per_seq"] == (2 * 1.5 + 1.5 * 0.5) / 2
+    # Tail (reserved future + internal slots) per sequence: (256 + 128) / 16 / 4 = 6 for 1.5 s,
+    # (128 + 128) / 16 / 2 = 8 for 0.5 s.
+    assert s["mean_tail_waste_tokens_per_seq"] == (6 * 1.5 + 8 * 0.5) / 2
     assert s["mean_tail_waste_bytes_per_seq"] == s["mean_tail_waste_tokens_per_seq"] * KV_BYTES_PER_TOKEN
 
 
@@ -186,11 +201,11 @@ def test_a_run_that_never_saturates_breaks_down_over_all_steps_and_says_so():
     assert s["frac_token"] == s["utilization_mean"]
     assert s["frac_free"] == (0.25 * 0.5 + 0.125 * 1.5 + 0.25 * 0.5 + 1.0 * 1.5) / 4
     # The idle step (nothing running) has no per-sequence tail and is left out of the average.
-    assert s["mean_tail_waste_tokens_per_seq"] == pytest.approx((2 * 0.5 + 2 * 1.5 + 1.5 * 0.5) / 2.5, rel=1e-12)
+    assert s["mean_tail_waste_tokens_per_seq"] == pytest.approx((20 * 0.5 + 6 * 1.5 + 8 * 0.5) / 2.5, rel=1e-12)
 
 
 def test_empty_tables_give_zero_counts_and_nan_statistics():
-    s = run(req=pd.DataFrame(columns=REQUEST_COLUMNS), stp=pd.DataFrame(columns=STEP_COLUMNS))
+    s = run(req=pd.DataFrame(columns=list(REQUEST_COLUMNS)), stp=pd.DataFrame(columns=list(STEP_COLUMNS)))
     assert (s["num_requests"], s["num_finished"], s["num_steps"], s["peak_concurrency"]) == (0, 0, 0, 0)
     for key in ("duration_s", "ttft_p50_s", "tpot_mean_s", "goodput_requests_per_s", "mean_concurrency", "frac_free"):
         assert math.isnan(s[key]), key

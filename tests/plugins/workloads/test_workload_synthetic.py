@@ -34,11 +34,11 @@ def generate(seed: int = 0, **options) -> Workload:
 
 def assert_well_formed(w: Workload) -> None:
     assert w.arrival_s.dtype == np.float64
-    for column in (w.prompt_tokens, w.output_tokens, w.max_tokens):
+    for column in (w.prompt_tokens, w.output_tokens, w.s_max_tokens):
         assert column.dtype == np.int64
     assert np.all(np.diff(w.arrival_s) >= 0)
     assert np.all(w.prompt_tokens >= 1) and np.all(w.output_tokens >= 1)
-    assert np.all(w.prompt_tokens + w.output_tokens <= w.max_tokens)
+    assert np.all(w.prompt_tokens + w.output_tokens <= w.s_max_tokens)
 
 
 # -- registration -------------------------------------------------------------------------------
@@ -60,7 +60,7 @@ def test_defaults_are_1000_requests_of_512_plus_128_tokens_at_t0_declaring_4096(
     assert w.num_requests == 1000
     assert set(w.prompt_tokens.tolist()) == {512}
     assert set(w.output_tokens.tolist()) == {128}
-    assert set(w.max_tokens.tolist()) == {4096}
+    assert set(w.s_max_tokens.tolist()) == {4096}
     assert set(w.arrival_s.tolist()) == {0.0}
 
 
@@ -68,7 +68,7 @@ def test_fixed_lengths_with_a_mix_keep_their_lengths_and_draw_classes():
     w = generate(num_requests=2000, prompt_tokens=256, output_tokens=128, s_max_mix=EXERCISE2_MIX)
     assert_well_formed(w)
     assert set(w.prompt_tokens.tolist()) == {256}
-    assert np.mean(w.max_tokens == 512) == pytest.approx(0.70, abs=0.04)
+    assert np.mean(w.s_max_tokens == 512) == pytest.approx(0.70, abs=0.04)
 
 
 def test_poisson_arrivals_are_sorted_and_near_the_rate():
@@ -92,7 +92,7 @@ def test_lognormal_lengths_have_the_configured_medians():
 def test_same_seed_same_workload_other_seed_other_workload():
     options = dict(lengths="lognormal", arrival="poisson", rate_per_s=5.0, s_max_mix=EXERCISE2_MIX, num_requests=300)
     a, b, c = generate(1, **options), generate(1, **options), generate(2, **options)
-    for column in ("arrival_s", "prompt_tokens", "output_tokens", "max_tokens"):
+    for column in ("arrival_s", "prompt_tokens", "output_tokens", "s_max_tokens"):
         np.testing.assert_array_equal(getattr(a, column), getattr(b, column))
     assert not np.array_equal(a.prompt_tokens, c.prompt_tokens)
 
@@ -100,7 +100,7 @@ def test_same_seed_same_workload_other_seed_other_workload():
 def test_drawn_lengths_are_clipped_into_each_requests_declared_class():
     w = generate(num_requests=5000, lengths="lognormal", prompt_tokens=256, output_tokens=128, s_max_mix=EXERCISE2_MIX)
     assert_well_formed(w)
-    small = w.max_tokens == 512
+    small = w.s_max_tokens == 512
     assert np.all(w.prompt_tokens[small] <= 511)
     # A declared S_max is a promise: many small-class requests are truncated to exactly 512.
     filled = np.mean(w.prompt_tokens[small] + w.output_tokens[small] == 512)
@@ -141,7 +141,7 @@ def test_lecture_chat_is_the_lectures_640_token_sequences():
     config = plugin_config(SyntheticWorkload, OmegaConf.load(CONF_DIR / "lecture_chat.yaml"), "workload")
     w = SyntheticWorkload(config).generate(np.random.default_rng(0))
     assert set((w.prompt_tokens + w.output_tokens).tolist()) == {640}
-    assert set(w.max_tokens.tolist()) == {4096}
+    assert set(w.s_max_tokens.tolist()) == {4096}
 
 
 def test_exercise2_mix_declares_the_lectures_classes():
@@ -221,4 +221,4 @@ def test_any_valid_lognormal_config_yields_requests_that_keep_their_promise(
     assert_well_formed(w)
     assert w.num_requests == num_requests
     declared = {c["s_max_tokens"] for c in mix} if mix else {4096}
-    assert set(w.max_tokens.tolist()) <= declared
+    assert set(w.s_max_tokens.tolist()) <= declared

@@ -1,0 +1,47 @@
+"""Requests: what a workload asks for, immutable once the run starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvbench.workload.source import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request of the workload: when it arrives, how long it is, how many completions it wants.
+
+    ``branch_output_tokens`` holds each completion's length: one entry for an ordinary request,
+    ``n`` for parallel sampling, whose branches share the prompt and fork after its prefill.
+    """
+
+    request_id: int
+    arrival_s: float
+    prompt_tokens: int
+    s_max_tokens: int  #: the declared S_max: prompt + output of every branch stays within it
+    branch_output_tokens: tuple[int, ...]
+
+    @property
+    def num_branches(self) -> int:
+        return len(self.branch_output_tokens)
+
+    @property
+    def max_output_tokens(self) -> int:
+        """The longest branch: the request runs until it has emitted this many tokens."""
+        return max(self.branch_output_tokens)
+
+    @property
+    def final_kv_tokens(self) -> int:
+        """KV slots its longest branch holds when it finishes (its last token is never fed back)."""
+        return self.prompt_tokens + self.max_output_tokens - 1
+
+
+def requests_from_workload(workload: Workload) -> list[Request]:
+    """The workload's rows as requests, in arrival order (``request_id`` = row)."""
+    branches = workload.branch_output_tokens_per_request()
+    return [
+        Request(i, arrival_s, prompt, s_max, outputs)
+        for i, (arrival_s, prompt, s_max, outputs) in enumerate(
+            zip(workload.arrival_s.tolist(), workload.prompt_tokens.tolist(), workload.s_max_tokens.tolist(), branches)
+        )
+    ]

@@ -1,0 +1,120 @@
+"""The step plan a scheduler hands the executor, and what the executor says happened.
+
+Decide, then execute: everything that costs GPU time in a step is in its :class:`StepPlan`
+(prefill chunks, decodes, copies, swap transfers), so the executor can price it and the recorder
+can see it. A *quiet* plan (decodes only: nothing admitted, preempted, forked, copied or moved)
+can stand for a run of identical decode steps, ``num_steps`` of them, which the engine advances
+in one computation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from kvbench.core.sequence import Sequence, SequenceGroup
+from kvbench.memory.allocator import KVCopy, Refusal, Transfer
+from kvbench.memory.ledger import MemoryLedger
+
+
+class PrefillChunk(NamedTuple):
+    """``num_new_tokens`` of ``seq`` computed over the ``num_context_tokens`` already in its cache."""
+
+    seq: Sequence
+    num_new_tokens: int
+    num_context_tokens: int
+    #: how many of the new tokens had been computed before and were lost to a recompute preemption
+    num_recomputed_tokens: int
+
+
+class Preemption(NamedTuple):
+    group: SequenceGroup
+    #: the mechanism that was used: "recompute" or "swap"
+    mechanism: str
+    #: a swap was asked for but could not be done (no room in the host pool, or an allocator
+    #: that cannot swap), so the victim was recomputed instead
+    fell_back: bool
+
+
+class AdmissionRefusal(NamedTuple):
+    """The head of the queue could not be admitted this step (first come first served: nobody overtakes it)."""
+
+    group: SequenceGroup
+    reason: Refusal
+    reservation_bytes: int
+    free_bytes: int
+    largest_hole_bytes: int
+
+
+@dataclass(slots=True)
+class StepPlan:
+    step: int
+    start_s: float
+    prefills: list[PrefillChunk] = field(default_factory=list)
+    #: sequences computing exactly one token (the one they sampled last)
+    decodes: list[Sequence] = field(default_factory=list)
+    #: KV slots the decodes read in the plan's first step
+    kv_read_tokens: int = 0
+    #: sequences that sample a token at the end of the step besides the decodes (completed prefills, new branches)
+    samples: list[Sequence] = field(default_factory=list)
+    forks: list[tuple[Sequence, Sequence]] = field(default_factory=list)
+    copies: list[KVCopy] = field(default_factory=list)
+    swap_out: list[Transfer] = field(default_factory=list)
+    swap_in: list[Transfer] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    refusal: AdmissionRefusal | None = None
+    #: the memory ledger once the step's allocations are made
+    ledger: MemoryLedger | None = None
+    num_running: int = 0  #: sequences holding memory and computing
+    num_waiting: int = 0  #: requests waiting for admission
+    num_swapped: int = 0  #: requests in host memory
+    #: how many identical decode steps this plan stands for (only a quiet plan has more than one)
+    num_steps: int = 1
+    #: the ledger after each of steps 2..num_steps: LEDGER_FIELDS name -> array
+    span_ledgers: dict[str, np.ndarray] | None = None
+
+    @property
+    def is_quiet(self) -> bool:
+        """Decodes only: nothing admitted, prefilled, preempted, forked, copied or moved."""
+        return bool(self.decodes) and not (
+            self.prefills or self.samples or self.forks or self.copies or self.swap_out or self.swap_in or self.preemptions
+        )
+
+    @property
+    def signature(self) -> tuple:
+        """What a run of quiet steps keeps constant; a change starts a new row of the step table."""
+        refused = self.refusal.group.request_id if self.refusal else None
+        return (len(self.decodes), self.num_running, self.num_waiting > 0, self.num_swapped, refused)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(chunk.num_new_tokens for chunk in self.prefills)
+
+    @property
+    def num_computed_tokens(self) -> int:
+        """Token positions the plan computes over all its steps."""
+        return self.num_prefill_tokens + len(self.decodes) * self.num_steps
+
+
+@dataclass(slots=True)
+class StepResult:
+    """How long each step of a plan took, and where the time went."""
+
+    start_s: float
+    #: one entry per step of the plan
+    durations_s: np.ndarray | tuple[float, ...]
+    end_s: float
+    prefill_s: float = 0.0
+    #: compute time of each of the plan's prefill chunks, in plan order
+    chunk_times_s: tuple[float, ...] = ()
+    decode_s: float = 0.0  #: over all the plan's steps
+    swap_s: float = 0.0
+    copy_s: float = 0.0
+    #: the part of ``prefill_s`` spent recomputing KV lost to preemption
+    recompute_s: float = 0.0
+
+    def step_starts_s(self) -> np.ndarray:
+        """Start time of each step (the first is ``start_s``), accumulated in step order."""
+        return np.cumsum(np.concatenate(([self.start_s], self.durations_s[:-1])))

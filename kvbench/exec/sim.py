@@ -1,0 +1,37 @@
+"""The ``sim`` executor: a step plan priced by the cost model instead of run on a GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvbench.core.step import StepPlan, StepResult
+from kvbench.exec.costmodel import CostModel
+
+
+class SimExecutor:
+    """Prices a plan: swaps and copies, then prefill chunks, then one decode pass (the parts add).
+
+    A plan that stands for several decode steps is priced step by step in one computation; each
+    step's time equals what pricing that step alone gives, to the last bit.
+    """
+
+    def __init__(self, cost: CostModel) -> None:
+        self.cost = cost
+
+    def execute(self, plan: StepPlan) -> StepResult:
+        cost = self.cost
+        chunk_times_s = tuple(cost.prefill_chunk_time_s(c.num_new_tokens, c.num_context_tokens) for c in plan.prefills)
+        prefill_s = sum(chunk_times_s, 0.0)
+        recompute_s = sum((t * c.num_recomputed_tokens / c.num_new_tokens for t, c in zip(chunk_times_s, plan.prefills)), 0.0)
+        swap_s = sum(map(cost.transfer_time_s, plan.swap_out), 0.0) + sum(map(cost.transfer_time_s, plan.swap_in), 0.0)
+        copy_s = sum((cost.copy_time_s(copy.num_bytes) for copy in plan.copies), 0.0)
+        if plan.num_steps == 1:
+            decode_s = cost.decode_time_s(plan.kv_read_tokens) if plan.decodes else 0.0
+            duration_s = swap_s + copy_s + prefill_s + decode_s
+            return StepResult(plan.start_s, (duration_s,), plan.start_s + duration_s, prefill_s, chunk_times_s,
+                              decode_s, swap_s, copy_s, recompute_s)  # fmt: skip
+        # a run of quiet decode steps: nothing but decodes, so each step is its decode pass
+        durations_s = cost.decode_times_s(plan.kv_read_tokens, len(plan.decodes), plan.num_steps)
+        end_s = float(np.cumsum(np.concatenate(([plan.start_s], durations_s)))[-1])
+        decode_s = float(np.cumsum(durations_s)[-1])
+        return StepResult(plan.start_s, durations_s, end_s, decode_s=decode_s)

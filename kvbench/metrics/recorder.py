@@ -1,0 +1,156 @@
+"""The recorder: step plans and their results in, the run's tables out.
+
+Step table. One row per *span*: a step, or a run of consecutive quiet steps (decodes only) with
+the same batch, none of which but the last finishes a sequence. Whether the engine advanced such a
+run one step at a time or in one computation, the recorder writes the same row: it merges quiet
+steps itself, so the two loops give identical tables. In a span's row the five memory-ledger
+columns are means over its steps weighted by step time (so time-weighted means over the run stay
+exact), ``duration_s`` and the other amounts are totals, and counts of what is running are
+constant by construction. A one-step row holds that step's exact ledger.
+
+Columns are kept as Python lists (one per column), not as a list of row tuples, and become a
+DataFrame once at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from kvbench.core.sequence import REQUEST_COLUMNS, SequenceGroup
+from kvbench.core.step import StepPlan, StepResult
+from kvbench.memory.ledger import LEDGER_FIELDS
+from kvbench.sched.preemption import SWAP
+
+#: step-table columns besides the ledger's, in order (one source for the table and its readers)
+STEP_COLUMNS: tuple[str, ...] = (
+    "step", "num_steps", "start_s", "duration_s",
+    "num_running", "num_decode_seqs", "num_prefill_seqs", "num_prefill_tokens", "num_waiting", "num_swapped",
+    "saturated", "num_preemptions", "num_swap_preemptions", "num_swap_fallbacks", "num_forks", "num_copies",
+    "copy_bytes", "swap_out_bytes", "swap_in_bytes", "prefill_s", "decode_s", "swap_s", "copy_s", "recompute_s",
+    "kv_read_bytes", "num_computed_tokens", "num_recomputed_tokens",
+    *LEDGER_FIELDS,
+)  # fmt: skip
+REFUSAL_COLUMNS = (
+    "step", "time_s", "num_steps", "request_id", "reason", "reservation_bytes", "free_bytes", "largest_hole_bytes",
+)
+
+
+@dataclass
+class RunRecord:
+    """What one run produced: per-request, per-span and per-refusal tables, and its wall time."""
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    refusals: pd.DataFrame
+    sim_wall_s: float
+
+
+def _accumulate(total: float, values) -> float:
+    """``total`` plus ``values`` added one by one, in order (so a run of steps added at once and
+    the same steps added one at a time give the same float)."""
+    if len(values) == 1:
+        return total + float(values[0])
+    return float(np.cumsum(np.concatenate(([total], values)))[-1])
+
+
+class Recorder:
+    def __init__(self, kv_bytes_per_token: int) -> None:
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self._columns: dict[str, list] = {name: [] for name in STEP_COLUMNS}
+        self._refusals: list[list] = []
+        self._open: dict | None = None  # the span being built
+        self._open_ledger: dict[str, float] = {}  # ledger field -> sum of value x step time
+        self._open_signature: tuple | None = None
+        self._open_mergeable = False
+        self._open_refusal: list | None = None
+        self._wall_start_s = time.perf_counter()
+
+    def record(self, plan: StepPlan, result: StepResult, any_seq_finished: bool) -> None:
+        """One plan (a step, or a run of quiet steps) and what the executor said it took."""
+        durations = result.durations_s
+        num_steps = plan.num_steps
+        kv_read_tokens = num_steps * plan.kv_read_tokens + len(plan.decodes) * num_steps * (num_steps - 1) // 2
+        quiet = plan.is_quiet
+        if self._open is not None and quiet and self._open_mergeable and plan.signature == self._open_signature:
+            row = self._open
+            row["num_steps"] += num_steps
+            row["num_computed_tokens"] += plan.num_computed_tokens
+            row["kv_read_bytes"] += kv_read_tokens * self.kv_bytes_per_token
+            row["duration_s"] = _accumulate(row["duration_s"], durations)
+            row["decode_s"] = _accumulate(row["decode_s"], durations)
+            if self._open_refusal is not None:
+                self._open_refusal[2] += num_steps
+        else:
+            self._flush()
+            row = self._open = self._row(plan, result, kv_read_tokens)
+            self._open_signature = plan.signature
+            self._open_ledger = {name: 0.0 for name in LEDGER_FIELDS}
+            self._open_refusal = self._refusal_row(plan)
+        self._open_mergeable = quiet and not any_seq_finished
+        for name in LEDGER_FIELDS:
+            first = getattr(plan.ledger, name) * durations[0]
+            if num_steps == 1:
+                self._open_ledger[name] += first
+            else:
+                values = np.concatenate(([first], plan.span_ledgers[name] * durations[1:]))
+                self._open_ledger[name] = _accumulate(self._open_ledger[name], values)
+        if row["num_steps"] == 1:
+            for name in LEDGER_FIELDS:
+                row[name] = getattr(plan.ledger, name)
+
+    def finish(self, groups: list[SequenceGroup]) -> RunRecord:
+        self._flush()
+        steps = pd.DataFrame(self._columns, columns=list(STEP_COLUMNS))
+        steps = steps.astype({name: np.float64 for name in LEDGER_FIELDS})  # span means; one schema for every run
+        refusals = pd.DataFrame(self._refusals, columns=list(REFUSAL_COLUMNS))
+        requests = pd.DataFrame([g.row() for g in groups], columns=list(REQUEST_COLUMNS))
+        return RunRecord(requests, steps, refusals, time.perf_counter() - self._wall_start_s)
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _row(self, plan: StepPlan, result: StepResult, kv_read_tokens: int) -> dict:
+        preemptions = plan.preemptions
+        return {
+            "step": plan.step, "num_steps": plan.num_steps, "start_s": plan.start_s,
+            "duration_s": _accumulate(0.0, result.durations_s),
+            "num_running": plan.num_running, "num_decode_seqs": len(plan.decodes),
+            "num_prefill_seqs": len({id(c.seq) for c in plan.prefills}), "num_prefill_tokens": plan.num_prefill_tokens,
+            "num_waiting": plan.num_waiting, "num_swapped": plan.num_swapped,
+            "saturated": plan.refusal is not None or bool(preemptions),
+            "num_preemptions": len(preemptions),
+            "num_swap_preemptions": sum(p.mechanism == SWAP for p in preemptions),
+            "num_swap_fallbacks": sum(p.fell_back for p in preemptions),
+            "num_forks": len(plan.forks), "num_copies": len(plan.copies),
+            "copy_bytes": sum(c.num_bytes for c in plan.copies),
+            "swap_out_bytes": sum(t.num_bytes for t in plan.swap_out),
+            "swap_in_bytes": sum(t.num_bytes for t in plan.swap_in),
+            "prefill_s": result.prefill_s, "decode_s": result.decode_s,
+            "swap_s": result.swap_s, "copy_s": result.copy_s, "recompute_s": result.recompute_s,
+            "kv_read_bytes": kv_read_tokens * self.kv_bytes_per_token,
+            "num_computed_tokens": plan.num_computed_tokens,
+            "num_recomputed_tokens": sum(c.num_recomputed_tokens for c in plan.prefills),
+        }  # fmt: skip
+
+    def _refusal_row(self, plan: StepPlan) -> list | None:
+        refusal = plan.refusal
+        if refusal is None:
+            return None
+        row = [plan.step, plan.start_s, plan.num_steps, refusal.group.request_id, refusal.reason.value,
+               refusal.reservation_bytes, refusal.free_bytes, refusal.largest_hole_bytes]  # fmt: skip
+        self._refusals.append(row)
+        return row
+
+    def _flush(self) -> None:
+        row = self._open
+        if row is None:
+            return
+        if row["num_steps"] > 1:
+            for name in LEDGER_FIELDS:
+                row[name] = self._open_ledger[name] / row["duration_s"]
+        for name in STEP_COLUMNS:
+            self._columns[name].append(row[name])
+        self._open = None

@@ -1,0 +1,35 @@
+"""``chunked``: chunked prefill (Sarathi, vLLM v1), one token budget per step for everything."""
+
+from __future__ import annotations
+
+from kvbench import hookimpl
+from kvbench.errors import require
+from kvbench.sched.scheduler import Scheduler
+
+
+class ChunkedScheduler(Scheduler):
+    """Every step spends at most ``max_num_batched_tokens`` tokens: running requests first, in
+    admission order (a decode costs one token, an unfinished prefill takes the next chunk that
+    fits), then swapped requests come back, then waiting prompts are admitted with a first chunk
+    of whatever budget is left. A chunk's attention is priced over the context before it, so a
+    long prompt no longer stalls the batch's decodes for its whole prefill."""
+
+    name = "chunked"
+
+    def __init__(self, config=None, **kwargs) -> None:
+        super().__init__(config, **kwargs)
+        cfg = self.config
+        # as vLLM requires: every running sequence's decode must fit the step's budget
+        require(cfg.max_num_batched_tokens >= cfg.max_num_seqs, "scheduler.max_num_batched_tokens",
+                cfg.max_num_batched_tokens, f"chunked prefill needs at least scheduler.max_num_seqs={cfg.max_num_seqs}")  # fmt: skip
+
+    def _schedule(self, plan) -> None:
+        budget = self.config.max_num_batched_tokens
+        budget -= self._run_running(plan, budget)
+        if budget > 0 and self._resume_swapped(plan):
+            self._admit(plan, budget, chunked=True)
+
+
+@hookimpl
+def kvbench_register_schedulers():
+    return [ChunkedScheduler]
