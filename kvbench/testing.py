@@ -1,10 +1,14 @@
 """Conformance suites a plugin's own tests reuse (they need pytest and hypothesis).
 
-    from kvbench.testing import AllocatorConformance
+    from kvbench.testing import AllocatorConformance, SchedulingConformance
 
-Every built-in plugin passes the same suites; see each class's docstring for the fixture to override.
+Every built-in plugin passes the same suites; see each class's docstring for the fixtures to override.
 """
 
 from kvbench.memory.conformance import AllocatorConformance, check_invariants, check_ledger, run_operations
+from kvbench.sched.conformance import SchedulingConformance, build_engine, check_run
 
-__all__ = ["AllocatorConformance", "check_invariants", "check_ledger", "run_operations"]
+__all__ = [
+    "AllocatorConformance", "SchedulingConformance", "build_engine", "check_invariants", "check_ledger",
+    "check_run", "run_operations",
+]  # fmt: skip

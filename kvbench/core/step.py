@@ -31,6 +31,8 @@ class PrefillChunk(NamedTuple):
 
 class Preemption(NamedTuple):
     group: SequenceGroup
+    #: distinct token positions whose KV it held when preempted
+    kv_tokens: int
     #: the mechanism that was used: "recompute" or "swap"
     mechanism: str
     #: a swap was asked for but could not be done (no room in the host pool, or an allocator

@@ -183,6 +183,12 @@ class Allocator(ABC):
         """
 
     @abstractmethod
+    def truncate(self, seq_id: int, num_tokens: int) -> None:
+        """Keep only the first ``num_tokens`` tokens of ``seq_id``, giving back blocks no longer
+        needed: growth the scheduler took and then did not use (a request preempted halfway
+        through its step). Cutting into a block shared with another sequence is a bug."""
+
+    @abstractmethod
     def fork(self, parent_id: int, child_id: int, child_final_kv_tokens: int | None = None) -> None:
         """Make ``child_id`` hold the same tokens as ``parent_id``; it never needs memory.
 

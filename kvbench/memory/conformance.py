@@ -43,7 +43,7 @@ PROBE_SHAPE = SeqShape(num_tokens=8, s_max_tokens=96, final_kv_tokens=60)
 #   ("allocate", prompt_tokens, output_tokens, extra_declared_tokens, keep_free_fraction, num_branches)
 #   ("append", which_seq, num_tokens, tokens_per_call)     ("fork", which_seq, child_extra_tokens or None)
 #   ("free", which_seq)   ("swap_out", which_seq)   ("swap_in", which_family, keep_free_fraction)
-#   ("project", max_steps)
+#   ("project", max_steps)   ("truncate", which_seq, tokens_to_append_then_take_back)
 OPERATIONS = st.lists(
     st.one_of(
         st.tuples(st.just("allocate"), st.integers(1, 160), st.integers(1, 160), st.integers(0, 64),
@@ -54,6 +54,7 @@ OPERATIONS = st.lists(
         st.tuples(st.just("swap_out"), st.integers(0, 31)),
         st.tuples(st.just("swap_in"), st.integers(0, 31), st.sampled_from([0.0, 0.05])),
         st.tuples(st.just("project"), st.integers(1, 60)),
+        st.tuples(st.just("truncate"), st.integers(0, 31), st.integers(1, 20)),
     ),
     min_size=10,  # hypothesis favours tiny lists; short runs never reach a full cache
     max_size=50,
@@ -221,6 +222,14 @@ def _apply(alloc: Allocator, model: _Model, op: tuple) -> None:
         alloc.drain_copies()
     elif kind == "fork":
         _fork(alloc, model, seq_id, op[2])
+    elif kind == "truncate":  # growth taken and given back (a request preempted halfway through a step)
+        tokens = model.num_tokens[seq_id]
+        before = (alloc.ledger(), alloc.ledger(PROBE_SHAPE), alloc.block_table(seq_id))
+        if alloc.append(seq_id, op[2]):
+            alloc.drain_copies()
+            alloc.truncate(seq_id, tokens)
+            if before[2] == alloc.block_table(seq_id):  # no copy-on-write in between: exactly as before
+                assert (alloc.ledger(), alloc.ledger(PROBE_SHAPE)) == before[:2], "truncate did not undo an append"
     elif kind == "free":
         alloc.free(seq_id)
         model.remove(seq_id)

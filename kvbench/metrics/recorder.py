@@ -6,7 +6,9 @@ run one step at a time or in one computation, the recorder writes the same row: 
 steps itself, so the two loops give identical tables. In a span's row the five memory-ledger
 columns are means over its steps weighted by step time (so time-weighted means over the run stay
 exact), ``duration_s`` and the other amounts are totals, and counts of what is running are
-constant by construction. A one-step row holds that step's exact ledger.
+constant by construction. A one-step row holds that step's exact ledger; ``token_bytes_max`` and
+``allocated_bytes_max`` (token + reserved future + internal) are the largest over the row's steps,
+so peaks stay exact too.
 
 Columns are kept as Python lists (one per column), not as a list of row tuples, and become a
 DataFrame once at the end.
@@ -32,7 +34,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "saturated", "num_preemptions", "num_swap_preemptions", "num_swap_fallbacks", "num_forks", "num_copies",
     "copy_bytes", "swap_out_bytes", "swap_in_bytes", "prefill_s", "decode_s", "swap_s", "copy_s", "recompute_s",
     "kv_read_bytes", "num_computed_tokens", "num_recomputed_tokens",
-    *LEDGER_FIELDS,
+    *LEDGER_FIELDS, "token_bytes_max", "allocated_bytes_max",
 )  # fmt: skip
 REFUSAL_COLUMNS = (
     "step", "time_s", "num_steps", "request_id", "reason", "reservation_bytes", "free_bytes", "largest_hole_bytes",
@@ -91,6 +93,15 @@ class Recorder:
             self._open_ledger = {name: 0.0 for name in LEDGER_FIELDS}
             self._open_refusal = self._refusal_row(plan)
         self._open_mergeable = quiet and not any_seq_finished
+        led = plan.ledger
+        token_max, allocated_max = led.token_bytes, led.allocated_bytes
+        if num_steps > 1:
+            spans = plan.span_ledgers
+            token_max = max(token_max, int(spans["token_bytes"].max()))
+            allocated = spans["token_bytes"] + spans["reserved_future_bytes"] + spans["internal_bytes"]
+            allocated_max = max(allocated_max, int(allocated.max()))
+        row["token_bytes_max"] = max(row.get("token_bytes_max", 0), token_max)
+        row["allocated_bytes_max"] = max(row.get("allocated_bytes_max", 0), allocated_max)
         for name in LEDGER_FIELDS:
             first = getattr(plan.ledger, name) * durations[0]
             if num_steps == 1:

@@ -221,9 +221,7 @@ def _step_summary(steps: pd.DataFrame, budget_bytes: int, kv_bytes_per_token: in
     out["preemption_cost_s"] = out["swap_s"] + out["recompute_s"]
     out["num_copies"] = int(_col(steps, "num_copies", np.int64).sum())
     out["copy_bytes"] = int(_col(steps, "copy_bytes", np.int64).sum())
-    out["peak_token_bytes"] = int(_col(steps, "token_bytes").max()) if len(steps) else 0
-    out["peak_allocated_bytes"] = (
-        int((_col(steps, "token_bytes") + _col(steps, "reserved_future_bytes") + _col(steps, "internal_bytes")).max())
-        if len(steps) else 0
-    )  # fmt: skip
+    # the most KV held at any step: token states, and everything allocated to sequences
+    out["peak_token_bytes"] = int(_col(steps, "token_bytes_max", np.int64).max()) if len(steps) else 0
+    out["peak_allocated_bytes"] = int(_col(steps, "allocated_bytes_max", np.int64).max()) if len(steps) else 0
     return out

@@ -65,9 +65,12 @@ class StepOutcome(NamedTuple):
 class _Work:
     """One request's share of a step, committed to the plan only once all of it fits."""
 
-    __slots__ = ("decodes", "chunks", "samples", "forks", "kv_read_tokens")
+    __slots__ = ("group", "decodes", "chunks", "samples", "forks", "kv_read_tokens", "grown")
 
-    def __init__(self) -> None:
+    def __init__(self, group: SequenceGroup) -> None:
+        self.group = group
+        #: (sequence, tokens computed before this step) for every growth, to take it back
+        self.grown: list[tuple[Sequence, int]] = []
         self.decodes: list[Sequence] = []
         self.chunks: list[PrefillChunk] = []
         self.samples: list[Sequence] = []
@@ -109,6 +112,7 @@ class Scheduler:
         self.watermark_bytes = 0 if reserves else int(self.config.watermark_fraction * allocator.budget_bytes)
         self._headroom_bytes = 0
         self._refused: tuple[SeqShape, Refusal] | None = None  # why the last admission failed
+        self._work: _Work | None = None  # the request whose tokens are being scheduled
         self._step = 0
 
     # --- what the engine calls -------------------------------------------------------------------
@@ -309,7 +313,7 @@ class Scheduler:
         ``running`` (growth may preempt ``running[index:]``); None while admitting it (nothing is
         preempted then). Returns the tokens scheduled, or None if the group could not run."""
         plan.copies.extend(self.allocator.drain_copies())
-        work = _Work()
+        work = self._work = _Work(group)
         remaining = budget
         if group.needs_fork():  # the shared prompt first, on the first live branch
             root = group.root()
@@ -353,6 +357,7 @@ class Scheduler:
                 if self._preempt(plan, index) is group:
                     return False
         context = seq.num_computed_tokens
+        work.grown.append((seq, context))
         seq.num_computed_tokens = context + n
         if n == 1 and seq.num_tokens == context + 1 and seq.num_tokens > group.request.prompt_tokens:
             work.decodes.append(seq)
@@ -379,6 +384,7 @@ class Scheduler:
         group.is_forked = True
 
     def _commit(self, plan: StepPlan, group: SequenceGroup, work: _Work) -> int:
+        self._work = None
         plan.decodes.extend(work.decodes)
         plan.kv_read_tokens += work.kv_read_tokens
         plan.prefills.extend(work.chunks)
@@ -388,9 +394,9 @@ class Scheduler:
         return len(work.decodes) + sum(c.num_new_tokens for c in work.chunks)
 
     def _drop(self, group: SequenceGroup, index: int | None) -> None:
-        """The group could not run: preempted (``index`` set) or refused at admission."""
-        if index is not None:
-            self.allocator.drain_copies()  # the victim's forks of this step never happen
+        """The group could not run: preempted (``index`` set; its growth was taken back by then) or
+        refused at admission (its caller releases it)."""
+        self._work = None
 
     # --- preemption ------------------------------------------------------------------------------
 
@@ -400,10 +406,13 @@ class Scheduler:
         choice, mechanism = self.policy.choose(candidates, self.preemption)
         victim = candidates[choice]
         del self.running[index + choice]
+        if self._work is not None and self._work.group is victim:
+            self._take_back(self._work)
         fell_back = mechanism == SWAP and not self.preemption.can_swap(victim)
         if fell_back:
             mechanism = RECOMPUTE
         held = victim.held_seqs()
+        kv_tokens = victim.num_cached_positions()
         if mechanism == SWAP:
             transfer = self.allocator.swap_out([s.seq_id for s in held])
             if not self.host_pool.reserve(victim.request_id, transfer.num_bytes):
@@ -416,18 +425,30 @@ class Scheduler:
             self.swapped.appendleft(victim)
             plan.swap_out.append(transfer)
         else:
-            lost = victim.num_cached_positions()
             self._release(victim)
-            victim.num_lost_tokens += lost
-            victim.num_recomputed_tokens += lost
+            victim.num_lost_tokens += kv_tokens
+            victim.num_recomputed_tokens += kv_tokens
             victim.num_recompute_preemptions += 1
             victim.num_swap_fallbacks += fell_back
             victim.status = Status.WAITING
             self.waiting.appendleft(victim)
         victim.num_preemptions += 1
         self.num_running_seqs -= victim.num_live
-        plan.preemptions.append(Preemption(victim, mechanism, fell_back))
+        plan.preemptions.append(Preemption(victim, kv_tokens, mechanism, fell_back))
         return victim
+
+    def _take_back(self, work: _Work) -> None:
+        """Undo the step's growth of the request being preempted: it leaves with what it had."""
+        for _, child in work.forks:
+            self.allocator.free(child.seq_id)
+            child.status = Status.WAITING
+            child.num_computed_tokens = 0
+        if work.forks:
+            work.group.is_forked = False
+        for seq, before in reversed(work.grown):
+            if seq.status is Status.RUNNING:
+                self.allocator.truncate(seq.seq_id, before)
+            seq.num_computed_tokens = before
 
     def _release(self, group: SequenceGroup) -> None:
         """Free every branch the allocator holds; the group keeps its tokens, not its cache."""

@@ -124,6 +124,16 @@ class ContiguousAllocator(Allocator):
         self._num_future_slots -= min(num_tokens, max(0, self._final[seq_id] - tokens))
         return True
 
+    def truncate(self, seq_id: int, num_tokens: int) -> None:
+        """Uncount tokens; the range stays reserved."""
+        tokens = self._num_tokens[seq_id]
+        if not 0 <= num_tokens <= tokens:
+            raise ValueError(f"cannot truncate sequence {seq_id} from {tokens} to {num_tokens} tokens")
+        final = self._final[seq_id]
+        self._num_tokens[seq_id] = num_tokens
+        self._num_token_slots -= tokens - num_tokens
+        self._num_future_slots += max(0, final - num_tokens) - max(0, final - tokens)
+
     def fork(self, parent_id: int, child_id: int, child_final_kv_tokens: int | None = None) -> None:
         """Copy the parent's tokens into the child's range: a spare of the family for a new child,
         or the child's own range when it already exists (its tokens are replaced)."""

@@ -165,6 +165,25 @@ class PagedAllocator(Allocator):
         self._refresh_future(seq_id)
         return True
 
+    def truncate(self, seq_id: int, num_tokens: int) -> None:
+        """Drop trailing tokens and the blocks they alone needed (tokens appended after a
+        copy-on-write live in the copy, which stays)."""
+        tokens = self._num_tokens[seq_id]
+        if num_tokens == tokens:
+            return
+        table = self._tables[seq_id]
+        keep = self._blocks_for(num_tokens)
+        cut = table[keep - 1 : keep] if num_tokens % self._block_size_tokens else []
+        if not 0 <= num_tokens < tokens or any(self._ref_counts[b] > 1 for b in table[keep:] + cut):
+            raise ValueError(f"cannot truncate sequence {seq_id} from {tokens} to {num_tokens} tokens")
+        for block_id in table[keep:]:
+            self._ref_counts[block_id] = 0
+            self._free_block_ids.append(block_id)
+        del table[keep:]
+        self._num_tokens[seq_id] = num_tokens
+        self._num_token_slots -= tokens - num_tokens
+        self._refresh_future(seq_id)
+
     def fork(self, parent_id: int, child_id: int, child_final_kv_tokens: int | None = None) -> None:
         """Share every parent block with the child (reference counts + 1); an existing child
         first drops its own blocks. Never needs memory."""

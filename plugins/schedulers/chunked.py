@@ -10,8 +10,8 @@ from kvbench.sched.scheduler import Scheduler
 class ChunkedScheduler(Scheduler):
     """Every step spends at most ``max_num_batched_tokens`` tokens: running requests first, in
     admission order (a decode costs one token, an unfinished prefill takes the next chunk that
-    fits), then swapped requests come back, then waiting prompts are admitted with a first chunk
-    of whatever budget is left. A chunk's attention is priced over the context before it, so a
+    fits); then, unless someone was preempted, swapped requests come back and waiting prompts are
+    admitted with a first chunk of whatever budget is left (vLLM v1's order). A chunk's attention is priced over the context before it, so a
     long prompt no longer stalls the batch's decodes for its whole prefill."""
 
     name = "chunked"
@@ -26,7 +26,7 @@ class ChunkedScheduler(Scheduler):
     def _schedule(self, plan) -> None:
         budget = self.config.max_num_batched_tokens
         budget -= self._run_running(plan, budget)
-        if budget > 0 and self._resume_swapped(plan):
+        if budget > 0 and not plan.preemptions and self._resume_swapped(plan):
             self._admit(plan, budget, chunked=True)
 
 

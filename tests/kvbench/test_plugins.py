@@ -17,7 +17,8 @@ def test_builtins_register_through_entry_points():
     pm = make_plugin_manager()
     assert {"naive", "per_request", "paged"} <= set(registry("allocator", pm))
     assert {"torch", "triton", "flashinfer"} <= set(registry("kernel", pm))
-    assert "recompute" in registry("preemption", pm)
+    assert {"recompute", "swap", "length_aware"} <= set(registry("preemption", pm))
+    assert {"mixed", "prefill_first", "chunked", "static"} <= set(registry("scheduler", pm))
     assert "synthetic" in registry("workload", pm)
     # every built-in came in as a named entry point, exactly like an outside plugin
     assert pm.get_plugin("paged") is not None and pm.get_plugin("wandb") is not None
@@ -88,6 +89,13 @@ def test_kvbench_register_preemption_policies_classes_follow_the_interface():
 
     for name, cls in registry("preemption").items():
         assert issubclass(cls, PreemptionPolicy) and cls.name == name
+
+
+def test_kvbench_register_schedulers_classes_follow_the_interface():
+    from kvbench.sched.scheduler import Scheduler
+
+    for name, cls in registry("scheduler").items():
+        assert issubclass(cls, Scheduler) and cls.name == name
 
 
 def test_kvbench_register_workloads_classes_follow_the_interface():
