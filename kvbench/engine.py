@@ -13,6 +13,7 @@ identical tables.
 from __future__ import annotations
 
 import bisect
+import gc
 from collections.abc import Callable
 
 import numpy as np
@@ -38,6 +39,17 @@ class Engine:
         self.on_finished = on_finished  # progress: called with the number of requests just finished
 
     def run(self, requests: list[Request]) -> RunRecord:
+        # NOTE: the loop creates many small objects that live for the whole run; the cyclic garbage
+        # collector would scan them over and over (doubling the wall time at 10,000 requests)
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run(requests)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _run(self, requests: list[Request]) -> RunRecord:
         scheduler = self.scheduler
         scheduler.check_fits(requests)
         recorder = Recorder(scheduler.allocator.kv_bytes_per_token)

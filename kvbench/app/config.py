@@ -32,6 +32,9 @@ class OutputConfig:
     #: draw matplotlib figures next to the tables
     figures: bool = True
 
+    def validate(self) -> None:
+        """Three booleans: OmegaConf's typing already checked them."""
+
 
 @dataclass
 class WandbConfig:
@@ -86,15 +89,15 @@ def _format_omegaconf_error(group: str, exc: OmegaConfBaseException) -> str:
 
 
 def to_dataclass(schema: type, node: Any, group: str) -> Any:
-    """Merge a config node into ``schema`` (a dataclass), so unknown keys and wrong types fail clearly."""
+    """Merge a config node into ``schema`` (a dataclass with a ``validate()``, as every config of
+    kvbench and of its plugins has), so unknown keys, wrong types and bad values fail clearly."""
     try:
         base = OmegaConf.structured(schema)
         merged = OmegaConf.merge(base, node if node is not None else {})
         obj = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise ConfigError(_format_omegaconf_error(group, exc)) from None
-    if hasattr(obj, "validate"):
-        obj.validate()
+    obj.validate()
     return obj
 
 

@@ -28,20 +28,24 @@ class Status(enum.Enum):
 class Sequence:
     """One branch of a request. Its KV slots in the allocator are ``num_computed_tokens``."""
 
-    __slots__ = ("seq_id", "group", "output_tokens", "num_tokens", "num_computed_tokens", "status")
+    __slots__ = ("seq_id", "group", "prompt_tokens", "output_tokens", "end_tokens", "num_tokens",
+                 "num_computed_tokens", "status")  # fmt: skip
 
-    def __init__(self, seq_id: int, group: SequenceGroup, output_tokens: int) -> None:
+    def __init__(self, seq_id: int, group: SequenceGroup, prompt_tokens: int, output_tokens: int) -> None:
         self.seq_id = seq_id
         self.group = group
+        self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
-        self.num_tokens = group.request.prompt_tokens
+        #: ``num_tokens`` once it has emitted its last token
+        self.end_tokens = prompt_tokens + output_tokens
+        self.num_tokens = prompt_tokens
         self.num_computed_tokens = 0
         #: WAITING until the allocator holds it (a branch stays WAITING until its group forks)
         self.status = Status.WAITING
 
     @property
     def num_generated(self) -> int:
-        return self.num_tokens - self.group.request.prompt_tokens
+        return self.num_tokens - self.prompt_tokens
 
     @property
     def num_pending_tokens(self) -> int:
@@ -70,12 +74,13 @@ class SequenceGroup:
         "request", "seqs", "status", "is_forked", "num_live", "num_lost_tokens",
         "boundary_s", "admitted_s", "prefill_compute_s", "first_token_s", "finish_s",
         "num_preemptions", "num_recompute_preemptions", "num_swap_preemptions", "num_swap_fallbacks",
-        "num_computed_tokens", "num_recomputed_tokens", "swap_out_bytes", "swap_in_bytes",
+        "num_recomputed_tokens", "swap_out_bytes", "swap_in_bytes",
     )  # fmt: skip
 
     def __init__(self, request: Request, first_seq_id: int) -> None:
         self.request = request
-        self.seqs = [Sequence(first_seq_id + i, self, out) for i, out in enumerate(request.branch_output_tokens)]
+        prompt, outputs = request.prompt_tokens, request.branch_output_tokens
+        self.seqs = [Sequence(first_seq_id + i, self, prompt, out) for i, out in enumerate(outputs)]
         self.status = Status.WAITING
         #: the branches share the prompt's KV; until the fork only the first live branch holds memory
         self.is_forked = False
@@ -85,7 +90,7 @@ class SequenceGroup:
         self.boundary_s = self.admitted_s = self.first_token_s = self.finish_s = -1.0
         self.prefill_compute_s = 0.0
         self.num_preemptions = self.num_recompute_preemptions = self.num_swap_preemptions = 0
-        self.num_swap_fallbacks = self.num_computed_tokens = self.num_recomputed_tokens = 0
+        self.num_swap_fallbacks = self.num_recomputed_tokens = 0
         self.swap_out_bytes = self.swap_in_bytes = 0
 
     @property
@@ -111,6 +116,8 @@ class SequenceGroup:
     def shape(self, num_tokens: int) -> SeqShape:
         """What the allocator is told when the group's first ``num_tokens`` are allocated."""
         request = self.request
+        if len(self.seqs) == 1:
+            return SeqShape(num_tokens, request.s_max_tokens, request.prompt_tokens + self.seqs[0].output_tokens - 1, 1)
         longest = max(s.output_tokens for s in self.seqs if s.status is not Status.FINISHED)
         return SeqShape(num_tokens, request.s_max_tokens, request.prompt_tokens + longest - 1, self.num_live)
 
@@ -122,12 +129,22 @@ class SequenceGroup:
         prompt = self.request.prompt_tokens
         return prompt + sum(s.num_computed_tokens - prompt for s in held)
 
+    @property
+    def num_computed_tokens(self) -> int:
+        """Token positions computed for it, recomputations included: every position of the prompt
+        once, every generated token but each branch's last (never fed back) once, plus what
+        recompute preemptions lost and computed again (complete once the request has finished)."""
+        prompt = self.request.prompt_tokens
+        generated = sum(max(s.num_tokens - prompt - 1, 0) for s in self.seqs)
+        return (prompt if self.admitted_s >= 0 else 0) + generated + self.num_recomputed_tokens
+
     def row(self) -> tuple:
         """Its request-table row, in :data:`REQUEST_COLUMNS` order."""
         r = self.request
+        outputs = r.branch_output_tokens
         return (
-            r.request_id, r.arrival_s, r.prompt_tokens, r.s_max_tokens, r.num_branches, r.max_output_tokens,
-            sum(r.branch_output_tokens), sum(s.num_generated for s in self.seqs), self.boundary_s, self.admitted_s,
+            r.request_id, r.arrival_s, r.prompt_tokens, r.s_max_tokens, len(outputs), max(outputs), sum(outputs),
+            sum(s.num_tokens for s in self.seqs) - len(outputs) * r.prompt_tokens, self.boundary_s, self.admitted_s,
             self.prefill_compute_s, self.first_token_s, self.finish_s, self.num_preemptions,
             self.num_recompute_preemptions, self.num_swap_preemptions, self.num_swap_fallbacks,
             self.num_computed_tokens, self.num_recomputed_tokens, self.swap_out_bytes, self.swap_in_bytes,

@@ -92,7 +92,7 @@ class StepPlan:
 
     @property
     def num_prefill_tokens(self) -> int:
-        return sum(chunk.num_new_tokens for chunk in self.prefills)
+        return sum(chunk.num_new_tokens for chunk in self.prefills) if self.prefills else 0
 
     @property
     def num_computed_tokens(self) -> int:

@@ -34,6 +34,21 @@ class Kernel:
         """The calibrated decode efficiency for this kernel on ``hardware_name`` (1.0, uncalibrated, if none)."""
         return load_decode_efficiency(hardware_name, self.name, block_size_tokens, contiguous)
 
+    @classmethod
+    def unavailable_reason(cls, device_type: str) -> str | None:
+        """Why real mode cannot run this kernel on ``device_type`` ("cpu", "cuda"), or None.
+
+        The default: a kernel that ``requires_cuda`` needs a CUDA device.
+        """
+        if cls.requires_cuda and device_type != "cuda":
+            return f"kernel={cls.name} needs a CUDA GPU"
+        return None
+
+    def plan_decode(self, query, key_cache, value_cache, block_tables, seq_lens, scale: float | None = None):
+        """Prepare a decode (metadata, launch grids) and return a zero-argument callable that runs it,
+        so that benchmarks time planning apart from the kernel. The default has nothing to prepare."""
+        return lambda: self.decode(query, key_cache, value_cache, block_tables, seq_lens, scale)
+
     def decode(self, query, key_cache, value_cache, block_tables, seq_lens, scale: float | None = None):
         """One decode step of attention over a paged cache (see the module docstring)."""
         raise NotImplementedError(f"kernel {self.name!r} has no real-mode implementation yet")

@@ -45,15 +45,6 @@ def _kernel_instance(name: str, options: dict):
     return cls(plugin_config(cls, node, "kernel"))
 
 
-def _unavailable(kernel, device_type: str) -> str | None:
-    reason = getattr(kernel, "unavailable_reason", None)
-    if reason is not None:
-        return reason(device_type)
-    if kernel.requires_cuda and device_type != "cuda":
-        return f"kernel={kernel.name} needs a CUDA GPU"
-    return None
-
-
 def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
 
@@ -118,7 +109,7 @@ class Runner:
 
     def time_kernel(self, kernel, layout: str, block_size: int, point: Point, args) -> None:
         cfg = self.cfg
-        reason = _unavailable(kernel, self.device.type)
+        reason = kernel.unavailable_reason(self.device.type)
         if reason:
             self.row(kernel, layout, block_size, point, f"skipped: {reason}")
             return
@@ -129,11 +120,8 @@ class Runner:
             self.row(kernel, layout, block_size, point, "skipped: time budget")
             return
         try:
-            if hasattr(kernel, "plan_decode"):
-                plan = lambda: kernel.plan_decode(*args)  # noqa: E731
-                run = plan()
-            else:  # a plugin without a separate planning step: everything is kernel time
-                plan, run = None, lambda: kernel.decode(*args)  # noqa: E731
+            plan = lambda: kernel.plan_decode(*args)  # noqa: E731
+            run = plan()
             out = run()
             checked = self.check(out, args)
             self.row(kernel, layout, block_size, point, "ok", **self.measure(run, plan), **checked)

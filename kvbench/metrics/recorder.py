@@ -65,8 +65,8 @@ class Recorder:
         self._columns: dict[str, list] = {name: [] for name in STEP_COLUMNS}
         self._refusals: list[list] = []
         self._open: dict | None = None  # the span being built
-        self._open_ledger: dict[str, float] = {}  # ledger field -> sum of value x step time
-        self._open_signature: tuple | None = None
+        self._open_first: tuple | None = None  # its first step's (ledger, duration)
+        self._open_ledger: dict[str, float] | None = None  # ledger field -> sum of value x step time
         self._open_mergeable = False
         self._open_refusal: list | None = None
         self._wall_start_s = time.perf_counter()
@@ -77,8 +77,8 @@ class Recorder:
         num_steps = plan.num_steps
         kv_read_tokens = num_steps * plan.kv_read_tokens + len(plan.decodes) * num_steps * (num_steps - 1) // 2
         quiet = plan.is_quiet
-        if self._open is not None and quiet and self._open_mergeable and plan.signature == self._open_signature:
-            row = self._open
+        row = self._open
+        if row is not None and quiet and self._open_mergeable and plan.signature == row["signature"]:
             row["num_steps"] += num_steps
             row["num_computed_tokens"] += plan.num_computed_tokens
             row["kv_read_bytes"] += kv_read_tokens * self.kv_bytes_per_token
@@ -86,65 +86,89 @@ class Recorder:
             row["decode_s"] = _accumulate(row["decode_s"], durations)
             if self._open_refusal is not None:
                 self._open_refusal[2] += num_steps
+            self._add_ledgers(plan, durations)
         else:
             self._flush()
             row = self._open = self._row(plan, result, kv_read_tokens)
-            self._open_signature = plan.signature
-            self._open_ledger = {name: 0.0 for name in LEDGER_FIELDS}
             self._open_refusal = self._refusal_row(plan)
+            self._open_first = (plan.ledger, durations[0])
+            self._open_ledger = None
+            if num_steps > 1:
+                self._add_ledgers(plan, durations)
         self._open_mergeable = quiet and not any_seq_finished
-        led = plan.ledger
-        token_max, allocated_max = led.token_bytes, led.allocated_bytes
         if num_steps > 1:
             spans = plan.span_ledgers
-            token_max = max(token_max, int(spans["token_bytes"].max()))
-            allocated = spans["token_bytes"] + spans["reserved_future_bytes"] + spans["internal_bytes"]
-            allocated_max = max(allocated_max, int(allocated.max()))
-        row["token_bytes_max"] = max(row.get("token_bytes_max", 0), token_max)
-        row["allocated_bytes_max"] = max(row.get("allocated_bytes_max", 0), allocated_max)
+            token_max = int(spans["token_bytes"].max())
+            allocated_max = int((spans["token_bytes"] + spans["reserved_future_bytes"] + spans["internal_bytes"]).max())
+            row["token_bytes_max"] = max(row["token_bytes_max"], token_max)
+            row["allocated_bytes_max"] = max(row["allocated_bytes_max"], allocated_max)
+        if num_steps == 1 and row["num_steps"] > 1:
+            led = plan.ledger
+            row["token_bytes_max"] = max(row["token_bytes_max"], led.token_bytes)
+            row["allocated_bytes_max"] = max(row["allocated_bytes_max"], led.allocated_bytes)
+
+    def _add_ledgers(self, plan: StepPlan, durations) -> None:
+        """Add the plan's steps to the open span's sums of ledger value x step time, in step order."""
+        if self._open_ledger is None:  # the span's first step, added now that it has company
+            first, first_s = self._open_first
+            self._open_ledger = {name: 0.0 + getattr(first, name) * first_s for name in LEDGER_FIELDS}
+            if plan.ledger is first:  # a plan that is a run of steps: its first step was just added
+                durations = durations[1:]
+                spans = plan.span_ledgers
+                for name in LEDGER_FIELDS:
+                    self._open_ledger[name] = _accumulate(self._open_ledger[name], spans[name] * durations)
+                return
+        sums = self._open_ledger
         for name in LEDGER_FIELDS:
             first = getattr(plan.ledger, name) * durations[0]
-            if num_steps == 1:
-                self._open_ledger[name] += first
+            if plan.num_steps == 1:
+                sums[name] += first
             else:
-                values = np.concatenate(([first], plan.span_ledgers[name] * durations[1:]))
-                self._open_ledger[name] = _accumulate(self._open_ledger[name], values)
-        if row["num_steps"] == 1:
-            for name in LEDGER_FIELDS:
-                row[name] = getattr(plan.ledger, name)
+                sums[name] = _accumulate(sums[name], np.concatenate(([first], plan.span_ledgers[name] * durations[1:])))
 
     def finish(self, groups: list[SequenceGroup]) -> RunRecord:
+        """The run's tables. ``sim_wall_s`` is the loop's wall time, up to here: building the
+        tables (pandas) comes after, as writing its outputs does in other simulators."""
         self._flush()
+        sim_wall_s = time.perf_counter() - self._wall_start_s
         steps = pd.DataFrame(self._columns, columns=list(STEP_COLUMNS))
         steps = steps.astype({name: np.float64 for name in LEDGER_FIELDS})  # span means; one schema for every run
         refusals = pd.DataFrame(self._refusals, columns=list(REFUSAL_COLUMNS))
-        requests = pd.DataFrame([g.row() for g in groups], columns=list(REQUEST_COLUMNS))
-        return RunRecord(requests, steps, refusals, time.perf_counter() - self._wall_start_s)
+        columns = zip(*map(SequenceGroup.row, groups)) if groups else [[]] * len(REQUEST_COLUMNS)
+        requests = pd.DataFrame({name: np.array(values) for name, values in zip(REQUEST_COLUMNS, columns)})
+        return RunRecord(requests, steps, refusals, sim_wall_s)
 
     # --- internals -------------------------------------------------------------------------------
 
     def _row(self, plan: StepPlan, result: StepResult, kv_read_tokens: int) -> dict:
-        preemptions = plan.preemptions
-        return {
+        preemptions, prefills, copies = plan.preemptions, plan.prefills, plan.copies
+        led = plan.ledger
+        row = {
             "step": plan.step, "num_steps": plan.num_steps, "start_s": plan.start_s,
             "duration_s": _accumulate(0.0, result.durations_s),
             "num_running": plan.num_running, "num_decode_seqs": len(plan.decodes),
-            "num_prefill_seqs": len({id(c.seq) for c in plan.prefills}), "num_prefill_tokens": plan.num_prefill_tokens,
+            "num_prefill_seqs": len({id(c.seq) for c in prefills}) if prefills else 0,
+            "num_prefill_tokens": plan.num_prefill_tokens,
             "num_waiting": plan.num_waiting, "num_swapped": plan.num_swapped,
             "saturated": plan.refusal is not None or bool(preemptions),
             "num_preemptions": len(preemptions),
-            "num_swap_preemptions": sum(p.mechanism == SWAP for p in preemptions),
-            "num_swap_fallbacks": sum(p.fell_back for p in preemptions),
-            "num_forks": len(plan.forks), "num_copies": len(plan.copies),
-            "copy_bytes": sum(c.num_bytes for c in plan.copies),
-            "swap_out_bytes": sum(t.num_bytes for t in plan.swap_out),
-            "swap_in_bytes": sum(t.num_bytes for t in plan.swap_in),
+            "num_swap_preemptions": sum(p.mechanism == SWAP for p in preemptions) if preemptions else 0,
+            "num_swap_fallbacks": sum(p.fell_back for p in preemptions) if preemptions else 0,
+            "num_forks": len(plan.forks), "num_copies": len(copies),
+            "copy_bytes": sum(c.num_bytes for c in copies) if copies else 0,
+            "swap_out_bytes": sum(t.num_bytes for t in plan.swap_out) if plan.swap_out else 0,
+            "swap_in_bytes": sum(t.num_bytes for t in plan.swap_in) if plan.swap_in else 0,
             "prefill_s": result.prefill_s, "decode_s": result.decode_s,
             "swap_s": result.swap_s, "copy_s": result.copy_s, "recompute_s": result.recompute_s,
             "kv_read_bytes": kv_read_tokens * self.kv_bytes_per_token,
             "num_computed_tokens": plan.num_computed_tokens,
-            "num_recomputed_tokens": sum(c.num_recomputed_tokens for c in plan.prefills),
+            "num_recomputed_tokens": sum(c.num_recomputed_tokens for c in prefills) if prefills else 0,
+            "token_bytes_max": led.token_bytes, "allocated_bytes_max": led.allocated_bytes,
+            "signature": plan.signature,
         }  # fmt: skip
+        for name in LEDGER_FIELDS:
+            row[name] = getattr(led, name)
+        return row
 
     def _refusal_row(self, plan: StepPlan) -> list | None:
         refusal = plan.refusal
@@ -159,7 +183,7 @@ class Recorder:
         row = self._open
         if row is None:
             return
-        if row["num_steps"] > 1:
+        if row["num_steps"] > 1:  # a span: its ledger is the time-weighted mean over its steps
             for name in LEDGER_FIELDS:
                 row[name] = self._open_ledger[name] / row["duration_s"]
         for name in STEP_COLUMNS:

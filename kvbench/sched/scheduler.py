@@ -171,21 +171,19 @@ class Scheduler:
         num_steps = plan.num_steps
         for chunk, chunk_s in zip(plan.prefills, result.chunk_times_s):
             group = chunk.seq.group
-            group.num_computed_tokens += chunk.num_new_tokens
             if group.first_token_s < 0:
                 group.prefill_compute_s += chunk_s
         finished: list[Sequence] = []
         for seq in plan.decodes:
             seq.num_tokens += num_steps
-            seq.group.num_computed_tokens += num_steps
-            if seq.num_tokens - seq.group.request.prompt_tokens >= seq.output_tokens:
+            if seq.num_tokens >= seq.end_tokens:
                 finished.append(seq)
         for seq in plan.samples:
             seq.num_tokens += 1
             group = seq.group
             if group.first_token_s < 0:
                 group.first_token_s = end_s
-            if seq.num_tokens - group.request.prompt_tokens >= seq.output_tokens:
+            if seq.num_tokens >= seq.end_tokens:
                 finished.append(seq)
         num_finished = 0
         for seq in finished:
@@ -202,7 +200,7 @@ class Scheduler:
         the last of them), and the ledger after each, without taking them."""
         if not plan.is_quiet:
             return NO_PROJECTION
-        until_finish = min(seq.output_tokens - seq.num_generated for seq in plan.decodes) - 1
+        until_finish = min([seq.end_tokens - seq.num_tokens for seq in plan.decodes]) - 1
         limit = min(until_finish, max_steps)
         if limit <= 0:
             return NO_PROJECTION
@@ -229,10 +227,24 @@ class Scheduler:
         """Compute the running requests' next tokens in admission order (decodes, or prefill
         chunks within ``token_budget``), preempting when memory runs out. Returns tokens used."""
         used, index = 0, 0
-        while index < len(self.running):
+        running, append, decodes = self.running, self.allocator.append, plan.decodes
+        while index < len(running):
             if token_budget is not None and used >= token_budget:
                 break
-            group = self.running[index]
+            group = running[index]
+            seqs = group.seqs
+            if len(seqs) == 1:
+                # NOTE: the hot path (a one-sequence request decoding, room in the cache) inline;
+                # anything else goes through _compute
+                seq = seqs[0]
+                context = seq.num_computed_tokens
+                if seq.num_tokens == context + 1 and context >= seq.prompt_tokens and append(seq.seq_id, 1):
+                    seq.num_computed_tokens = context + 1
+                    decodes.append(seq)
+                    plan.kv_read_tokens += context + 1
+                    used += 1
+                    index += 1
+                    continue
             budget = None if token_budget is None else token_budget - used
             tokens = self._compute(plan, group, budget, index)
             if tokens is None:
@@ -256,8 +268,7 @@ class Scheduler:
                     break
             else:
                 budget = None
-                need = self._admission_tokens(group)
-                if token_budget is not None and used and used + need > token_budget:
+                if token_budget is not None and used and used + self._admission_tokens(group) > token_budget:
                     break
             tokens = self._admit_group(plan, group, budget)
             if tokens is None:
@@ -292,7 +303,11 @@ class Scheduler:
 
     def _admit_group(self, plan: StepPlan, group: SequenceGroup, budget: int | None) -> int | None:
         self._headroom_bytes = self.watermark_bytes if self.num_running_seqs else 0
-        tokens = self._compute(plan, group, budget, None)
+        seqs = group.seqs
+        if len(seqs) == 1:
+            tokens = self._compute_one(plan, group, seqs[0], budget, None)
+        else:
+            tokens = self._compute(plan, group, budget, None)
         if tokens is None:
             shape, reason = self._refused
             self._release(group)
@@ -312,6 +327,8 @@ class Scheduler:
         """Schedule up to ``budget`` (None: all) new tokens of ``group``. ``index`` is its place in
         ``running`` (growth may preempt ``running[index:]``); None while admitting it (nothing is
         preempted then). Returns the tokens scheduled, or None if the group could not run."""
+        if len(group.seqs) == 1:
+            return self._compute_one(plan, group, group.seqs[0], budget, index)
         plan.copies.extend(self.allocator.drain_copies())
         work = self._work = _Work(group)
         remaining = budget
@@ -340,26 +357,52 @@ class Scheduler:
             remaining = None if remaining is None else remaining - n
         return self._commit(plan, group, work)
 
+    def _allocate(self, group: SequenceGroup, seq: Sequence, n: int) -> bool:
+        """A request's first allocation (admission): refused rather than preempting anyone."""
+        shape = group.shape(n)
+        if self.allocator.allocate(seq.seq_id, shape, self._headroom_bytes) is None:
+            self._refused = shape, self.allocator.refusal_reason(shape, self._headroom_bytes)
+            return False
+        seq.status = Status.RUNNING
+        return True
+
+    def _compute_one(self, plan: StepPlan, group: SequenceGroup, seq: Sequence, budget: int | None,
+                     index: int | None) -> int | None:  # fmt: skip
+        """:meth:`_compute` for the common request of one sequence: its work goes straight into
+        the plan (nothing to fork, and a refused growth took nothing, so nothing to take back)."""
+        context = seq.num_computed_tokens
+        n = seq.num_tokens - context
+        if budget is not None and n > budget:
+            n = budget
+        if n <= 0:
+            return 0
+        if seq.status is Status.WAITING:
+            if not self._allocate(group, seq, n):
+                return None
+        elif not self.allocator.append(seq.seq_id, n) and not self._room(plan, group, seq, n, index):
+            return None
+        seq.num_computed_tokens = context + n
+        if n == 1 and seq.num_tokens == context + 1 and seq.num_tokens > seq.prompt_tokens:
+            plan.decodes.append(seq)
+            plan.kv_read_tokens += context + 1
+            return 1
+        recomputed = group.num_lost_tokens
+        if recomputed:
+            recomputed = n if n < recomputed else recomputed
+            group.num_lost_tokens -= recomputed
+        plan.prefills.append(PrefillChunk(seq, n, context, recomputed))
+        if seq.num_computed_tokens == seq.num_tokens:
+            plan.samples.append(seq)
+        return n
+
     def _grow(self, plan: StepPlan, work: _Work, group: SequenceGroup, seq: Sequence, n: int, index: int | None) -> bool:
-        """Room for ``n`` more tokens of ``seq``, preempting when it does not fit."""
-        allocator = self.allocator
-        if seq.status is Status.WAITING:  # the request's first allocation: admission
-            shape = group.shape(n)
-            if allocator.allocate(seq.seq_id, shape, self._headroom_bytes) is None:
-                self._refused = shape, allocator.refusal_reason(shape, self._headroom_bytes)
-                return False
-            seq.status = Status.RUNNING
-        else:
-            while not allocator.append(seq.seq_id, n):
-                if index is None:  # a readmitted fan-out whose branches do not fit after its prompt
-                    self._refused = group.shape(self._admission_tokens(group)), Refusal.NO_MEMORY
-                    return False
-                if self._preempt(plan, index) is group:
-                    return False
+        """Room for ``n`` more tokens of ``seq`` (preempting when it does not fit), recorded in ``work``."""
+        if not self._room(plan, group, seq, n, index):
+            return False
         context = seq.num_computed_tokens
         work.grown.append((seq, context))
         seq.num_computed_tokens = context + n
-        if n == 1 and seq.num_tokens == context + 1 and seq.num_tokens > group.request.prompt_tokens:
+        if n == 1 and seq.num_tokens == context + 1 and seq.num_tokens > seq.prompt_tokens:
             work.decodes.append(seq)
             work.kv_read_tokens += context + 1
             return True
@@ -367,6 +410,22 @@ class Scheduler:
         work.chunks.append(PrefillChunk(seq, n, context, recomputed))
         if seq.num_computed_tokens == seq.num_tokens:
             work.samples.append(seq)
+        return True
+
+    def _room(self, plan: StepPlan, group: SequenceGroup, seq: Sequence, n: int, index: int | None) -> bool:
+        """Room in the allocator for ``n`` more tokens of ``seq``: its first allocation (admission,
+        refused rather than preempting) or growth (preempting ``running[index:]`` until it fits,
+        which may be the group itself)."""
+        allocator = self.allocator
+        if seq.status is Status.WAITING:  # the request's first allocation: admission
+            return self._allocate(group, seq, n)
+        else:
+            while not allocator.append(seq.seq_id, n):
+                if index is None:  # a readmitted fan-out whose branches do not fit after its prompt
+                    self._refused = group.shape(self._admission_tokens(group)), Refusal.NO_MEMORY
+                    return False
+                if self._preempt(plan, index) is group:
+                    return False
         return True
 
     def _fork(self, work: _Work, group: SequenceGroup, root: Sequence) -> None:
@@ -496,6 +555,8 @@ class Scheduler:
 
     def _admission_tokens(self, group: SequenceGroup) -> int:
         """Tokens the (re)admission of ``group`` computes: the prompt once, then each branch's own."""
+        if len(group.seqs) == 1:
+            return group.seqs[0].num_tokens
         prompt = group.request.prompt_tokens
         return prompt + sum(s.num_tokens - prompt for s in group.live_seqs())
 

@@ -66,7 +66,10 @@ class PagedAllocator(Allocator):
         self._remainder_bytes = self.budget_bytes - self.num_blocks * self.block_bytes
         # Free pool as a stack: O(1) pop/push; reversed so that a fresh pool hands out 0, 1, 2, ...
         self._free_block_ids: list[int] = list(range(self.num_blocks - 1, -1, -1))
-        self._ref_counts: list[int] = [0] * self.num_blocks
+        # NOTE: reference counts are kept only for shared blocks (2 or more holders): a block in a
+        # table and not in here has exactly one holder. Unshared sequences (the common case) then
+        # take and give back their blocks as whole list slices, with no per-block bookkeeping.
+        self._shared_refs: dict[int, int] = {}
         self._tables: dict[int, list[int]] = {}
         self._num_tokens: dict[int, int] = {}
         self._final_kv_tokens: dict[int, int] = {}
@@ -105,8 +108,12 @@ class PagedAllocator(Allocator):
         return self._blocks_for(shape.num_tokens) * self._block_size_tokens
 
     def refcount(self, block_id: int) -> int:
-        """How many live sequences hold ``block_id`` in their block table (0 when it is free)."""
-        return self._ref_counts[block_id]
+        """How many live sequences hold ``block_id`` in their block table (0 when it is free).
+
+        A view for checks, not a hot path: a block with one holder is found by elimination."""
+        if block_id in self._shared_refs:
+            return self._shared_refs[block_id]
+        return 0 if block_id in self._free_block_ids or block_id >= self.num_blocks else 1
 
     # --- verbs -----------------------------------------------------------------------------------
 
@@ -115,16 +122,19 @@ class PagedAllocator(Allocator):
         are not free. Branches reserve nothing: forks share."""
         if seq_id in self._tables:
             raise ValueError(f"sequence {seq_id} is already allocated")
-        num_blocks = self._blocks_for(shape.num_tokens)
-        if not self._can_take(num_blocks, keep_free_bytes):
+        num_tokens = shape.num_tokens
+        num_blocks = -(-num_tokens // self._block_size_tokens)
+        num_free_after = len(self._free_block_ids) - num_blocks
+        if num_free_after < 0 or num_free_after * self.block_bytes < keep_free_bytes:
             return None
-        table = self._take_blocks(num_blocks)
-        self._tables[seq_id] = table
-        self._num_tokens[seq_id] = shape.num_tokens
+        self._tables[seq_id] = self._take_blocks(num_blocks)
+        self._num_tokens[seq_id] = num_tokens
         self._final_kv_tokens[seq_id] = shape.final_kv_tokens
-        self._future_tokens[seq_id] = 0
-        self._num_token_slots += shape.num_tokens
-        self._refresh_future(seq_id)
+        self._num_token_slots += num_tokens
+        # its own last block's unfilled slots are its reserved future, up to its final length
+        future = min(num_blocks * self._block_size_tokens - num_tokens, max(shape.final_kv_tokens - num_tokens, 0))
+        self._future_tokens[seq_id] = future
+        self._num_future_slots += future
         return 0
 
     def refusal_reason(self, shape: SeqShape, keep_free_bytes: int = 0) -> Refusal:
@@ -134,26 +144,29 @@ class PagedAllocator(Allocator):
     def append(self, seq_id: int, num_tokens: int = 1) -> bool:
         """Room for ``num_tokens`` more: in the own last block, in new blocks, or after copying a
         shared last block first (copy-on-write)."""
-        size = self._block_size_tokens
         tokens = self._num_tokens[seq_id]
-        table = self._tables[seq_id]
-        offset = tokens % size
-        shared_tail = offset and self._ref_counts[table[-1]] > 1
-        room = size - offset if offset and not shared_tail else 0
-        if num_tokens <= room:
-            # the common case: room in our own last block; that much of its tail becomes tokens
+        offset = tokens % self._block_size_tokens
+        if offset and num_tokens <= self._block_size_tokens - offset and self._tables[seq_id][-1] not in self._shared_refs:
+            # the hot path: room in our own last block; that much of its tail becomes tokens
             self._num_tokens[seq_id] = tokens + num_tokens
             self._num_token_slots += num_tokens
             future = self._future_tokens[seq_id]
             if future:
-                used = min(future, num_tokens)
+                used = future if future < num_tokens else num_tokens
                 self._future_tokens[seq_id] = future - used
                 self._num_future_slots -= used
             return True
+        return self._append_blocks(seq_id, tokens, offset, num_tokens)
+
+    def _append_blocks(self, seq_id: int, tokens: int, offset: int, num_tokens: int) -> bool:
+        """``append`` that needs new blocks, and maybe a copy of a shared last block first."""
+        size = self._block_size_tokens
+        table = self._tables[seq_id]
+        shared_tail = offset and table[-1] in self._shared_refs
         if shared_tail:  # writing into it would corrupt the other holders' tokens: copy it first
             num_new_blocks = self._blocks_for(offset + num_tokens)
         else:
-            num_new_blocks = self._blocks_for(num_tokens - room)
+            num_new_blocks = self._blocks_for(num_tokens - (size - offset if offset else 0))
         if num_new_blocks > len(self._free_block_ids):
             return False
         if shared_tail:
@@ -174,11 +187,9 @@ class PagedAllocator(Allocator):
         table = self._tables[seq_id]
         keep = self._blocks_for(num_tokens)
         cut = table[keep - 1 : keep] if num_tokens % self._block_size_tokens else []
-        if not 0 <= num_tokens < tokens or any(self._ref_counts[b] > 1 for b in table[keep:] + cut):
+        if not 0 <= num_tokens < tokens or any(b in self._shared_refs for b in table[keep:] + cut):
             raise ValueError(f"cannot truncate sequence {seq_id} from {tokens} to {num_tokens} tokens")
-        for block_id in table[keep:]:
-            self._ref_counts[block_id] = 0
-            self._free_block_ids.append(block_id)
+        self._free_block_ids.extend(reversed(table[keep:]))
         del table[keep:]
         self._num_tokens[seq_id] = num_tokens
         self._num_token_slots -= tokens - num_tokens
@@ -190,8 +201,9 @@ class PagedAllocator(Allocator):
         if child_id in self._tables:
             self.free(child_id)
         table = self._tables[parent_id]
+        shared = self._shared_refs
         for block_id in table:
-            self._ref_counts[block_id] += 1
+            shared[block_id] = shared.get(block_id, 1) + 1
         num_tokens = self._num_tokens[parent_id]
         self._tables[child_id] = list(table)
         self._num_tokens[child_id] = num_tokens
@@ -210,14 +222,23 @@ class PagedAllocator(Allocator):
         del self._final_kv_tokens[seq_id]
         self._num_future_slots -= self._future_tokens.pop(seq_id)
         size = self._block_size_tokens
-        last_index = len(table) - 1
-        for index, block_id in enumerate(table):
-            ref_count = self._ref_counts[block_id] - 1
-            self._ref_counts[block_id] = ref_count
-            if ref_count == 0:
-                self._free_block_ids.append(block_id)
-                # all holders of a block see the same tokens in it, so its fill is ours
-                self._num_token_slots -= size if index < last_index else num_tokens - last_index * size
+        shared = self._shared_refs
+        if not shared or not any(map(shared.__contains__, table)):
+            # the common case: every block is ours alone (reversed: a later allocation pops them in order)
+            self._free_block_ids.extend(reversed(table))
+            self._num_token_slots -= num_tokens
+        else:
+            last_index = len(table) - 1
+            for index, block_id in enumerate(table):
+                holders = shared.get(block_id, 1) - 1
+                if holders == 0:
+                    self._free_block_ids.append(block_id)
+                    # all holders of a block see the same tokens in it, so its fill is ours
+                    self._num_token_slots -= size if index < last_index else num_tokens - last_index * size
+                elif holders == 1:
+                    del shared[block_id]
+                else:
+                    shared[block_id] = holders
         if num_tokens % size:
             self._release_tail(table[-1], seq_id)
 
@@ -232,7 +253,7 @@ class PagedAllocator(Allocator):
             structure.append((seq_id, table, self._num_tokens[seq_id], self._final_kv_tokens[seq_id]))
         for seq_id in family:
             self.free(seq_id)
-        if any(self._ref_counts[block_id] for block_id in positions):
+        if any(block_id in self._shared_refs for block_id in positions):
             raise RuntimeError(f"swap_out of {family}: a block is shared with a sequence outside the set")
         self._swapped[family] = structure
         return Transfer(len(positions) * self.block_bytes, len(positions))
@@ -247,8 +268,7 @@ class PagedAllocator(Allocator):
             return None
         del self._swapped[family]
         blocks = self._take_blocks(num_blocks)
-        for block_id in blocks:
-            self._ref_counts[block_id] = 0
+        holders: dict[int, int] = {}
         size = self._block_size_tokens
         filled: dict[int, int] = {}
         tails: dict[int, set[int]] = {}
@@ -258,14 +278,15 @@ class PagedAllocator(Allocator):
             self._final_kv_tokens[seq_id] = final
             self._future_tokens[seq_id] = 0
             for index, p in enumerate(table):
-                self._ref_counts[blocks[p]] += 1
+                holders[p] = holders.get(p, 0) + 1
                 filled[p] = min(size, num_tokens - index * size)
             if num_tokens % size:
                 tails.setdefault(blocks[table[-1]], set()).add(seq_id)
         self._num_token_slots += sum(filled.values())
-        for block_id, holders in tails.items():
-            if len(holders) > 1:
-                self._shared_tail_holders[block_id] = holders
+        self._shared_refs.update((blocks[p], n) for p, n in holders.items() if n > 1)
+        for block_id, tail_holders in tails.items():
+            if len(tail_holders) > 1:
+                self._shared_tail_holders[block_id] = tail_holders
         for seq_id, _, _, _ in structure:
             self._refresh_future(seq_id)
         return Transfer(num_blocks * self.block_bytes, num_blocks)
@@ -317,7 +338,7 @@ class PagedAllocator(Allocator):
         for i, seq_id in enumerate(seq_ids):
             tokens = self._num_tokens[seq_id]
             offset = tokens % size
-            if offset and self._ref_counts[self._tables[seq_id][-1]] > 1:
+            if offset and self._tables[seq_id][-1] in self._shared_refs:
                 return NO_PROJECTION
             slacks[i] = (size - offset) % size
             final = self._final_kv_tokens[seq_id]
@@ -360,14 +381,16 @@ class PagedAllocator(Allocator):
         taken = free[-num_blocks:]
         del free[-num_blocks:]
         taken.reverse()  # pop order: the same blocks one-by-one pops would give
-        for block_id in taken:
-            self._ref_counts[block_id] = 1
         return taken
 
     def _copy_on_write(self, seq_id: int, table: list[int], offset: int) -> None:
         shared_id = table[-1]
         (block_id,) = self._take_blocks(1)
-        self._ref_counts[shared_id] -= 1
+        holders = self._shared_refs[shared_id] - 1
+        if holders == 1:
+            del self._shared_refs[shared_id]
+        else:
+            self._shared_refs[shared_id] = holders
         table[-1] = block_id
         self._num_token_slots += offset  # the copied tokens now exist twice
         self.num_cow_copies += 1
@@ -388,7 +411,7 @@ class PagedAllocator(Allocator):
         num_tokens = self._num_tokens[seq_id]
         tail_tokens = -num_tokens % self._block_size_tokens
         future_tokens = 0
-        if tail_tokens and self._ref_counts[self._tables[seq_id][-1]] == 1:
+        if tail_tokens and self._tables[seq_id][-1] not in self._shared_refs:
             remaining_tokens = self._final_kv_tokens[seq_id] - num_tokens
             if remaining_tokens > 0:
                 future_tokens = min(tail_tokens, remaining_tokens)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from kvbench.api import run
+from kvbench.errors import ConfigError
 from kvbench.memory.ledger import LEDGER_FIELDS
 
 FAST = ["wandb.mode=disabled", "progress=false", "kernel=torch"]
@@ -78,10 +80,7 @@ def test_ttft_decomposes_into_queueing_prefill_and_scheduling(paged):
 
 def test_same_config_and_seed_give_identical_summaries():
     args = ("allocator=per_request", "workload=exercise2_mix", "workload.num_requests=150")
-    a, b = run([*FAST, *args]).summary, run([*FAST, *args]).summary
-    for wall_clock_key in ("sim_wall_s", "simulated_requests_per_wall_s"):
-        a.pop(wall_clock_key), b.pop(wall_clock_key)
-    assert a == b
+    assert comparable(run([*FAST, *args]).summary) == comparable(run([*FAST, *args]).summary)
 
 
 def test_per_request_exercise2_mix_observes_external_fragmentation():
@@ -107,3 +106,97 @@ def test_a_watermark_larger_than_the_free_space_never_blocks_an_empty_batch():
     result = lecture("allocator=paged", "hardware.kv_budget_bytes=1e9", "scheduler.watermark_fraction=0.9", num_requests=5)
     assert (result.requests["num_generated"] == result.requests["output_tokens"]).all()
     assert result.summary["peak_concurrency"] == 1
+
+
+# --- every allocator x scheduler x preemption: nothing lost, and both loops write the same tables --
+
+ALLOCATORS = ["naive", "orca_oracle", "paged"]
+SCHEDULERS = ["mixed", "prefill_first", "chunked", "static"]
+PREEMPTIONS = ["recompute", "swap", "length_aware"]
+# 2.5 GB of KV holds 4,768 Llama-2-7B tokens: one 4K naive slot, and far less than 40 lognormal
+# requests (medians 512 + 128, tails to 4K) want at once, so paged runs preempt all the time; a 1 GB
+# host pool holds 1,907 tokens of swapped KV, so some swaps fall back to recompute
+HEAVY = ["workload=lognormal", "workload.num_requests=40", "hardware.kv_budget_bytes=2.5e9",
+         "hardware.host_swap_bytes=1e9", "scheduler.max_num_seqs=64"]  # fmt: skip
+
+
+def both_loops(*overrides):
+    event = run([*FAST, *overrides, "event_driven=true"])
+    step = run([*FAST, *overrides, "event_driven=false"])
+    for table in ("requests", "steps", "refusals"):
+        pd.testing.assert_frame_equal(getattr(event, table), getattr(step, table), check_exact=True)
+    assert comparable(event.summary) == comparable(step.summary)
+    return event
+
+
+def comparable(summary: dict) -> dict:
+    """A summary without its wall-clock keys, NaN as None (so that equal summaries compare equal)."""
+    wall_clock = ("sim_wall_s", "simulated_requests_per_wall_s")
+    return {k: None if v != v else v for k, v in summary.items() if k not in wall_clock}
+
+
+@pytest.mark.parametrize("preemption", PREEMPTIONS)
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+@pytest.mark.parametrize("allocator", ALLOCATORS)
+def test_every_combination_emits_every_token_and_both_loops_agree(allocator, scheduler, preemption):
+    result = both_loops(*HEAVY, f"allocator={allocator}", f"scheduler={scheduler}", f"preemption={preemption}")
+    r = result.requests
+    assert (r["num_generated"] == r["output_tokens"]).all() and (r["finish_s"] > 0).all()
+    s = result.summary
+    assert s["num_preemptions"] == s["num_recompute_preemptions"] + s["num_swap_preemptions"]
+    if allocator == "paged":
+        assert s["num_preemptions"] > 0, "the heavy workload must preempt"
+        if preemption == "swap":
+            assert s["num_swap_preemptions"] > 0 and s["num_swap_fallbacks"] > 0
+            assert 0 < s["swap_pool_peak_bytes"] <= 1e9
+
+
+@pytest.mark.parametrize("allocator, budget", [("paged", "2.5e9"), ("naive", "9e9"), ("orca_oracle", "9e9")])
+def test_a_fan_out_workload_loses_no_branch(allocator, budget):
+    # contiguous allocators reserve three whole ranges per request, so they need a larger budget
+    result = both_loops(*HEAVY, "workload.num_branches=3", "workload.num_requests=12", f"allocator={allocator}",
+                        f"hardware.kv_budget_bytes={budget}", "preemption=swap")  # fmt: skip
+    r = result.requests
+    assert (r["num_branches"] == 3).all() and (r["num_generated"] == r["output_tokens"]).all()
+    assert result.summary["num_copies"] > 0  # copy-on-write, or the prompt copied into each branch
+    if allocator == "paged":
+        assert result.summary["num_swap_preemptions"] > 0
+
+
+# --- lecture 10.4: copy-on-write fan-out, out of a run ------------------------------------------
+
+FAN_OUT = [*FAST, "workload=lecture_chat", "workload.num_requests=1"]
+SLOT = 524_288  # Llama-2-7B KV bytes per token
+
+
+def test_eight_branches_off_a_4k_prompt_hold_6144_tokens_shared_not_34816():
+    n8 = [*FAN_OUT, "workload.prompt_tokens=4096", "workload.output_tokens=256", "workload.num_branches=8",
+          "workload.s_max_tokens=4352"]  # fmt: skip
+    shared = run([*n8, "allocator=paged"]).summary
+    unshared = run([*n8, "allocator=per_request", "allocator.reserve=oracle"]).summary
+    # paged: the prompt's 256 blocks once, plus 16 blocks per branch for its 255 cached tokens
+    assert shared["peak_allocated_bytes"] == (4096 + 8 * 256) * SLOT
+    assert shared["peak_token_bytes"] == (4096 + 8 * 255) * SLOT  # the last token is never fed back
+    assert shared["num_copies"] == 0  # the prompt fills whole blocks: no copy-on-write
+    # contiguous: every branch reserves prompt + output, and the prompt is copied into 7 of them
+    assert unshared["peak_allocated_bytes"] == 8 * (4096 + 256) * SLOT
+    assert unshared["num_copies"] == 7 and unshared["copy_bytes"] == 7 * 4096 * SLOT
+    assert unshared["peak_allocated_bytes"] / shared["peak_allocated_bytes"] == pytest.approx(5.67, abs=0.005)
+
+
+def test_sixteen_branches_off_8k_fit_shared_and_not_unshared():
+    n16 = [*FAN_OUT, "workload.prompt_tokens=8192", "workload.output_tokens=512", "workload.num_branches=16",
+           "workload.s_max_tokens=8704"]  # fmt: skip
+    shared = run([*n16, "allocator=paged"]).summary
+    assert shared["peak_allocated_bytes"] == (8192 + 16 * 512) * SLOT == 8_589_934_592  # 8.6 GB
+    with pytest.raises(ConfigError, match="cannot hold all its branches at once"):
+        run([*n16, "allocator=per_request", "allocator.reserve=oracle"])  # 16 x 8,704 x 512 KiB = 73.0 GB > 62.5
+
+
+def test_a_branch_diverging_inside_a_shared_block_copies_it():
+    # a 4,100-token prompt ends 4 tokens into its last block: each of 4 branches copies that block
+    # once (copy-on-write) when it writes its first token there
+    s = run([*FAN_OUT, "workload.prompt_tokens=4100", "workload.output_tokens=8", "workload.num_branches=4",
+             "workload.s_max_tokens=4200", "allocator=paged"]).summary  # fmt: skip
+    assert s["num_copies"] == 3  # the last branch to write finds the block its own again
+    assert s["copy_bytes"] == 3 * 16 * SLOT and s["copy_s"] > 0

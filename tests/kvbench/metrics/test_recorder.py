@@ -1,0 +1,91 @@
+"""The recorder merges quiet steps into one row whose time-weighted means stay exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvbench.core.sequence import SequenceGroup
+from kvbench.core.step import AdmissionRefusal, StepPlan, StepResult
+from kvbench.memory.allocator import KVCopy, Refusal
+from kvbench.memory.ledger import MemoryLedger
+from kvbench.metrics.recorder import Recorder
+from toy import request
+
+BUDGET = 1000
+
+
+def ledger(token: int, free: int) -> MemoryLedger:
+    return MemoryLedger(BUDGET, token, 100, 50, 0, free)
+
+
+def quiet(step: int, start_s: float, token: int, refused: SequenceGroup | None = None) -> StepPlan:
+    plan = StepPlan(step, start_s, decodes=[object(), object()], kv_read_tokens=10, ledger=ledger(token, 850 - token),
+                    num_running=2, num_waiting=1 if refused else 0)  # fmt: skip
+    if refused:
+        plan.refusal = AdmissionRefusal(refused, Refusal.NO_MEMORY, 400, 100, 100)
+    return plan
+
+
+def one_step(plan: StepPlan, duration_s: float) -> StepResult:
+    return StepResult(plan.start_s, (duration_s,), plan.start_s + duration_s, decode_s=duration_s)
+
+
+def test_quiet_steps_become_one_row_with_time_weighted_ledger_means():
+    recorder = Recorder(kv_bytes_per_token=1)
+    durations = [0.5, 0.25, 0.25]
+    start = 0.0
+    for step, (duration, token) in enumerate(zip(durations, [100, 200, 300])):
+        plan = quiet(step, start, token)
+        recorder.record(plan, one_step(plan, duration), any_seq_finished=step == 2)
+        start += duration
+    after = quiet(3, start, 400)  # the batch changed after a finish: a new row
+    recorder.record(after, one_step(after, 1.0), any_seq_finished=False)
+    steps = recorder.finish([]).steps
+    assert steps["num_steps"].tolist() == [3, 1] and steps["step"].tolist() == [0, 3]
+    first = steps.iloc[0]
+    assert first["duration_s"] == 1.0 and first["decode_s"] == 1.0
+    assert first["token_bytes"] == (100 * 0.5 + 200 * 0.25 + 300 * 0.25) / 1.0
+    assert first["free_bytes"] == (750 * 0.5 + 650 * 0.25 + 550 * 0.25) / 1.0
+    assert first["token_bytes_max"] == 300 and first["allocated_bytes_max"] == 300 + 150
+    assert first["kv_read_bytes"] == 3 * 10 and first["num_computed_tokens"] == 3 * 2
+    assert steps.iloc[1]["token_bytes"] == 400
+
+
+def test_a_run_of_steps_recorded_at_once_writes_the_same_row_as_step_by_step():
+    by_step, at_once = Recorder(1), Recorder(1)
+    durations = np.array([0.3, 0.1, 0.7])
+    starts = [0.0, 0.3, 0.4]
+    for step, token in enumerate([100, 200, 300]):
+        plan = quiet(step, starts[step], token)
+        plan.kv_read_tokens = 10 + 2 * step
+        by_step.record(plan, one_step(plan, durations[step]), any_seq_finished=False)
+    span = quiet(0, 0.0, 100)
+    span.num_steps = 3
+    span.span_ledgers = {name: np.array([getattr(ledger(t, 850 - t), name) for t in (200, 300)]) for name in
+                         ("token_bytes", "reserved_future_bytes", "internal_bytes", "external_bytes", "free_bytes")}  # fmt: skip
+    end_s = float(np.cumsum(np.concatenate(([0.0], durations)))[-1])
+    at_once.record(span, StepResult(0.0, durations, end_s, decode_s=float(np.cumsum(durations)[-1])), any_seq_finished=False)
+    a, b = by_step.finish([]).steps, at_once.finish([]).steps
+    assert a.equals(b)
+
+
+def test_a_refusal_lasting_several_quiet_steps_is_one_refusal_row():
+    recorder = Recorder(1)
+    head = SequenceGroup(request(7, 8, 4), first_seq_id=0)
+    for step in range(4):
+        plan = quiet(step, float(step), 100, refused=head)
+        recorder.record(plan, one_step(plan, 1.0), any_seq_finished=False)
+    record = recorder.finish([])
+    assert record.refusals[["step", "num_steps", "request_id", "reason"]].values.tolist() == [[0, 4, 7, "no_memory"]]
+    assert record.steps["saturated"].tolist() == [True]
+
+
+def test_a_step_that_is_not_quiet_is_never_merged():
+    recorder = Recorder(1)
+    plan = quiet(0, 0.0, 100)
+    recorder.record(plan, one_step(plan, 1.0), any_seq_finished=False)
+    busy = quiet(1, 1.0, 100)
+    busy.copies = [KVCopy(3, 4, 1, 16)]  # a copy-on-write makes a step an event
+    recorder.record(busy, StepResult(1.0, (1.0,), 2.0), any_seq_finished=False)
+    assert recorder.finish([]).steps["num_steps"].tolist() == [1, 1]
