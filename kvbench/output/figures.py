@@ -62,13 +62,15 @@ def plot_memory_timeline(steps: pd.DataFrame, summary: dict, path: Path) -> Path
 def plot_comparison(table: pd.DataFrame, path: Path) -> Path:
     """One bar chart per headline metric, one bar per job of a sweep."""
     plt = _pyplot()
-    metrics = (
+    ok = table[~table.get("failed", pd.Series(False, index=table.index)).fillna(False).astype(bool)]
+    metrics = [
         ("peak_concurrency", "peak concurrency (seqs)"),
         ("utilization_saturated", "utilization while saturated"),
         ("throughput_tokens_per_s", "throughput (tokens/s)"),
         ("ttft_p50_s", "TTFT p50 (s)"),
-    )
-    ok = table[~table.get("failed", pd.Series(False, index=table.index)).fillna(False).astype(bool)]
+    ]
+    if "num_preemptions" in ok and ok["num_preemptions"].fillna(0).gt(0).any():
+        metrics += [("ttft_p99_s", "TTFT p99 (s)"), ("preemption_cost_s", "preemption cost (s)")]
     fig, axes = plt.subplots(1, len(metrics), figsize=(4 * len(metrics), 3.8))
     for ax, (col, title) in zip(axes, metrics):
         if col in ok:

@@ -12,22 +12,47 @@ from rich.table import Table
 from kvbench.metrics.display import METRIC_DEFINITIONS, format_summary
 from kvbench.output.results import read_job
 
-#: (column, header, format) of the sweep comparison table
-COMPARISON_COLUMNS = (
-    ("label", "job", "{}"),
+#: (column, header, format) of the sweep comparison table, in groups; a group shows when its
+#: test on the sweep's rows holds, so that a table stays narrow enough to read
+_MEMORY = (
     ("block_size_tokens", "block", "{:d}"),
     ("peak_concurrency", "peak seqs", "{:d}"),
     ("mean_concurrency_saturated", "mean seqs (sat.)", "{:.1f}"),
     ("utilization_saturated", "util. (sat.)", "{:.1%}"),
     ("frac_internal", "internal", "{:.1%}"),
     ("frac_external", "external", "{:.1%}"),
+)
+_LATENCY = (
     ("throughput_tokens_per_s", "tok/s", "{:,.0f}"),
     ("ttft_p50_s", "TTFT p50 s", "{:.3f}"),
+    ("ttft_p99_s", "TTFT p99 s", "{:.3f}"),
     ("tpot_p50_s", "TPOT p50 s", "{:.4f}"),
     ("goodput_requests_per_s", "goodput req/s", "{:.2f}"),
     ("num_preemptions", "preempt.", "{:d}"),
-    ("calibration", "calibration", "{}"),
 )
+_PREEMPTION = (
+    ("num_swap_preemptions", "by swap", "{:d}"),
+    ("num_swap_fallbacks", "swap fallbacks", "{:d}"),
+    ("preemption_cost_s", "preempt. cost s", "{:.2f}"),
+    ("recompute_tax", "recompute tax", "{:.1%}"),
+)
+COLUMN_GROUPS = (
+    (_MEMORY, lambda rows: True),
+    (_LATENCY, lambda rows: True),
+    (_PREEMPTION, lambda rows: rows.get("num_preemptions", pd.Series(dtype=float)).fillna(0).gt(0).any()),
+    ((("calibration", "calibration", "{}"),), lambda rows: True),
+)
+
+
+def comparison_columns(rows: pd.DataFrame) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """The comparison table's columns for these rows (the job, then every group whose test
+    holds), split into those that differ between jobs and those every job shares (shown once)."""
+    columns = [column for group, shown in COLUMN_GROUPS if shown(rows) for column in group]
+    if len(rows) < 2:
+        return [("label", "job", "{}"), *columns], []
+    same = [(col, header, fmt) for col, header, fmt in columns
+            if col in rows and len({_fmt(fmt, value) for value in rows[col]}) == 1]  # fmt: skip
+    return [("label", "job", "{}"), *[c for c in columns if c not in same]], same
 
 
 def _fmt(fmt: str, value) -> str:
@@ -51,12 +76,13 @@ def _varying_labels(jobs: pd.Series) -> list[str]:
     """Each job's overrides minus those every job shares: what the sweep varied."""
     parts = [str(j).split(",") for j in jobs]
     common = set.intersection(*map(set, parts)) if parts else set()
-    return [",".join(p for p in job if p not in common) or "defaults" for job in parts]
+    return [" ".join(p for p in job if p not in common) or "defaults" for job in parts]
 
 
 def print_summary(summary: dict, out_dir: Path | None, console: Console | None = None) -> None:
     console = console or _console()
-    table = Table(title=f"kvbench: {summary['allocator']} / {summary['kernel']} / {summary['workload']}")
+    title = " / ".join(str(summary[key]) for key in ("allocator", "kernel", "scheduler", "preemption", "workload"))
+    table = Table(title=f"kvbench: {title}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for label, value in format_summary(summary):
@@ -88,15 +114,20 @@ def print_comparison(sweep_dir: Path, console: Console | None = None) -> pd.Data
         frame["failed"] = False
     frame["failed"] = frame["failed"].fillna(False).astype(bool)
     frame["label"] = _varying_labels(frame["job"])
+    columns, shared = comparison_columns(frame[~frame["failed"]])
     table = Table(title=f"kvbench comparison ({len(frame)} jobs)")
-    for _, header, _ in COMPARISON_COLUMNS:
-        table.add_column(header, justify="left" if header in ("job", "calibration") else "right")
+    for _, header, _ in columns:  # a long job label wraps rather than losing its end
+        table.add_column(header, justify="left" if header in ("job", "calibration") else "right",
+                         overflow="fold" if header == "job" else "ellipsis")  # fmt: skip
     for _, row in frame.iterrows():
         if row["failed"]:
-            table.add_row(row["label"], *["[red]failed[/red]", *[""] * (len(COMPARISON_COLUMNS) - 2)])
+            table.add_row(row["label"], *["[red]failed[/red]", *[""] * (len(columns) - 2)])
         else:
-            table.add_row(*[_fmt(fmt, row.get(col)) for col, _, fmt in COMPARISON_COLUMNS])
+            table.add_row(*[_fmt(fmt, row.get(col)) for col, _, fmt in columns])
     console.print(table)
+    if shared:
+        first = frame[~frame["failed"]].iloc[0]
+        console.print("same in every job: " + ", ".join(f"{header} {_fmt(fmt, first.get(col))}" for col, header, fmt in shared))
     for _, row in frame[frame["failed"]].iterrows():
         console.print(f"[red]failed[/red] {row['label']}: {row['error']}", highlight=False)
     console.print(f"[dim]{METRIC_DEFINITIONS}[/dim]")
