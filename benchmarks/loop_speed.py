@@ -73,7 +73,7 @@ def build(overrides: list[str], event_driven: bool = True):
 
     cfg, _ = compose(overrides)
     s = setup(cfg)
-    requests = requests_from_workload(s.workload_source.generate(np.random.default_rng(int(cfg.seed))))
+    requests = requests_from_workload(s.workload_source.generate(np.random.default_rng(int(cfg.seed))), int(cfg.seed))
     return Engine(s.scheduler, SimExecutor(s.cost), event_driven=event_driven), requests
 
 

@@ -114,7 +114,7 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
     workload = s.workload_source.generate(np.random.default_rng(int(cfg.seed)))
     with progress_bar(workload.num_requests, "simulating", enabled=bool(cfg.progress)) as advance:
         engine = Engine(s.scheduler, SimExecutor(s.cost), event_driven=bool(cfg.event_driven), on_finished=advance)
-        record = engine.run(requests_from_workload(workload))
+        record = engine.run(requests_from_workload(workload, int(cfg.seed)))
     summary = labels(cfg, s, choices)
     summary.update(
         kv_budget_bytes=s.budget_bytes,

@@ -11,8 +11,11 @@ from kvbench.workload.source import Workload
 class Request:
     """One request of the workload: when it arrives, how long it is, how many completions it wants.
 
-    ``branch_output_tokens`` holds each completion's length: one entry for an ordinary request,
-    ``n`` for parallel sampling, whose branches share the prompt and fork after its prefill.
+    ``branch_output_tokens`` holds each branch's length: one entry for an ordinary request, ``n``
+    for parallel sampling or a beam search of width ``n``, whose branches share the prompt and fork
+    after its prefill. A beam search (``beam_fork_probability > 0``) also re-forks its beams as it
+    goes: after each step, each beam is replaced with that probability by a copy of another beam
+    (kvbench has no token model, so which beams survive is drawn from ``seed``).
     """
 
     request_id: int
@@ -20,6 +23,8 @@ class Request:
     prompt_tokens: int
     s_max_tokens: int  #: the declared S_max: prompt + output of every branch stays within it
     branch_output_tokens: tuple[int, ...]
+    beam_fork_probability: float = 0.0
+    seed: int = 0
 
     @property
     def num_branches(self) -> int:
@@ -36,11 +41,13 @@ class Request:
         return self.prompt_tokens + self.max_output_tokens - 1
 
 
-def requests_from_workload(workload: Workload) -> list[Request]:
-    """The workload's rows as requests, in arrival order (``request_id`` = row)."""
+def requests_from_workload(workload: Workload, seed: int = 0) -> list[Request]:
+    """The workload's rows as requests, in arrival order (``request_id`` = row); ``seed`` (the
+    run's) seeds each beam search's draws together with its request id."""
     branches = workload.branch_output_tokens_per_request()
+    beam = workload.beam_fork_probability
     return [
-        Request(i, arrival_s, prompt, s_max, outputs)
+        Request(i, arrival_s, prompt, s_max, outputs, beam, seed)
         for i, (arrival_s, prompt, s_max, outputs) in enumerate(
             zip(workload.arrival_s.tolist(), workload.prompt_tokens.tolist(), workload.s_max_tokens.tolist(), branches)
         )

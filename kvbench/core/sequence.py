@@ -71,7 +71,7 @@ class SequenceGroup:
     """
 
     __slots__ = (
-        "request", "seqs", "status", "is_forked", "num_live", "num_lost_tokens",
+        "request", "seqs", "status", "is_forked", "num_live", "num_lost_tokens", "beam_rng",
         "boundary_s", "admitted_s", "prefill_compute_s", "first_token_s", "finish_s",
         "num_preemptions", "num_recompute_preemptions", "num_swap_preemptions", "num_swap_fallbacks",
         "num_recomputed_tokens", "swap_out_bytes", "swap_in_bytes",
@@ -87,6 +87,8 @@ class SequenceGroup:
         self.num_live = len(self.seqs)
         #: KV positions lost to recompute preemptions and not yet computed again
         self.num_lost_tokens = 0
+        #: a beam search's draws (which beams are replaced), made on its first re-fork
+        self.beam_rng = None
         self.boundary_s = self.admitted_s = self.first_token_s = self.finish_s = -1.0
         self.prefill_compute_s = 0.0
         self.num_preemptions = self.num_recompute_preemptions = self.num_swap_preemptions = 0

@@ -76,6 +76,9 @@ class StepPlan:
     num_steps: int = 1
     #: the ledger after each of steps 2..num_steps: LEDGER_FIELDS name -> array
     span_ledgers: dict[str, np.ndarray] | None = None
+    #: a beam search decodes in this step: it may re-fork after any step, so no run of steps can
+    #: be taken at once
+    has_beam_search: bool = False
 
     @property
     def is_quiet(self) -> bool:

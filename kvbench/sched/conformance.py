@@ -10,7 +10,7 @@ and ``policy_class`` fixtures (parametrize them to test several)::
         def scheduler_class(self):
             return MyScheduler
 
-The suite drives random small workloads (fan-outs included) through the engine over tiny KV
+The suite drives random small workloads (fan-outs and beam searches included) through the engine over tiny KV
 budgets and a tiny host swap pool, so that requests are preempted over and over and swaps fall
 back to recompute, on every built-in allocator, and checks: every request finishes with exactly
 its output tokens, all memory and swap space is given back, the counters add up, and the
@@ -100,18 +100,19 @@ def check_run(engine: Engine, requests: list[Request], record: RunRecord) -> Non
     assert engine.scheduler.host_pool.used_bytes == 0, "swap space was not given back"
 
 
-#: a small request: (arrival gap in steps' worth of seconds, prompt, output per branch, branches)
+#: a small request: (arrival gap in seconds, prompt, output per branch, branches, beam-search re-fork probability)
 REQUESTS = st.lists(
-    st.tuples(st.sampled_from([0.0, 0.0, 0.01, 0.5]), st.integers(1, 40), st.integers(1, 30), st.sampled_from([1, 1, 1, 2, 3])),
+    st.tuples(st.sampled_from([0.0, 0.0, 0.01, 0.5]), st.integers(1, 40), st.integers(1, 30),
+              st.sampled_from([1, 1, 1, 2, 3]), st.sampled_from([0.0, 0.0, 0.5])),
     min_size=1, max_size=10,
 )  # fmt: skip
 
 
 def make_requests(rows: list[tuple]) -> list[Request]:
     requests, arrival_s = [], 0.0
-    for i, (gap_s, prompt, output, branches) in enumerate(rows):
+    for i, (gap_s, prompt, output, branches, beam) in enumerate(rows):
         arrival_s += gap_s
-        requests.append(Request(i, arrival_s, prompt, prompt + output, (output,) * branches))
+        requests.append(Request(i, arrival_s, prompt, prompt + output, (output,) * branches, beam if branches > 1 else 0.0, 7))
     return requests
 
 

@@ -27,6 +27,8 @@ from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
+import numpy as np
+
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence, SequenceGroup, Status
 from kvbench.core.step import AdmissionRefusal, Preemption, PrefillChunk, StepPlan, StepResult
@@ -198,7 +200,7 @@ class Scheduler:
     def decode_span(self, plan: StepPlan, max_steps: int) -> DecodeProjection:
         """How many more identical decode steps a quiet plan can stand for (the first finish is
         the last of them), and the ledger after each, without taking them."""
-        if not plan.is_quiet:
+        if not plan.is_quiet or plan.has_beam_search:
             return NO_PROJECTION
         until_finish = min([seq.end_tokens - seq.num_tokens for seq in plan.decodes]) - 1
         limit = min(until_finish, max_steps)
@@ -355,6 +357,10 @@ class Scheduler:
             if not self._grow(plan, work, group, seq, n, index):
                 return self._drop(group, index)
             remaining = None if remaining is None else remaining - n
+        if group.request.beam_fork_probability and group.is_forked:
+            plan.has_beam_search = True
+            if work.decodes and not work.chunks:
+                self._reshuffle_beams(work, group)
         return self._commit(plan, group, work)
 
     def _allocate(self, group: SequenceGroup, seq: Sequence, n: int) -> bool:
@@ -441,6 +447,24 @@ class Scheduler:
             if seq.num_tokens == prompt:  # a new branch samples its first token with the root
                 work.samples.append(seq)
         group.is_forked = True
+
+    def _reshuffle_beams(self, work: _Work, group: SequenceGroup) -> None:
+        """Beam search keeps the best continuations: after the step, each beam is replaced with
+        probability ``beam_fork_probability`` by a copy of another beam (drawn uniformly), which
+        shares (paged) or copies (contiguous) that beam's whole cache."""
+        if group.beam_rng is None:
+            group.beam_rng = np.random.default_rng([group.request.seed, group.request_id])
+        beams = group.held_seqs()
+        if len(beams) < 2:
+            return
+        rng = group.beam_rng
+        replaced = rng.random(len(beams)) < group.request.beam_fork_probability
+        others = rng.integers(0, len(beams) - 1, size=len(beams))
+        for j, beam in enumerate(beams):
+            if replaced[j]:
+                parent = beams[others[j] + (others[j] >= j)]  # any beam but itself
+                self.allocator.fork(parent.seq_id, beam.seq_id, beam.end_tokens - 1)
+                work.forks.append((parent, beam))
 
     def _commit(self, plan: StepPlan, group: SequenceGroup, work: _Work) -> int:
         self._work = None

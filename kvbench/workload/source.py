@@ -18,9 +18,9 @@ import numpy as np
 class Workload:
     """Requests sorted by arrival; request ``i`` is row ``i`` of every per-request array.
 
-    A request with ``num_branches = n > 1`` wants n completions of one prompt (parallel sampling).
-    Its branches emit ``output_tokens`` tokens each, unless ``branch_output_tokens`` gives every
-    branch its own length (then ``output_tokens`` is the longest).
+    A request with ``num_branches = n > 1`` wants n completions of one prompt (parallel sampling,
+    or a beam search of width n). Its branches emit ``output_tokens`` tokens each, unless
+    ``branch_output_tokens`` gives every branch its own length (then ``output_tokens`` is the longest).
     """
 
     arrival_s: np.ndarray  #: float64, seconds from the start of the run
@@ -30,6 +30,9 @@ class Workload:
     num_branches: np.ndarray | None = None  #: int64, >= 1; None: one completion each
     #: int64, ``num_branches.sum()`` entries, request by request; None: every branch emits ``output_tokens``
     branch_output_tokens: np.ndarray | None = None
+    #: > 0: the branches are a beam search re-forked at every step with this probability per beam
+    #: (see :class:`kvbench.core.request.Request`); 0: parallel sampling
+    beam_fork_probability: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)

@@ -31,6 +31,7 @@ from kvbench.errors import ConfigError
 from kvbench.workload.source import Workload, WorkloadSource
 
 LENGTH_KINDS = ("fixed", "lognormal")
+FAN_OUTS = ("sample", "beam")
 _KEY = "workload"
 
 
@@ -65,9 +66,17 @@ class SyntheticConfig:
     #: declared S_max classes, each {s_max_tokens, fraction}, fractions summing to 1; each request
     #: draws its class; null: every request declares s_max_tokens (which a mix overrides)
     s_max_mix: list[SmaxClass] | None = None
-    #: completions per request (parallel sampling): the branches share the prompt, fork after its
-    #: prefill and each emit their own output (with lognormal lengths, each branch draws its own)
+    #: branches per request: the branches share the prompt, fork after its prefill and each emit
+    #: their own output
     num_branches: int = 1
+    #: sample: parallel sampling (with lognormal lengths each branch draws its own length);
+    #: beam: a beam search of width num_branches (every beam emits the request's output length,
+    #: and the beams are re-forked as they go, see beam_fork_probability)
+    fan_out: str = "sample"
+    #: beam search only: the chance that, after a step, a beam is replaced by a copy of another
+    #: beam (its own continuation dropped). An assumption, not a measurement (kvbench has no token
+    #: model): sweep it. 0 makes a beam search share only its prompt, as parallel sampling does.
+    beam_fork_probability: float = 0.5
 
     def declared_s_max_tokens(self) -> list[int]:
         """Every S_max a request of this workload can declare."""
@@ -91,6 +100,9 @@ class SyntheticConfig:
             ok = value is None or value >= self.min_tokens
             require(ok, f"{_KEY}.{key}", value, f"use null or an integer >= workload.min_tokens={self.min_tokens}")
         require(self.num_branches >= 1, f"{_KEY}.num_branches", self.num_branches, "use an integer >= 1")
+        require(self.fan_out in FAN_OUTS, f"{_KEY}.fan_out", self.fan_out, f"choose one of {', '.join(FAN_OUTS)}")
+        require(math.isfinite(self.beam_fork_probability) and 0 <= self.beam_fork_probability <= 1,
+                f"{_KEY}.beam_fork_probability", self.beam_fork_probability, "use a probability in [0, 1]")  # fmt: skip
         validate_arrivals(self.arrival, self.rate_per_s, _KEY)
         require(self.s_max_tokens >= 2, f"{_KEY}.s_max_tokens", self.s_max_tokens, "use an integer >= 2")
         if self.s_max_mix is not None:
@@ -153,6 +165,8 @@ class SyntheticWorkload(WorkloadSource):
         else:
             s_max_tokens = np.full(n, cfg.s_max_tokens, dtype=np.int64)
         branches = cfg.num_branches
+        beam = cfg.fan_out == "beam" and branches > 1
+        drawn_branches = 1 if beam else branches  # a beam search's beams all emit its output length
 
         branch_output_tokens = None
         if cfg.lengths == "fixed":
@@ -165,13 +179,13 @@ class SyntheticWorkload(WorkloadSource):
             prompt_tokens = _lognormal_tokens(cfg.prompt_tokens, cfg.prompt_sigma, cfg.min_tokens, upper, n, rng)
             upper = min(cfg.max_output_tokens or largest, largest)
             # one draw per branch, request by request (a single column when there is one branch)
-            drawn = _lognormal_tokens(cfg.output_tokens, cfg.output_sigma, cfg.min_tokens, upper, n * branches, rng)
+            drawn = _lognormal_tokens(cfg.output_tokens, cfg.output_sigma, cfg.min_tokens, upper, n * drawn_branches, rng)
             # Clip into each request's own declared S_max (see the module docstring): leave room
             # for at least min_tokens of output, then let the output fill what remains.
             prompt_tokens = np.minimum(prompt_tokens, s_max_tokens - cfg.min_tokens)
-            drawn = np.minimum(drawn.reshape(n, branches), (s_max_tokens - prompt_tokens)[:, None])
+            drawn = np.minimum(drawn.reshape(n, drawn_branches), (s_max_tokens - prompt_tokens)[:, None])
             output_tokens = drawn.max(axis=1)
-            branch_output_tokens = drawn if branches > 1 else None
+            branch_output_tokens = drawn if drawn_branches > 1 else None
 
         # Stable, so requests with equal arrival times keep their generation order.
         order = np.argsort(arrival_s, kind="stable")
@@ -182,6 +196,7 @@ class SyntheticWorkload(WorkloadSource):
             s_max_tokens=s_max_tokens[order],
             num_branches=None if branches == 1 else np.full(n, branches, dtype=np.int64),
             branch_output_tokens=None if branch_output_tokens is None else branch_output_tokens[order].reshape(-1),
+            beam_fork_probability=cfg.beam_fork_probability if beam else 0.0,
         )
 
 

@@ -200,3 +200,19 @@ def test_a_branch_diverging_inside_a_shared_block_copies_it():
              "workload.s_max_tokens=4200", "allocator=paged"]).summary  # fmt: skip
     assert s["num_copies"] == 3  # the last branch to write finds the block its own again
     assert s["copy_bytes"] == 3 * 16 * SLOT and s["copy_s"] > 0
+
+
+def test_a_beam_search_shares_what_its_beams_share_and_copies_the_rest():
+    beam = [*FAN_OUT, "workload.prompt_tokens=4096", "workload.output_tokens=256", "workload.num_branches=8",
+            "workload.s_max_tokens=4352", "workload.fan_out=beam"]  # fmt: skip
+    sampled = run([*beam, "workload.fan_out=sample", "allocator=paged"]).summary
+    # never re-forked, 8 beams are 8 samples: they share the prompt only
+    assert comparable(run([*beam, "workload.beam_fork_probability=0", "allocator=paged"]).summary) == comparable(sampled)
+    paged = both_loops(*beam, "allocator=paged").summary
+    # re-forked beams share their common history too, and each re-fork copies one partly filled block
+    assert paged["peak_allocated_bytes"] < sampled["peak_allocated_bytes"]
+    assert paged["num_copies"] > 0 and paged["copy_bytes"] == paged["num_copies"] * 16 * SLOT
+    contiguous = both_loops(*beam, "allocator=per_request", "allocator.reserve=oracle").summary
+    # without paging, every re-fork copies a beam's whole context into another's range
+    assert contiguous["copy_bytes"] > 100 * paged["copy_bytes"]
+    assert contiguous["copy_s"] > 100 * paged["copy_s"]
