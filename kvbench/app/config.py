@@ -105,7 +105,7 @@ def plugin_config(cls: type, node: DictConfig | dict, group: str) -> Any:
     """The plugin's typed ``Config`` filled from its group node (whose ``name`` selected the plugin)."""
     data = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node)
     data.pop("name", None)
-    schema = getattr(cls, "Config", None)
+    schema = cls.Config  # every plugin interface declares it (None: no options)
     if schema is None:
         require(not data, group, data, f"{cls.name!r} takes no options")
         return None

@@ -96,16 +96,15 @@ class Recorder:
             if num_steps > 1:
                 self._add_ledgers(plan, durations)
         self._open_mergeable = quiet and not any_seq_finished
+        led = plan.ledger
+        token_max, allocated_max = led.token_bytes, led.allocated_bytes
         if num_steps > 1:
             spans = plan.span_ledgers
-            token_max = int(spans["token_bytes"].max())
-            allocated_max = int((spans["token_bytes"] + spans["reserved_future_bytes"] + spans["internal_bytes"]).max())
-            row["token_bytes_max"] = max(row["token_bytes_max"], token_max)
-            row["allocated_bytes_max"] = max(row["allocated_bytes_max"], allocated_max)
-        if num_steps == 1 and row["num_steps"] > 1:
-            led = plan.ledger
-            row["token_bytes_max"] = max(row["token_bytes_max"], led.token_bytes)
-            row["allocated_bytes_max"] = max(row["allocated_bytes_max"], led.allocated_bytes)
+            token_max = max(token_max, int(spans["token_bytes"].max()))
+            allocated = spans["token_bytes"] + spans["reserved_future_bytes"] + spans["internal_bytes"]
+            allocated_max = max(allocated_max, int(allocated.max()))
+        row["token_bytes_max"] = max(row["token_bytes_max"], token_max)
+        row["allocated_bytes_max"] = max(row["allocated_bytes_max"], allocated_max)
 
     def _add_ledgers(self, plan: StepPlan, durations) -> None:
         """Add the plan's steps to the open span's sums of ledger value x step time, in step order."""

@@ -341,13 +341,13 @@ class Scheduler:
                 n = min(n, remaining)
             if n > 0:
                 if not self._grow(plan, work, group, root, n, index):
-                    return self._drop(group, index)
+                    return self._drop()
                 remaining = None if remaining is None else remaining - n
             if root.num_computed_tokens < group.request.prompt_tokens:
                 return self._commit(plan, group, work)
             self._fork(work, group, root)
         for seq in group.seqs:
-            if seq.status is not Status.WAITING and seq.status is not Status.RUNNING:
+            if seq.status is Status.FINISHED or seq.status is Status.SWAPPED:
                 continue
             n = seq.num_pending_tokens
             if remaining is not None:
@@ -355,7 +355,7 @@ class Scheduler:
             if n <= 0 or (seq.status is Status.WAITING and group.needs_fork()):
                 continue
             if not self._grow(plan, work, group, seq, n, index):
-                return self._drop(group, index)
+                return self._drop()
             remaining = None if remaining is None else remaining - n
         if group.request.beam_fork_probability and group.is_forked:
             plan.has_beam_search = True
@@ -422,16 +422,14 @@ class Scheduler:
         """Room in the allocator for ``n`` more tokens of ``seq``: its first allocation (admission,
         refused rather than preempting) or growth (preempting ``running[index:]`` until it fits,
         which may be the group itself)."""
-        allocator = self.allocator
         if seq.status is Status.WAITING:  # the request's first allocation: admission
             return self._allocate(group, seq, n)
-        else:
-            while not allocator.append(seq.seq_id, n):
-                if index is None:  # a readmitted fan-out whose branches do not fit after its prompt
-                    self._refused = group.shape(self._admission_tokens(group)), Refusal.NO_MEMORY
-                    return False
-                if self._preempt(plan, index) is group:
-                    return False
+        while not self.allocator.append(seq.seq_id, n):
+            if index is None:  # a readmitted fan-out whose branches do not fit after its prompt
+                self._refused = group.shape(self._admission_tokens(group)), Refusal.NO_MEMORY
+                return False
+            if self._preempt(plan, index) is group:
+                return False
         return True
 
     def _fork(self, work: _Work, group: SequenceGroup, root: Sequence) -> None:
@@ -476,9 +474,9 @@ class Scheduler:
         group.num_lost_tokens -= sum(c.num_recomputed_tokens for c in work.chunks)
         return len(work.decodes) + sum(c.num_new_tokens for c in work.chunks)
 
-    def _drop(self, group: SequenceGroup, index: int | None) -> None:
-        """The group could not run: preempted (``index`` set; its growth was taken back by then) or
-        refused at admission (its caller releases it)."""
+    def _drop(self) -> None:
+        """The request could not run: preempted (its growth was taken back by then) or refused at
+        admission (the caller releases it)."""
         self._work = None
 
     # --- preemption ------------------------------------------------------------------------------
