@@ -17,24 +17,24 @@ from kvbench.output.results import read_job
 _MEMORY = (
     ("block_size_tokens", "block", "{:d}"),
     ("peak_concurrency", "peak seqs", "{:d}"),
-    ("mean_concurrency_saturated", "mean seqs (sat.)", "{:.1f}"),
+    ("mean_concurrency_saturated", "seqs (sat.)", "{:.1f}"),
     ("utilization_saturated", "util. (sat.)", "{:.1%}"),
     ("frac_internal", "internal", "{:.1%}"),
     ("frac_external", "external", "{:.1%}"),
 )
 _LATENCY = (
     ("throughput_tokens_per_s", "tok/s", "{:,.0f}"),
-    ("ttft_p50_s", "TTFT p50 s", "{:.3f}"),
-    ("ttft_p99_s", "TTFT p99 s", "{:.3f}"),
+    ("ttft_p50_s", "TTFT p50 s", "{:.2f}"),
+    ("ttft_p99_s", "TTFT p99 s", "{:.2f}"),
     ("tpot_p50_s", "TPOT p50 s", "{:.4f}"),
-    ("goodput_requests_per_s", "goodput req/s", "{:.2f}"),
+    ("goodput_requests_per_s", "goodput/s", "{:.2f}"),
     ("num_preemptions", "preempt.", "{:d}"),
 )
 _PREEMPTION = (
     ("num_swap_preemptions", "by swap", "{:d}"),
-    ("num_swap_fallbacks", "swap fallbacks", "{:d}"),
-    ("preemption_cost_s", "preempt. cost s", "{:.2f}"),
-    ("recompute_tax", "recompute tax", "{:.1%}"),
+    ("num_swap_fallbacks", "fallbacks", "{:d}"),
+    ("preemption_cost_s", "preempt. s", "{:.2f}"),
+    ("recompute_tax", "recomp. tax", "{:.1%}"),
 )
 COLUMN_GROUPS = (
     (_MEMORY, lambda rows: True),
@@ -116,9 +116,12 @@ def print_comparison(sweep_dir: Path, console: Console | None = None) -> pd.Data
     frame["label"] = _varying_labels(frame["job"])
     columns, shared = comparison_columns(frame[~frame["failed"]])
     table = Table(title=f"kvbench comparison ({len(frame)} jobs)")
-    for _, header, _ in columns:  # a long job label wraps rather than losing its end
+    # a long job label wraps between its overrides rather than losing its end
+    widest = max((len(part) for label in frame["label"] for part in str(label).split()), default=3)
+    for _, header, _ in columns:
+        job = header == "job"
         table.add_column(header, justify="left" if header in ("job", "calibration") else "right",
-                         overflow="fold" if header == "job" else "ellipsis")  # fmt: skip
+                         overflow="fold" if job else "ellipsis", min_width=widest if job else None)  # fmt: skip
     for _, row in frame.iterrows():
         if row["failed"]:
             table.add_row(row["label"], *["[red]failed[/red]", *[""] * (len(columns) - 2)])
