@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
-        args.out.with_suffix(".md").write_text(markdown(report, " ".join(["python", "benchmarks/loop_speed.py", *(argv or sys.argv[1:])])))
+        args_text = " ".join("$VIDUR_RUN" if a == args.vidur_run else a for a in (argv or sys.argv[1:]))
+        args.out.with_suffix(".md").write_text(markdown(report, f"python benchmarks/loop_speed.py {args_text}"))
     return report
 
 

@@ -15,8 +15,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, open_dict
 
 from kvbench.app.config import CONFIG_GROUPS, KvbenchConfig
-from kvbench.plugins import config_searchpaths
 from kvbench.output.results import RunResult
+from kvbench.plugins import config_searchpaths
 
 
 def compose(overrides: Sequence[str] = ()) -> tuple[DictConfig, dict[str, str]]:

@@ -7,6 +7,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from kvbench.app.config import CONFIG_GROUPS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -17,11 +19,13 @@ def test_wheel_ships_conf_plugins_and_entry_points(tmp_path):
     )  # fmt: skip
     [wheel] = tmp_path.glob("kvbench-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for group in ("model", "hardware", "allocator", "kernel", "preemption", "workload"):
+    for group in CONFIG_GROUPS:
         yamls = [n for n in names if n.startswith(f"kvbench/conf/{group}/") and n.endswith(".yaml")]
         assert yamls, f"conf/{group}/*.yaml missing from the wheel"
     assert "kvbench/conf/config.yaml" in names
-    assert {"kvbench_plugins/allocators/paged.py", "kvbench_plugins/kernels/triton_paged.py"} <= names
+    assert {"kvbench_plugins/allocators/paged.py", "kvbench_plugins/kernels/triton_paged.py",
+            "kvbench_plugins/schedulers/chunked.py", "kvbench_plugins/preemption/swap.py"} <= names
+    assert "kvbench/sched/scheduler.py" in names and "kvbench/core/step.py" in names
     assert "kvbench/kernels/triton_decode.py" in names
     [entry_points] = [n for n in names if n.endswith("entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -19,11 +19,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from kvbench.app.config import KvbenchConfig
-from kvbench.errors import ConfigError
 from kvbench.app.overrides import check_overrides
-from kvbench.plugins import config_searchpaths, plugin_manager
+from kvbench.errors import ConfigError
 from kvbench.output.report import print_comparison, print_summary
 from kvbench.output.results import write_failure, write_run
+from kvbench.plugins import config_searchpaths, plugin_manager
 
 ConfigStore.instance().store(name="kvbench_schema", node=KvbenchConfig)
 

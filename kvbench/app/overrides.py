@@ -11,8 +11,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from kvbench.app.config import CONFIG_GROUPS as GROUPS
+from kvbench.app.config import CONFIG_GROUPS
 from kvbench.errors import ConfigError
+
 _ABSENT = object()
 
 
@@ -49,13 +50,13 @@ def check_overrides(args: list[str], searchpaths: list[str] = ()) -> None:
     pairs = [p for p in map(_split, args) if p]
     selections: dict[str, str] = {}
     for key, value in pairs:
-        if key in GROUPS:
+        if key in CONFIG_GROUPS:
             options = group_options(key, searchpaths)
             for choice in value.split(","):
                 if choice not in options:
                     raise ConfigError(f"{key}={choice!r} is not a known {key}; choose one of: {', '.join(options)}")
             selections[key] = value.split(",")[0]
-    dotted = [(k, v) for k, v in pairs if k not in GROUPS]
+    dotted = [(k, v) for k, v in pairs if k not in CONFIG_GROUPS]
     if not dotted:
         return
     from hydra import compose, initialize_config_module

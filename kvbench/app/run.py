@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from kvbench.app.progress import progress_bar
 from kvbench.app.config import MODES, OutputConfig, WandbConfig, plugin_config, to_dataclass
+from kvbench.app.progress import progress_bar
 from kvbench.core.request import requests_from_workload
 from kvbench.engine import Engine
 from kvbench.errors import ConfigError, require

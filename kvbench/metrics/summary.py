@@ -14,10 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from kvbench.memory.ledger import LEDGER_FIELDS
-
 from kvbench.errors import require
-
+from kvbench.memory.ledger import LEDGER_FIELDS
 
 PERCENTILES = (50, 90, 99)
 

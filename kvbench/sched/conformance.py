@@ -116,19 +116,27 @@ def make_requests(rows: list[tuple]) -> list[Request]:
     return requests
 
 
+#: the allocators the suite runs on, by their registered names, with their options
+ALLOCATORS = {
+    "paged": {"block_size_tokens": 8},
+    "naive": {"s_max_tokens": 72},
+    "per_request": {"reserve": "oracle", "placement": "first_fit", "granule_tokens": 8},
+}
+
+
 def allocators(budget_tokens: int) -> dict[str, Allocator]:
-    """One of each built-in kind over ``budget_tokens`` slots of the tiny model."""
-    from kvbench_plugins.allocators.naive import NaiveAllocator, NaiveConfig
-    from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
-    from kvbench_plugins.allocators.per_request import PerRequestAllocator, PerRequestConfig
+    """One of each built-in kind over ``budget_tokens`` slots of the tiny model, found through the
+    plugin registry (the core never imports a plugin)."""
+    from kvbench.app.config import plugin_config
+    from kvbench.plugins import lookup
 
     kv = TINY_MODEL.kv_bytes_per_token
-    budget = budget_tokens * kv
-    return {
-        "paged": PagedAllocator(PagedConfig(8), budget_bytes=budget, kv_bytes_per_token=kv),
-        "naive": NaiveAllocator(NaiveConfig(72), budget_bytes=budget, kv_bytes_per_token=kv),
-        "per_request": PerRequestAllocator(PerRequestConfig("oracle", "first_fit", 8), budget_bytes=budget, kv_bytes_per_token=kv),
-    }
+    made = {}
+    for name, options in ALLOCATORS.items():
+        cls = lookup("allocator", name)
+        made[name] = cls(plugin_config(cls, {"name": name, **options}, "allocator"),
+                         budget_bytes=budget_tokens * kv, kv_bytes_per_token=kv)  # fmt: skip
+    return made
 
 
 class SchedulingConformance:
@@ -147,7 +155,7 @@ class SchedulingConformance:
         """Override: the preemption-policy class under test."""
         raise NotImplementedError("override the policy_class fixture")
 
-    @pytest.mark.parametrize("allocator_name", ["paged", "naive", "per_request"])
+    @pytest.mark.parametrize("allocator_name", list(ALLOCATORS))
     def test_heavy_preemption_loses_no_request_and_both_loops_agree(self, scheduler_class, policy_class, allocator_name):
         @settings(max_examples=self.max_examples, deadline=None)
         @given(rows=REQUESTS, budget_tokens=st.sampled_from([72, 96, 160]), watermark=st.sampled_from([0.0, 0.1]),

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvbench.errors import require
-from kvbench.errors import ConfigError
+from kvbench.errors import ConfigError, require
 
 
 @dataclass

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kvbench.errors import require
-from kvbench.errors import ConfigError
+from kvbench.errors import ConfigError, require
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1}
 #: families whose parameters are counted with the gated-MLP (LLaMA) formula

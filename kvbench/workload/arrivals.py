@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvbench.errors import require
-from kvbench.errors import ConfigError
+from kvbench.errors import ConfigError, require
 
 #: arrival processes a source may name in its config
 ARRIVAL_KINDS = ("all_at_once", "poisson")

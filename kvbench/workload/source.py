@@ -13,7 +13,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 
-
 @dataclass(frozen=True)
 class Workload:
     """Requests sorted by arrival; request ``i`` is row ``i`` of every per-request array.

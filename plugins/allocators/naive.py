@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench import hookimpl
-from kvbench.memory.allocator import SeqShape
 from kvbench.errors import require
+from kvbench.memory.allocator import SeqShape
 from kvbench_plugins.allocators.contiguous import ContiguousAllocator
 
 

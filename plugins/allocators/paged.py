@@ -12,13 +12,13 @@ what does the ledger look like meanwhile" in closed form, so that the engine can
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from kvbench import hookimpl
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from kvbench import hookimpl
+from kvbench.errors import require
 from kvbench.memory.allocator import (
     NO_PROJECTION,
     Allocator,
@@ -31,7 +31,6 @@ from kvbench.memory.allocator import (
     Transfer,
 )
 from kvbench.memory.ledger import MemoryLedger
-from kvbench.errors import require
 
 
 @dataclass

@@ -17,8 +17,8 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from kvbench import hookimpl
-from kvbench.memory.allocator import SeqShape
 from kvbench.errors import require
+from kvbench.memory.allocator import SeqShape
 from kvbench_plugins.allocators.contiguous import ContiguousAllocator
 
 RESERVE_POLICIES = ("declared", "pow2", "oracle")

@@ -18,8 +18,7 @@ import importlib.util
 from dataclasses import dataclass
 
 from kvbench import hookimpl
-from kvbench.errors import require
-from kvbench.errors import ConfigError
+from kvbench.errors import ConfigError, require
 from kvbench.kernels.kernel import Kernel
 
 #: (dtype name, head dim) pairs whose decode module the offline bundle prebuilds (variants.txt)

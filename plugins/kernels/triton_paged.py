@@ -19,8 +19,7 @@ import os
 from dataclasses import dataclass
 
 from kvbench import hookimpl
-from kvbench.errors import require
-from kvbench.errors import ConfigError
+from kvbench.errors import ConfigError, require
 from kvbench.kernels.kernel import Kernel
 
 

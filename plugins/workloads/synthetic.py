@@ -25,9 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvbench import hookimpl
+from kvbench.errors import ConfigError, require
 from kvbench.workload.arrivals import SmaxClass, arrival_times_s, draw_s_max, validate_arrivals, validate_s_max_mix
-from kvbench.errors import require
-from kvbench.errors import ConfigError
 from kvbench.workload.source import Workload, WorkloadSource
 
 LENGTH_KINDS = ("fixed", "lognormal")

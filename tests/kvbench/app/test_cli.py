@@ -95,3 +95,11 @@ def test_an_outside_distribution_adds_an_allocator(tmp_path, outside_plugin):
     assert proc.returncode == 0, proc.stderr
     [run_dir] = list((tmp_path / "results" / "runs").glob("*/*"))
     assert pd.read_parquet(run_dir / "summary.parquet")["allocator"].iloc[0] == "lifo_paged"
+
+
+def test_help_lists_every_config_group_with_its_options(tmp_path):
+    proc = kvbench("--help", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert "scheduler: chunked, mixed, prefill_first, static" in proc.stdout
+    assert "preemption: length_aware, recompute, swap" in proc.stdout
+    assert "kvbench -m preemption=recompute,swap,length_aware scheduler=mixed,prefill_first,chunked" in proc.stdout

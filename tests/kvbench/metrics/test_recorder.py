@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from kvbench.core.sequence import SequenceGroup
 from kvbench.core.step import AdmissionRefusal, StepPlan, StepResult

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from kvbench.workload.arrivals import SmaxClass, arrival_times_s, draw_s_max, validate_arrivals, validate_s_max_mix
 from kvbench.errors import ConfigError
+from kvbench.workload.arrivals import SmaxClass, arrival_times_s, draw_s_max, validate_arrivals, validate_s_max_mix
 
 EXERCISE2_MIX = [SmaxClass(512, 0.70), SmaxClass(4096, 0.25), SmaxClass(32768, 0.05)]
 

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pluggy
 import pytest
-from omegaconf import OmegaConf
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 
 from kvbench import hookspecs
-from kvbench.memory.allocator import Refusal, SeqShape
 from kvbench.app.config import plugin_config
 from kvbench.errors import ConfigError
+from kvbench.memory.allocator import Refusal, SeqShape
 from kvbench.memory.conformance import OPERATIONS, AllocatorConformance
 from kvbench_plugins.allocators import paged
 from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig

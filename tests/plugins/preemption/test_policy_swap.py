@@ -6,7 +6,7 @@ import pytest
 
 from kvbench_plugins.preemption.swap import SwapPolicy
 from kvbench_plugins.schedulers.mixed import MixedScheduler
-from toy import decode_s, paged, prefill_s, request, swap_s
+from toy import decode_s, paged, request, swap_s
 
 # A: 8 + 4 tokens, B: 8 + 12, three blocks of 8 (as in the mixed scheduler's recompute scenario).
 # A watermark of 0.3 x 384 = 115 bytes (under one 128-byte block) lets B be admitted next to A but

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from kvbench.workload.arrivals import SmaxClass
 from kvbench.app.config import plugin_config, to_dataclass
 from kvbench.errors import ConfigError
+from kvbench.workload.arrivals import SmaxClass
 from kvbench.workload.source import Workload, WorkloadSource
 from kvbench_plugins.workloads import synthetic
 from kvbench_plugins.workloads.synthetic import SyntheticConfig, SyntheticWorkload
