@@ -1,8 +1,8 @@
 """The allocator interface the scheduler talks to.
 
 The scheduler never reaches into an allocator's internals: it asks through a handful of verbs
-(``allocate``, ``append``, ``fork``, ``free``, and ``swap_out``/``swap_in`` where declared) and
-reads ``ledger`` once per step. Running out of memory is an ordinary answer (``None`` /
+(``allocate``, ``append``, ``truncate``, ``fork``, ``free``, and ``swap_out``/``swap_in`` where
+declared) and reads ``ledger`` once per step. Running out of memory is an ordinary answer (``None`` /
 ``False``), not an exception; exceptions are for bad input and broken invariants.
 
 Units: allocators count *token slots* (one token's K and V in every layer); bytes are

@@ -17,7 +17,7 @@ class MemoryLedger:
       counts once).
     - ``reserved_future_bytes``: allocated slots a sequence will fill before it finishes.
     - ``internal_bytes``: allocated slots that will never be filled (reserve-to-S_max waste, the
-      unused tail of a paged sequence's last block, a finished sequence held until its batch ends).
+      unused tail of a paged sequence's last block, a shared partly filled block's tail).
     - ``external_bytes``: free slots that the next waiting request cannot use (holes smaller than
       its reservation, budget left over below one slot or block).
     - ``free_bytes``: the remaining, usable free slots.
