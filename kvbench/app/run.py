@@ -112,6 +112,7 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
     """Run the config (already composed by Hydra or by :func:`kvbench.api.compose`) and summarize it."""
     s = setup(cfg)
     workload = s.workload_source.generate(np.random.default_rng(int(cfg.seed)))
+    _check_positions(workload, s.model)
     with progress_bar(workload.num_requests, "simulating", enabled=bool(cfg.progress)) as advance:
         engine = Engine(s.scheduler, SimExecutor(s.cost), event_driven=bool(cfg.event_driven), on_finished=advance)
         record = engine.run(requests_from_workload(workload, int(cfg.seed)))
@@ -140,6 +141,17 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
         steps=record.steps,
         refusals=record.refusals,
     )
+
+
+def _check_positions(workload, model: ModelSpec) -> None:
+    """Every request's declared S_max (and so its prompt and output) within the model's positions."""
+    if workload.num_requests and model.max_positions:
+        longest = int(workload.s_max_tokens.max())
+        if longest > model.max_positions:
+            raise ConfigError(
+                f"the workload declares S_max up to {longest} tokens, beyond model {model.name!r}'s "
+                f"{model.max_positions} positions: lower the workload's S_max or pick a longer-context model"
+            )
 
 
 def _refusal_summary(refusals) -> dict:

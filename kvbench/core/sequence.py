@@ -118,10 +118,11 @@ class SequenceGroup:
     def shape(self, num_tokens: int) -> SeqShape:
         """What the allocator is told when the group's first ``num_tokens`` are allocated."""
         request = self.request
+        prompt = request.prompt_tokens
         if len(self.seqs) == 1:
-            return SeqShape(num_tokens, request.s_max_tokens, request.prompt_tokens + self.seqs[0].output_tokens - 1, 1)
+            return SeqShape(num_tokens, request.s_max_tokens, prompt + self.seqs[0].output_tokens - 1, 1, prompt)
         longest = max(s.output_tokens for s in self.seqs if s.status is not Status.FINISHED)
-        return SeqShape(num_tokens, request.s_max_tokens, request.prompt_tokens + longest - 1, self.num_live)
+        return SeqShape(num_tokens, request.s_max_tokens, prompt + longest - 1, self.num_live, prompt)
 
     def num_cached_positions(self) -> int:
         """Distinct token positions whose KV the group holds (the prompt counts once once forked)."""

@@ -1,7 +1,9 @@
 """The simulated GPU: what each piece of a step costs (the lecture's roofline cost model).
 
 - decode: every step re-reads all weights plus the KV of every decoding sequence, so it is
-  memory-bound: ``(weight bytes + KV bytes read) / (HBM bandwidth * kernel efficiency)``;
+  memory-bound: ``weight bytes / HBM bandwidth + KV bytes read / (HBM bandwidth * kernel
+  efficiency)`` (the attention kernel's calibrated efficiency applies to the KV it reads, not to
+  the weight matrices, which other kernels read);
 - prefill: compute-bound. A chunk of ``c`` new tokens over ``p`` tokens already cached costs
   ``(2*N*c + 4*L*H*d*c*(p + c)) / (peak FLOP/s * achieved fraction)``: every new query row attends
   to every key up to the end of its chunk. With ``p = 0`` and ``c = S`` this is the lecture's
@@ -41,8 +43,9 @@ class CostModel:
             self, "_quadratic_flops", 4.0 * self.model.num_layers * self.model.num_heads * self.model.head_dim
         )
         object.__setattr__(self, "_flops_per_s", self.hardware.achieved_prefill_flops_per_s)
+        object.__setattr__(self, "_weights_s", self.model.weight_bytes / self.hardware.hbm_bandwidth_bytes_per_s)
         object.__setattr__(
-            self, "_bytes_per_s", self.hardware.hbm_bandwidth_bytes_per_s * self.decode_efficiency
+            self, "_kv_bytes_per_s", self.hardware.hbm_bandwidth_bytes_per_s * self.decode_efficiency
         )
 
     # --- compute -------------------------------------------------------------------------------------
@@ -58,13 +61,13 @@ class CostModel:
 
     def decode_time_s(self, kv_read_tokens: int) -> float:
         """Time of one decode step whose sequences hold ``kv_read_tokens`` KV slots in total."""
-        return (self.model.weight_bytes + kv_read_tokens * self.model.kv_bytes_per_token) / self._bytes_per_s
+        return self._weights_s + kv_read_tokens * self.model.kv_bytes_per_token / self._kv_bytes_per_s
 
     def decode_times_s(self, first_kv_read_tokens: int, num_decodes: int, num_steps: int) -> np.ndarray:
         """``num_steps`` consecutive decode steps of the same ``num_decodes`` sequences: each step
         reads one more slot per sequence. Element k equals ``decode_time_s`` of step k exactly."""
         kv_read_tokens = first_kv_read_tokens + num_decodes * np.arange(num_steps, dtype=np.int64)
-        return (self.model.weight_bytes + kv_read_tokens * self.model.kv_bytes_per_token) / self._bytes_per_s
+        return self._weights_s + kv_read_tokens * self.model.kv_bytes_per_token / self._kv_bytes_per_s
 
     # --- moving KV -----------------------------------------------------------------------------------
 

@@ -43,6 +43,8 @@ class SeqShape(NamedTuple):
     #: sequences the request forks into after its prompt; allocators that reserve a sequence's
     #: whole future reserve one range per branch at admission, so that a later fork never fails
     num_branches: int = 1
+    #: the request's prompt (None: ``num_tokens``), for reservations sized by the output alone
+    prompt_tokens: int | None = None
 
 
 @dataclass(frozen=True)

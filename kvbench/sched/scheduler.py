@@ -127,7 +127,7 @@ class Scheduler:
             if key in seen:
                 continue
             seen.add(key)
-            shape = SeqShape(r.prompt_tokens, r.s_max_tokens, r.final_kv_tokens, r.num_branches)
+            shape = SeqShape(r.prompt_tokens, r.s_max_tokens, r.final_kv_tokens, r.num_branches, r.prompt_tokens)
             what = (f"request {r.request_id} (prompt {r.prompt_tokens} + output {r.max_output_tokens} tokens"
                     f"{f' x {r.num_branches} branches' if r.num_branches > 1 else ''}, declared S_max {r.s_max_tokens})")
             if r.prompt_tokens + r.max_output_tokens > r.s_max_tokens:

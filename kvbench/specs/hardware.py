@@ -54,8 +54,15 @@ class HardwareSpec:
         return self.dense_flops_per_s * self.prefill_flops_efficiency
 
     def kv_budget(self, weight_bytes: int) -> int:
-        """KV bytes available: explicit, or HBM * memory_fraction minus the weights."""
+        """KV bytes available: explicit, or HBM * memory_fraction minus the weights. Either way the
+        weights and the KV budget must fit in HBM together."""
         if self.kv_budget_bytes is not None:
+            if self.kv_budget_bytes + weight_bytes > self.hbm_bytes:
+                raise ConfigError(
+                    f"hardware.kv_budget_bytes={self.kv_budget_bytes:.4g} plus {weight_bytes / 1e9:.1f} GB of weights "
+                    f"exceed hardware.hbm_bytes={self.hbm_bytes:.4g} ({self.name}): lower the KV budget, set it to "
+                    "null to derive it, or pick a larger GPU"
+                )
             return int(self.kv_budget_bytes)
         budget = int(self.hbm_bytes * self.memory_fraction) - int(weight_bytes)
         if budget <= 0:

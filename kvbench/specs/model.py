@@ -48,6 +48,8 @@ class ModelSpec:
     head_dim: int
     dtype_bytes: int
     num_params: int
+    #: the longest sequence the model takes (its ``max_position_embeddings``)
+    max_positions: int = 0
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -135,4 +137,5 @@ def model_spec(cfg: ModelConfig) -> ModelSpec:
         head_dim=head_dim,
         dtype_bytes=DTYPE_BYTES[cfg.dtype],
         num_params=cfg.num_params or count_params(hf),
+        max_positions=int(hf.max_position_embeddings),
     )

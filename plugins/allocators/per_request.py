@@ -8,7 +8,7 @@ makes that observable: such a refusal is classified ``fragmented`` (:meth:`refus
 
 The address space is counted in granules of ``granule_tokens`` slots. ``first_fit``/``best_fit``
 keep free holes in a sorted list and coalesce neighbours on free; ``buddy`` is the classic binary
-buddy system over the largest power-of-two arena that fits the budget.
+buddy system, over as many top-level power-of-two blocks as the budget holds.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ PLACEMENTS = ("first_fit", "best_fit", "buddy")
 
 @dataclass
 class PerRequestConfig:
-    #: how many slots a request reserves: declared (its S_max, what Orca can know), pow2 (next
-    #: power of two of prompt + output), oracle (exactly prompt + output)
+    #: how many slots a request reserves: declared (its S_max, what Orca can know), pow2 (the prompt
+    #: plus the next power of two of the output, the vLLM paper's Orca (Pow2)), oracle (exactly
+    #: prompt + output)
     reserve: str = "declared"
     #: where a reservation goes: first_fit, best_fit (smallest hole that fits) or buddy
     placement: str = "first_fit"
@@ -95,14 +96,26 @@ class _HoleList:
 
 
 class _BuddyArena:
-    """Binary buddy system over ``2**max_order`` granules: one free set per order, split/merge."""
+    """Binary buddy system over the whole budget: one free set per order, split and merge.
+
+    The budget of ``num_granules`` is cut into as many top-level blocks as it holds, one per bit of
+    ``num_granules`` from the largest down (983 granules: 512 + 256 + 128 + 64 + 16 + 4 + 2 + 1),
+    each aligned to its own size. A block never merges past the top-level block it lies in. What
+    no reservation can use is then the top-level blocks smaller than it, not half of the budget.
+    """
 
     def __init__(self, num_granules: int) -> None:
         self.max_order = num_granules.bit_length() - 1  # -1: no arena at all
-        self.arena_granules = 1 << self.max_order if num_granules else 0
+        self.arena_granules = num_granules
         self._free: list[set[int]] = [set() for _ in range(self.max_order + 1)]
-        if num_granules:
-            self._free[self.max_order].add(0)
+        #: start of each top-level block -> its order, in address order
+        self._tops: list[tuple[int, int]] = []
+        start = 0
+        for order in range(self.max_order, -1, -1):
+            if num_granules >> order & 1:
+                self._free[order].add(start)
+                self._tops.append((start, order))
+                start += 1 << order
 
     def take(self, num_granules: int) -> int | None:
         order = (num_granules - 1).bit_length()
@@ -118,7 +131,8 @@ class _BuddyArena:
 
     def give(self, start: int, num_granules: int) -> None:
         order = (num_granules - 1).bit_length()
-        while order < self.max_order and (buddy := start ^ (1 << order)) in self._free[order]:
+        top_order = self._top_order(start)
+        while order < top_order and (buddy := start ^ (1 << order)) in self._free[order]:
             self._free[order].remove(buddy)  # merge with the free buddy
             start = min(start, buddy)
             order += 1
@@ -130,6 +144,13 @@ class _BuddyArena:
     def granules_below(self, num_granules: int) -> int:
         order = (num_granules - 1).bit_length()
         return sum(len(self._free[j]) << j for j in range(min(order, self.max_order + 1)))
+
+    def _top_order(self, start: int) -> int:
+        """The order of the top-level block holding granule ``start``."""
+        for top_start, order in self._tops:
+            if top_start <= start < top_start + (1 << order):
+                return order
+        raise ValueError(f"granule {start} is outside the arena")
 
 
 class PerRequestAllocator(ContiguousAllocator):
@@ -146,7 +167,7 @@ class PerRequestAllocator(ContiguousAllocator):
         self._is_buddy = self.config.placement == "buddy"
         if self._is_buddy:
             self._holes: _HoleList | _BuddyArena = _BuddyArena(num_granules)
-            self.num_granules = self._holes.arena_granules  # the rest is outside the arena: external
+            self.num_granules = num_granules
         else:
             self._holes = _HoleList(num_granules, best_fit=self.config.placement == "best_fit")
             self.num_granules = num_granules
@@ -164,8 +185,10 @@ class PerRequestAllocator(ContiguousAllocator):
         reserve = self.config.reserve
         if reserve == "declared":
             tokens = shape.s_max_tokens
-        elif reserve == "pow2":  # next power of two >= prompt + output = final_kv_tokens + 1
-            tokens = 1 << max(shape.final_kv_tokens, 0).bit_length()
+        elif reserve == "pow2":  # the output over-reserved by at most 2x (the paper: 25 -> 32)
+            prompt = min(shape.num_tokens if shape.prompt_tokens is None else shape.prompt_tokens, shape.final_kv_tokens)
+            output = shape.final_kv_tokens + 1 - prompt
+            tokens = prompt + (1 << (output - 1).bit_length())
         else:
             tokens = shape.final_kv_tokens + 1
         granules = max(1, -(-max(tokens, shape.num_tokens) // self.granule_tokens))

@@ -79,12 +79,12 @@ def test_ttft_decomposes_into_queueing_prefill_and_scheduling(paged):
 
 
 def test_same_config_and_seed_give_identical_summaries():
-    args = ("allocator=per_request", "workload=exercise2_mix", "workload.num_requests=150")
+    args = ("allocator=per_request", "workload=exercise2_mix", "model=llama2-7b-32k", "workload.num_requests=150")
     assert comparable(run([*FAST, *args]).summary) == comparable(run([*FAST, *args]).summary)
 
 
 def test_per_request_exercise2_mix_observes_external_fragmentation():
-    result = run([*FAST, "allocator=per_request", "workload=exercise2_mix", "workload.num_requests=600"])
+    result = run([*FAST, "allocator=per_request", "workload=exercise2_mix", "model=llama2-7b-32k", "workload.num_requests=600"])
     refusals = result.refusals
     fragmented = refusals[refusals["reason"] == "fragmented"]
     assert len(fragmented) >= 1
@@ -165,7 +165,9 @@ def test_a_fan_out_workload_loses_no_branch(allocator, budget):
 
 # --- lecture 10.4: copy-on-write fan-out, out of a run ------------------------------------------
 
-FAN_OUT = [*FAST, "workload=lecture_chat", "workload.num_requests=1"]
+# a 4K prompt plus its outputs is longer than Llama-2-7B's 4,096 positions: its 32K variant has the
+# same 512 KiB of KV per token
+FAN_OUT = [*FAST, "workload=lecture_chat", "workload.num_requests=1", "model=llama2-7b-32k"]
 SLOT = 524_288  # Llama-2-7B KV bytes per token
 
 
@@ -216,3 +218,24 @@ def test_a_beam_search_shares_what_its_beams_share_and_copies_the_rest():
     # without paging, every re-fork copies a beam's whole context into another's range
     assert contiguous["copy_bytes"] > 100 * paged["copy_bytes"]
     assert contiguous["copy_s"] > 100 * paged["copy_s"]
+
+
+# --- the vLLM paper's baselines -------------------------------------------------------------------
+
+PAPER = [*FAST, "model=opt-13b", "hardware=a100-40gb", "workload=sharegpt_like", "workload.num_requests=300"]
+
+
+def test_orca_max_batches_7_with_8_85_percent_unusable_and_pow2_and_oracle_differ():
+    by_allocator = {a: run([*PAPER, f"allocator={a}"]).summary for a in ("orca_max", "orca_pow2", "orca_oracle")}
+    orca_max = by_allocator["orca_max"]
+    assert orca_max["peak_concurrency"] == 7 and orca_max["mean_concurrency_saturated"] == pytest.approx(7.0)
+    # 983 granules of 16 tokens = 512 + 256 + 128 + 64 + 16 + 4 + 2 + 1; a 2,048-token reservation
+    # takes the first three as 7 blocks and none of the 87 granules left
+    assert orca_max["frac_external"] == pytest.approx(0.0885, abs=5e-4)
+    peaks = [by_allocator[a]["peak_concurrency"] for a in ("orca_max", "orca_pow2", "orca_oracle")]
+    assert peaks[0] < peaks[1] < peaks[2]
+
+
+def test_a_workload_longer_than_the_model_is_one_line():
+    with pytest.raises(ConfigError, match="S_max up to 4096 tokens, beyond model 'opt-13b''s 2048 positions"):
+        run([*FAST, "model=opt-13b", "hardware=a100-40gb", "workload.num_requests=5"])

@@ -26,8 +26,16 @@ def test_h100_has_the_lecture_constants():
     assert h.kv_budget(13_476_831_232) == 62_500_000_000
 
 
-def test_a100_has_the_vllm_papers_budget():
-    assert hw("a100-40gb").kv_budget(25_705_712_640) == 12_000_000_000
+def test_a100_has_the_vllm_papers_budget_in_gib():
+    budget = hw("a100-40gb").kv_budget(25_705_712_640)  # OPT-13B's weights in fp16
+    assert budget == 12 * 2**30
+    assert budget // 819_200 == 15_728  # token slots of 800 KiB: the paper's "15.7K"
+
+
+def test_weights_and_an_explicit_budget_must_fit_in_memory_together():
+    h100 = hw("h100-sxm")  # 62.5 GB of KV on an 80 GB card
+    with pytest.raises(ConfigError, match=r"hardware.kv_budget_bytes=6.25e\+10 plus 138.0 GB of weights exceed hardware.hbm_bytes=8e\+10"):
+        h100.kv_budget(137_953_296_384)  # a 70B model in fp16
 
 
 def test_budget_derived_from_memory_fraction():

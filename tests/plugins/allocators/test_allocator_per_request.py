@@ -73,7 +73,7 @@ def test_reserves_the_whole_future_so_the_watermark_does_not_apply():
     ("reserve", "placement", "tokens"),
     [
         ("declared", "first_fit", 1008),  # S_max 1000 rounded up to 63 granules
-        ("pow2", "first_fit", 256),  # prompt + output = 150 -> 256
+        ("pow2", "first_fit", 176),  # prompt 100 + output 50 -> 64: 164 tokens, 11 granules
         ("oracle", "first_fit", 160),  # 150 rounded up to 10 granules
         ("oracle", "buddy", 256),  # 10 granules -> a 16-granule buddy block
         ("declared", "buddy", 1024),
@@ -90,9 +90,13 @@ def test_reservation_policies(reserve, placement, tokens):
     assert alloc.ledger().internal_bytes == tokens - 149
 
 
-def test_pow2_of_an_exact_power_of_two_is_itself():
+def test_pow2_rounds_the_output_only_and_keeps_an_exact_power_of_two():
     alloc = make(128, reserve="pow2")
-    assert alloc.reservation_tokens(SeqShape(10, 999, 255)) == 256  # prompt + output == 256
+    # the vLLM paper's Orca (Pow2): a true output of 25 tokens reserves 32, the prompt as it is
+    assert alloc.reservation_tokens(SeqShape(7, 999, 7 + 25 - 1)) == 48  # 7 + 32 = 39 -> 3 granules
+    assert alloc.reservation_tokens(SeqShape(16, 999, 16 + 64 - 1)) == 80  # 16 + 64, exactly 5 granules
+    # a chunk or a recompute allocates more than the prompt; the reservation follows the prompt
+    assert alloc.reservation_tokens(SeqShape(4, 999, 16 + 64 - 1, prompt_tokens=16)) == 80
 
 
 def test_best_fit_takes_the_smallest_hole_first_fit_the_first():
@@ -118,25 +122,41 @@ def test_freeing_in_any_order_coalesces_back_to_one_hole():
         assert alloc.largest_hole_bytes() == 9 * 16
 
 
-def test_buddy_splits_and_merges():
-    alloc = make(12, "buddy")  # arena of 8 granules; 4 granules are outside it
-    assert alloc.num_granules == 8
-    assert alloc.ledger().external_bytes == 4 * 16
-    assert alloc.allocate(1, granules(1)) == 0 and alloc.block_table(1) == [0]  # 8 -> 4 + 2 + 1 + [1]
-    assert alloc.allocate(2, granules(2)) == 0 and alloc.block_table(2) == [2, 3]
-    assert alloc.allocate(3, granules(1)) == 0 and alloc.block_table(3) == [1]
-    assert alloc.largest_hole_bytes() == 4 * 16
-    assert alloc.allocate(4, granules(3)) == 0 and alloc.block_table(4) == [4, 5, 6, 7]  # 3 -> 4 granules
-    assert alloc.allocate(5, granules(1)) is None
-    for seq_id in (2, 4):
-        alloc.free(seq_id)
-    # granules 2-7 are free, but 2-3 and 4-7 are not buddies of a common 8-block while 0-1 are taken
-    assert alloc.largest_hole_bytes() == 4 * 16
-    assert alloc.ledger(next_shape=granules(8)).external_bytes == 4 * 16 + 6 * 16
+def test_buddy_covers_the_budget_with_top_level_blocks_that_never_merge_across():
+    alloc = make(12, "buddy")  # 12 granules: top-level blocks of 8 (granules 0-7) and 4 (8-11)
+    assert alloc.num_granules == 12 and alloc.ledger().external_bytes == 0
+    assert alloc.largest_hole_bytes() == 8 * 16
+    tables = []
+    for seq_id in range(4):  # a 2-granule request splits the smallest block that holds it
+        assert alloc.allocate(seq_id, granules(2)) == 0
+        tables.append(alloc.block_table(seq_id))
+    assert tables == [[8, 9], [10, 11], [0, 1], [2, 3]]
+    assert alloc.largest_hole_bytes() == 4 * 16  # granules 4-7
+    alloc.free(0)
     alloc.free(1)
-    assert alloc.largest_hole_bytes() == 4 * 16  # 0 waits for its buddy 1
+    # 8-11 merged back into its top-level block, which never merges with 0-7: 8 granules are free
+    # but no hole holds an 8-granule request
+    assert alloc.largest_hole_bytes() == 4 * 16
+    assert alloc.allocate(9, granules(8)) is None
+    assert alloc.refusal_reason(granules(8)) is Refusal.FRAGMENTED
+    alloc.free(2)
     alloc.free(3)
-    assert alloc.largest_hole_bytes() == 8 * 16  # all merged back into the arena
+    assert alloc.largest_hole_bytes() == 8 * 16
+
+
+def test_orca_max_on_opt_13b_with_12_gib_holds_7_and_leaves_8_85_percent_unusable():
+    # the vLLM paper's setting: 12 GiB of KV, 800 KiB per token, 15,728 token slots in 983 granules
+    # of 16; Orca (Max) reserves S_max = 2,048 tokens (128 granules, a power of two already)
+    kv = 819_200
+    alloc = PerRequestAllocator(PerRequestConfig("declared", "buddy", 16), budget_bytes=12 * 2**30, kv_bytes_per_token=kv)
+    shape = SeqShape(161, 2048, 161 + 338 - 1)
+    admitted = 0
+    while alloc.allocate(admitted, shape) is not None:
+        admitted += 1
+    assert admitted == 7  # 983 = 512 + 256 + 128 + 64 + 16 + 4 + 2 + 1: 4 + 2 + 1 blocks of 128
+    led = alloc.ledger(next_shape=shape)
+    assert led.external_bytes == 87 * 16 * kv + (12 * 2**30 - 983 * 16 * kv)  # 64 + 16 + 4 + 2 + 1 granules
+    assert led.external_bytes / led.budget_bytes == pytest.approx(0.0885, abs=5e-5)
 
 
 def test_append_fills_the_reservation_and_no_further():
