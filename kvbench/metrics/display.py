@@ -11,8 +11,9 @@ METRIC_DEFINITIONS = (
     "TTFT = first token - intended arrival (queueing included); "
     "TPOT = (e2e - TTFT) / (output tokens - 1), each request weighted equally, one-token requests excluded; "
     "goodput = vLLM's: finished requests/s meeting every SLO given (inclusive); "
-    "percentiles by linear interpolation; utilization and memory fractions time-weighted over saturated steps "
-    "(memory-bound: a refusal or a preemption)."
+    "percentiles by linear interpolation; (sat.) = time-weighted over saturated steps (memory-bound: a refusal "
+    "or a preemption), util. alone = over the whole run; floor = fewest sequences running while saturated; "
+    "unfilled/seq = KV slots booked for a sequence but not yet written (reserved future plus the last block's tail)."
 )
 
 # (key, label with unit, how to show the value)
@@ -34,6 +35,7 @@ _ROWS: list[tuple[str, str, str]] = [
     *[(f"e2e_p{p}_s", f"end-to-end p{p} (ms)", _MS) for p in PERCENTILES],
     ("peak_concurrency", "peak concurrency (sequences)", "int"),
     ("mean_concurrency", "mean concurrency (sequences)", "{:.1f}"),
+    ("min_concurrency_saturated", "fewest sequences when saturated (sustained floor)", "int"),
     ("mean_concurrency_saturated", "mean concurrency when saturated (sequences)", "{:.1f}"),
     ("utilization_saturated", "KV utilization when saturated (% of budget)", _PCT),
     ("utilization_mean", "KV utilization mean (% of budget)", _PCT),

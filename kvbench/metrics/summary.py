@@ -71,7 +71,10 @@ def summarize(
 
     Steps (rows are spans of steps; time-weighted by ``duration_s``, which is exact because a
     span's ledger columns are its time-weighted means): concurrency is ``num_running``;
-    utilization is ``token_bytes / budget_bytes``. "Saturated" steps are those where memory binds:
+    utilization is ``token_bytes / budget_bytes`` (``utilization_mean`` over the whole run,
+    ``utilization_saturated`` while memory binds); ``min_concurrency_saturated`` is the fewest
+    sequences running while memory binds (the sustained floor beside the peak). "Saturated" steps
+    are those where memory binds:
     the allocator refused the head of the waiting queue, or a running request had to be preempted
     (the ``saturated`` column); that is where allocators differ, so the memory breakdown
     (``frac_*`` of the budget) and ``mean_tail_waste_tokens_per_seq`` (reserved-future plus
@@ -196,6 +199,9 @@ def _step_summary(steps: pd.DataFrame, budget_bytes: int, kv_bytes_per_token: in
         "peak_concurrency": int(num_running.max()) if len(steps) else 0,
         "mean_concurrency": _weighted_mean(num_running, duration_s),
         "mean_concurrency_saturated": _weighted_mean(num_running[is_saturated], duration_s[is_saturated]),
+        # the sustained floor: what memory holds while it binds (the peak can be an over-admission
+        # transient that preemption then cuts back)
+        "min_concurrency_saturated": int(num_running[is_saturated].min()) if is_saturated.any() else 0,
         "utilization_mean": _weighted_mean(utilization, duration_s),
         "utilization_saturated": _weighted_mean(utilization[is_saturated], duration_s[is_saturated]),
         "saturated_s": saturated_s,

@@ -17,10 +17,13 @@ from kvbench.output.results import read_job
 _MEMORY = (
     ("block_size_tokens", "block", "{:d}"),
     ("peak_concurrency", "peak seqs", "{:d}"),
+    ("min_concurrency_saturated", "floor (sat.)", "{:d}"),
     ("mean_concurrency_saturated", "seqs (sat.)", "{:.1f}"),
+    ("utilization_mean", "util.", "{:.1%}"),
     ("utilization_saturated", "util. (sat.)", "{:.1%}"),
     ("frac_internal", "internal", "{:.1%}"),
     ("frac_external", "external", "{:.1%}"),
+    ("mean_tail_waste_tokens_per_seq", "unfilled/seq", "{:,.1f}"),
 )
 _LATENCY = (
     ("throughput_tokens_per_s", "tok/s", "{:,.0f}"),
@@ -55,6 +58,19 @@ def comparison_columns(rows: pd.DataFrame) -> tuple[list[tuple[str, str, str]], 
     return [("label", "job", "{}"), *[c for c in columns if c not in same]], same
 
 
+def no_effect_warnings(rows: pd.DataFrame) -> list[str]:
+    """Lines that say when rows differ in something that cannot change a simulated number."""
+    warnings = []
+    if "kernel" in rows and rows["kernel"].nunique() > 1 and (rows.get("calibration") == "uncalibrated").all():
+        kernels = " and ".join(f"kernel={k}" for k in sorted(rows["kernel"].unique()))
+        hardware = ", ".join(sorted(rows["hardware"].astype(str).unique())) if "hardware" in rows else "this hardware"
+        warnings.append(
+            f"{kernels} run at the same simulated speed: no calibration for {hardware} "
+            "(kvbench/calibrations/<hardware>/<kernel>.json, written by kvbench bench-kernels on a GPU)"
+        )
+    return warnings
+
+
 def _fmt(fmt: str, value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -69,7 +85,7 @@ def _fmt(fmt: str, value) -> str:
 def _console() -> Console:
     console = Console()
     # a pipe or a CI log is no terminal: rich would squeeze the table into 80 columns
-    return console if console.is_terminal else Console(width=200)
+    return console if console.is_terminal else Console(width=240)
 
 
 def _varying_labels(jobs: pd.Series) -> list[str]:
@@ -115,6 +131,8 @@ def print_comparison(sweep_dir: Path, console: Console | None = None) -> pd.Data
     frame["failed"] = frame["failed"].fillna(False).astype(bool)
     frame["label"] = _varying_labels(frame["job"])
     columns, shared = comparison_columns(frame[~frame["failed"]])
+    for warning in no_effect_warnings(frame[~frame["failed"]]):
+        console.print(f"[bold yellow]{warning}[/bold yellow]", highlight=False)
     table = Table(title=f"kvbench comparison ({len(frame)} jobs)")
     # a long job label wraps between its overrides rather than losing its end
     widest = max((len(part) for label in frame["label"] for part in str(label).split()), default=3)

@@ -35,11 +35,18 @@ def test_sweep_runs_four_jobs_and_prints_one_table(tmp_path):
     proc = kvbench("-m", "allocator=naive,paged", "kernel=triton,flashinfer", *SMALL, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("kvbench comparison (4 jobs)") == 1
+    # the kernel axis changes nothing without a calibration, and the line above the table says so
+    assert "kernel=flashinfer and kernel=triton run at the same simulated speed: no calibration for h100-sxm" in " ".join(
+        proc.stdout.split())
     [sweep] = list((tmp_path / "results" / "multirun").glob("*/*"))
     table = pd.read_csv(sweep / "comparison.csv")
     assert len(table) == 4 and set(table["allocator"]) == {"naive", "paged"}
     assert set(table["kernel"]) == {"triton", "flashinfer"} and (table["calibration"] == "uncalibrated").all()
     assert (sweep / "comparison.png").is_file()
+    # sustained beside peak, whole-run beside saturated, and the unfilled tail as its own column
+    for header in ("peak seqs", "floor (sat.)", "util.", "util. (sat.)", "unfilled/seq"):
+        assert header in proc.stdout
+    assert {"min_concurrency_saturated", "utilization_mean", "mean_tail_waste_tokens_per_seq"} <= set(table)
     for job in range(4):
         assert (sweep / str(job) / "summary.parquet").is_file() and (sweep / str(job) / "memory.png").is_file()
 

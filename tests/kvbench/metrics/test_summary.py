@@ -158,6 +158,8 @@ def test_concurrency_and_utilization_are_time_weighted():
     assert s["peak_concurrency"] == 4
     assert s["mean_concurrency"] == (2 * 0.5 + 4 * 1.5 + 2 * 0.5 + 0 * 1.5) / 4.0
     assert s["mean_concurrency_saturated"] == (4 * 1.5 + 2 * 0.5) / 2.0
+    # the floor while memory binds, beside the peak: the two saturated steps run 4 and 2
+    assert s["min_concurrency_saturated"] == 2
     assert s["utilization_mean"] == (0.125 * 0.5 + 0.5 * 1.5 + 0.25 * 0.5) / 4.0
     assert s["utilization_saturated"] == (0.5 * 1.5 + 0.25 * 0.5) / 2.0
     assert s["saturated_s"] == 2.0
