@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build, on a machine with PyPI, what gpu/run_kernel_checks.sh needs on an offline GPU machine:
 #   .fi_bundle/   FlashInfer 0.7.4 repacked + decode modules prebuilt for sm_90a (~28 MiB),
-#                 made by ../shared/tools/flashinfer-bundle/build.sh (see its README)
+#                 made by a FlashInfer bundle builder: a folder whose build.sh <dest> repacks
+#                 flashinfer-python and prebuilds its decode modules (give it as FI_BUNDLE_TOOL)
 #   .gpu_wheels/  the pure-Python wheels kvbench needs that the GPU image lacks (~0.4 MiB):
 #                 hydra-core, omegaconf, antlr4-python3-runtime, at this machine's versions
 # Both folders are git-ignored and travel with the checkout (together well under 64 MiB).
@@ -10,7 +11,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-FI_BUNDLE_TOOL=${FI_BUNDLE_TOOL:-../shared/tools/flashinfer-bundle}
+if [ "${SKIP_FLASHINFER:-0}" != 1 ] && [ -z "${FI_BUNDLE_TOOL:-}" ]; then
+  echo "gpu/prepare_carry.sh: set FI_BUNDLE_TOOL=<folder of the FlashInfer bundle builder> or SKIP_FLASHINFER=1" >&2
+  exit 2
+fi
 
 if [ "${SKIP_FLASHINFER:-0}" != 1 ]; then
   echo "== FlashInfer bundle -> .fi_bundle/ (first build ~3 min, then ~8 s)"

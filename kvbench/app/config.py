@@ -10,6 +10,8 @@ the same way. Values are range-checked once, here at the edge, with one-line mes
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +23,8 @@ from kvbench.metrics.summary import SloConfig
 
 MODES = ("sim", "real")
 WANDB_MODES = ("offline", "online", "disabled")
+#: W&B's older names, accepted in the WANDB_MODE variable (which W&B programs share)
+WANDB_MODE_ALIASES = {"dryrun": "offline", "run": "online"}
 
 
 @dataclass
@@ -38,13 +42,19 @@ class OutputConfig:
 
 @dataclass
 class WandbConfig:
-    #: offline (default: no account, no network), online (opt in), or disabled
+    #: offline (default: no account, no network), online (opt in), or disabled; the environment
+    #: variable WANDB_MODE, when set, overrides it (see kvbench_plugins.wandb_sink)
     mode: str = "offline"
     project: str = "kvbench"
     entity: str | None = None
 
     def validate(self) -> None:
-        require(self.mode in WANDB_MODES, "wandb.mode", self.mode, f"choose one of {', '.join(WANDB_MODES)}")
+        allowed = f"choose one of {', '.join(WANDB_MODES)}"
+        require(self.mode in WANDB_MODES, "wandb.mode", self.mode, allowed)
+        # checked here, not when the sink runs: a bad value must stop the run before it simulates
+        env_mode = os.environ.get("WANDB_MODE")
+        ok = env_mode is None or env_mode in WANDB_MODES or env_mode in WANDB_MODE_ALIASES
+        require(ok, "WANDB_MODE (environment)", env_mode, f"unset it or {allowed}")
 
 
 def _group() -> Any:
@@ -72,6 +82,9 @@ class KvbenchConfig:
     #: advance runs of decode-only steps in one computation (identical results; false takes every
     #: step one by one, the reference the tests compare against)
     event_driven: bool = True
+    #: a folder of <hardware>/<kernel>.json decode efficiencies (the files ``kvbench bench-kernels``
+    #: writes) to use instead of kvbench's own kvbench/calibrations/; null: kvbench's own
+    calibration_dir: str | None = None
     slo: SloConfig = field(default_factory=SloConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
@@ -88,6 +101,46 @@ def _format_omegaconf_error(group: str, exc: OmegaConfBaseException) -> str:
     return f"{where}: {msg}"
 
 
+#: an int option must fit numpy's int64 (the simulator's arrays and the Parquet columns use it)
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def check_numbers(value: Any, key: str) -> None:
+    """Raise a one-line ConfigError for the first float that is inf or nan, or int outside int64,
+    in ``value`` (a dataclass, list, dict or number, searched recursively; None and bool pass).
+
+    One check for every numeric option of kvbench and of its plugins, before any ``validate()``
+    computes with them: ``inf`` and ``nan`` pass comparisons such as ``> 0`` (inf) or fail them
+    silently (nan), and only surface later as a division by zero or nonsense numbers."""
+    if isinstance(value, bool) or value is None:
+        return
+    if isinstance(value, float):
+        require(math.isfinite(value), key, value, "use a finite number")
+    elif isinstance(value, int):
+        require(INT64_MIN <= value <= INT64_MAX, key, value, f"use an integer in [{INT64_MIN}, {INT64_MAX}] (int64)")
+    elif dataclasses.is_dataclass(value):
+        for f in dataclasses.fields(value):
+            check_numbers(getattr(value, f.name), f"{key}.{f.name}")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            check_numbers(v, f"{key}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            check_numbers(v, f"{key}[{i}]")
+
+
+def _check_known_keys(schema: type, node: Any, group: str) -> None:
+    """Refuse a key the schema does not have. OmegaConf's merge already refuses it in a plain node,
+    but not in a node Hydra typed with the same dataclass (``slo``, ``output``, ``wandb``) given a
+    key with ``+slo.foo=1``: the merge keeps it and ``to_object`` drops it silently."""
+    if not (isinstance(node, dict) or OmegaConf.is_dict(node)):
+        return
+    known = [f.name for f in dataclasses.fields(schema)]
+    for key in node.keys():
+        if key not in known:
+            raise ConfigError(f"{group}.{key} is not a config key of {group}; its keys are: {', '.join(known)}")
+
+
 def to_dataclass(schema: type, node: Any, group: str) -> Any:
     """Merge a config node into ``schema`` (a dataclass with a ``validate()``, as every config of
     kvbench and of its plugins has), so unknown keys, wrong types and bad values fail clearly."""
@@ -97,6 +150,8 @@ def to_dataclass(schema: type, node: Any, group: str) -> Any:
         obj = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise ConfigError(_format_omegaconf_error(group, exc)) from None
+    _check_known_keys(schema, node, group)
+    check_numbers(obj, group)
     obj.validate()
     return obj
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from kvbench.app.checks import calibration_dir_path, check_memory, check_seed, check_top_level_keys
 from kvbench.app.config import MODES, OutputConfig, WandbConfig, plugin_config, to_dataclass
 from kvbench.app.progress import progress_bar
 from kvbench.core.request import requests_from_workload
@@ -52,7 +53,9 @@ def _instantiate(group: str, node, **kwargs):
 
 def setup(cfg: DictConfig) -> RunSetup:
     """Validate every value once, here at the edge, and build the run's objects."""
+    check_top_level_keys(cfg)
     require(cfg.mode in MODES, "mode", cfg.mode, f"choose one of {', '.join(MODES)}")
+    check_seed(cfg.seed)
     if cfg.mode == "real":
         raise ConfigError(
             "mode='real' is not available yet: the real executor (a transformer forward pass on a CUDA GPU) "
@@ -63,13 +66,17 @@ def setup(cfg: DictConfig) -> RunSetup:
     budget_bytes = hardware.kv_budget(model.weight_bytes)
     allocator = _instantiate("allocator", cfg.allocator, budget_bytes=budget_bytes, kv_bytes_per_token=model.kv_bytes_per_token)
     kernel = _instantiate("kernel", cfg.kernel)
+    calibration_dir = calibration_dir_path(cfg.get("calibration_dir"))
+    where = {} if calibration_dir is None else {"calibration_dir": calibration_dir}  # older plugins: no keyword
     efficiency = kernel.decode_efficiency(
-        hardware.name, allocator.block_size_tokens, allocator.capabilities.contiguous_layout
+        hardware.name, allocator.block_size_tokens, allocator.capabilities.contiguous_layout, **where
     )
     cost = CostModel(model, hardware, efficiency.efficiency)
     policy = _instantiate("preemption", cfg.preemption)
     host_pool = HostSwapPool(int(hardware.host_swap_bytes))
     scheduler = _instantiate("scheduler", cfg.scheduler, allocator=allocator, policy=policy, cost=cost, host_pool=host_pool)
+    workload_source = _instantiate("workload", cfg.workload)
+    check_memory(workload_source)
     return RunSetup(
         model=model,
         hardware=hardware,
@@ -79,7 +86,7 @@ def setup(cfg: DictConfig) -> RunSetup:
         efficiency=efficiency,
         cost=cost,
         scheduler=scheduler,
-        workload_source=_instantiate("workload", cfg.workload),
+        workload_source=workload_source,
         slo=to_dataclass(SloConfig, cfg.slo, "slo"),
         output=to_dataclass(OutputConfig, cfg.output, "output"),
         wandb=to_dataclass(WandbConfig, cfg.wandb, "wandb"),

@@ -12,6 +12,10 @@ where each efficiency is the kernel's achieved bytes/s divided by the hardware c
 bandwidth, so that the simulator's decode time ``bytes / (bandwidth * efficiency)`` reproduces the
 measurement. A block size between two measured ones is interpolated linearly in log2(block size);
 outside the measured range the nearest measurement is used, and the source string says so.
+
+``calibration_dir`` (a top-level option) replaces ``kvbench/calibrations/`` with a folder of the
+same layout, e.g. the ``calibrations/`` a ``kvbench bench-kernels`` run wrote. A file that is not
+valid JSON, not an object, or holds an efficiency outside (0, 1] is a one-line ConfigError.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+
+from kvbench.errors import ConfigError
 
 CALIBRATION_DIR = Path(__file__).parent / "calibrations"
 
@@ -39,30 +45,69 @@ class DecodeEfficiency:
 UNCALIBRATED = DecodeEfficiency(1.0, "uncalibrated")
 
 
-@functools.lru_cache(maxsize=None)
-def _read(path: Path) -> dict:
-    return json.loads(path.read_text())
+def _read(path: Path) -> dict[str, float]:
+    """The file's validated efficiency table. Cached per (path, modification time, size), so a file
+    rewritten on disk (by ``kvbench bench-kernels``, or a test) is read again, not served stale."""
+    stat = path.stat()
+    return _read_cached(path, stat.st_mtime_ns, stat.st_size)
 
 
-def calibration_path(hardware_name: str, kernel_name: str) -> Path:
-    return CALIBRATION_DIR / hardware_name / f"{kernel_name}.json"
+@functools.lru_cache(maxsize=64)
+def _read_cached(path: Path, mtime_ns: int, size_bytes: int) -> dict[str, float]:
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"calibration file {path} is not valid JSON: line {exc.lineno}: {exc.msg}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"calibration file {path} is not UTF-8 text: write it with kvbench bench-kernels") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"calibration file {path} holds a JSON {type(doc).__name__}, not an object with an "
+                          '"efficiency" table: see kvbench/exec/calibration.py for the format')  # fmt: skip
+    table = doc.get("efficiency", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"calibration file {path}: efficiency={table!r} is invalid: use an object "
+                          '{"<block size>": <efficiency>, "contiguous": <efficiency>}')  # fmt: skip
+    for key, value in table.items():
+        if not (key == "contiguous" or (key.isdigit() and int(key) >= 1)):
+            raise ConfigError(f"calibration file {path}: efficiency entry {key!r} is invalid: "
+                              'use a block size in tokens ("16") or "contiguous"')  # fmt: skip
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and 0 < value <= 1):
+            raise ConfigError(
+                f"calibration file {path}: efficiency[{key!r}]={value!r} is invalid: use a fraction in (0, 1], "
+                "the achieved bandwidth over the hardware config's hbm_bandwidth_bytes_per_s "
+                "(above 1: that bandwidth is too low for this GPU)"
+            )
+    return {key: float(value) for key, value in table.items()}
+
+
+def calibration_path(hardware_name: str, kernel_name: str, calibration_dir: Path | str | None = None) -> Path:
+    """Where the efficiencies of ``kernel_name`` on ``hardware_name`` are (``calibration_dir``: the
+    user's folder; None: kvbench's own)."""
+    root = CALIBRATION_DIR if calibration_dir is None else Path(calibration_dir)
+    return root / hardware_name / f"{kernel_name}.json"
 
 
 def load_decode_efficiency(
-    hardware_name: str, kernel_name: str, block_size_tokens: int, contiguous: bool = False
+    hardware_name: str,
+    kernel_name: str,
+    block_size_tokens: int,
+    contiguous: bool = False,
+    calibration_dir: Path | str | None = None,
 ) -> DecodeEfficiency:
-    path = calibration_path(hardware_name, kernel_name)
+    path = calibration_path(hardware_name, kernel_name, calibration_dir)
     if not path.is_file():
         return UNCALIBRATED
-    table: dict = _read(path).get("efficiency", {})
-    rel = f"{hardware_name}/{kernel_name}.json"
+    table = _read(path)
+    # the source names the file as result rows show it: relative for kvbench's own, in full otherwise
+    rel = f"{hardware_name}/{kernel_name}.json" if calibration_dir is None else str(path)
     if contiguous and "contiguous" in table:
-        return DecodeEfficiency(float(table["contiguous"]), f"{rel}[contiguous]")
-    measured = sorted((int(k), float(v)) for k, v in table.items() if k.isdigit())
+        return DecodeEfficiency(table["contiguous"], f"{rel}[contiguous]")
+    measured = sorted((int(k), v) for k, v in table.items() if k.isdigit())
     if not measured:
         return UNCALIBRATED
     if str(block_size_tokens) in table:
-        return DecodeEfficiency(float(table[str(block_size_tokens)]), f"{rel}[{block_size_tokens}]")
+        return DecodeEfficiency(table[str(block_size_tokens)], f"{rel}[{block_size_tokens}]")
     if block_size_tokens <= measured[0][0]:
         return DecodeEfficiency(measured[0][1], f"{rel}[nearest {measured[0][0]}]")
     if block_size_tokens >= measured[-1][0]:

@@ -19,7 +19,6 @@ simulator reads them. Methodology: :mod:`kvbench.kernels.timing`; aggregation:
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import time
@@ -34,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kvbench.app.config import require, to_dataclass
 from kvbench.errors import ConfigError
+from kvbench.output.atomic import mark_complete, write_file, write_json
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 
@@ -136,14 +136,14 @@ def run(cfg: BenchKernelsConfig, hardware, out_dir: Path, command: str) -> dict:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = out_dir / "results.csv"
-    df.to_csv(csv_path, index=False)
+    write_file(csv_path, lambda tmp: df.to_csv(tmp, index=False))
     meta = dict(
         measured_on=device_name, command=command, date=time.strftime("%Y-%m-%d %H:%M:%S"),
         copy_bandwidth_bytes_per_s=copy_bytes_per_s, spec_hbm_bandwidth_bytes_per_s=hardware.hbm_bandwidth_bytes_per_s,
         shape=dict(num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, dtype=cfg.dtype),
         batch_sizes=list(cfg.batch_sizes), context_tokens=list(cfg.context_tokens), dry_run=cfg.dry_run,
     )  # fmt: skip
-    (out_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    write_json(out_dir / "meta.json", meta)
     calibrations = write_calibrations(
         df, out_dir / "calibrations", hardware.name, hardware.hbm_bandwidth_bytes_per_s, meta
     )
@@ -154,8 +154,10 @@ def run(cfg: BenchKernelsConfig, hardware, out_dir: Path, command: str) -> dict:
         for path in calibrations:
             target = calibration_path(hardware.name, path.stem)
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
+            write_file(target, lambda tmp, source=path: shutil.copyfile(source, tmp))  # the sim never reads half a file
             print(f"bench-kernels: wrote {target}")
+    files = [csv_path, out_dir / "meta.json", *calibrations, *plots]
+    mark_complete(out_dir, [str(f.relative_to(out_dir)) for f in files])
     counts = df["status"].str.split(":").str[0].value_counts().to_dict()
     print(f"bench-kernels: {len(df)} rows {counts} -> {out_dir}")
     return dict(csv=csv_path, calibrations=calibrations, plots=plots)

@@ -9,10 +9,12 @@ the total time of those decode steps. Rows whose output failed the correctness c
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 
 import pandas as pd
+
+from kvbench.output.atomic import write_file, write_json
 
 #: the columns of results.csv, in order (units in the names)
 COLUMNS = [
@@ -61,6 +63,12 @@ def write_calibrations(
         table = efficiency_table(df, kernel, spec_bytes_per_s)
         if not table:
             continue
+        above_spec = {k: v for k, v in table.items() if v > 1}
+        if above_spec:  # the simulator refuses such a file: the hardware config does not describe this GPU
+            print(f"bench-kernels: warning: {kernel} read faster than hardware={hardware}'s spec bandwidth "
+                  f"(efficiency {above_spec}); no calibration written: use the hardware config of this GPU",
+                  file=sys.stderr)  # fmt: skip
+            continue
         path = out_dir / hardware / f"{kernel}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         doc = {
@@ -72,7 +80,7 @@ def write_calibrations(
             "efficiency": table,
             "contiguous_sdpa_baseline": sdpa,
         }
-        path.write_text(json.dumps(doc, indent=2) + "\n")
+        write_json(path, doc)
         written.append(path)
     return written
 
@@ -115,7 +123,7 @@ def plot_bandwidth(df: pd.DataFrame, out_dir: Path) -> list[Path]:
         ax.legend(fontsize=7, ncol=2)
         path = out_dir / f"bandwidth_{kernel}.png"
         fig.tight_layout()
-        fig.savefig(path, dpi=120)
+        write_file(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
         plt.close(fig)
         written.append(path)
     return written

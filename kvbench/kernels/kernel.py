@@ -14,6 +14,7 @@ is the same call with one block per sequence.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 from kvbench.exec.calibration import DecodeEfficiency, load_decode_efficiency
@@ -30,9 +31,12 @@ class Kernel:
     def __init__(self, config: Any = None) -> None:
         self.config = config
 
-    def decode_efficiency(self, hardware_name: str, block_size_tokens: int, contiguous: bool) -> DecodeEfficiency:
-        """The calibrated decode efficiency for this kernel on ``hardware_name`` (1.0, uncalibrated, if none)."""
-        return load_decode_efficiency(hardware_name, self.name, block_size_tokens, contiguous)
+    def decode_efficiency(
+        self, hardware_name: str, block_size_tokens: int, contiguous: bool, *, calibration_dir: Path | None = None
+    ) -> DecodeEfficiency:
+        """The calibrated decode efficiency for this kernel on ``hardware_name`` (1.0, uncalibrated, if none),
+        read from ``calibration_dir`` (the top-level option) or, when None, kvbench's own calibrations."""
+        return load_decode_efficiency(hardware_name, self.name, block_size_tokens, contiguous, calibration_dir)
 
     @classmethod
     def unavailable_reason(cls, device_type: str) -> str | None:

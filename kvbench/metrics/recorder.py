@@ -81,7 +81,7 @@ class Recorder:
         if row is not None and quiet and self._open_mergeable and plan.signature == row["signature"]:
             row["num_steps"] += num_steps
             row["num_computed_tokens"] += plan.num_computed_tokens
-            row["kv_read_bytes"] += kv_read_tokens * self.kv_bytes_per_token
+            row["kv_read_bytes"] += float(kv_read_tokens * self.kv_bytes_per_token)
             row["duration_s"] = _accumulate(row["duration_s"], durations)
             row["decode_s"] = _accumulate(row["decode_s"], durations)
             if self._open_refusal is not None:
@@ -159,7 +159,9 @@ class Recorder:
             "swap_in_bytes": sum(t.num_bytes for t in plan.swap_in) if plan.swap_in else 0,
             "prefill_s": result.prefill_s, "decode_s": result.decode_s,
             "swap_s": result.swap_s, "copy_s": result.copy_s, "recompute_s": result.recompute_s,
-            "kv_read_bytes": kv_read_tokens * self.kv_bytes_per_token,
+            # a float: a long run reads more than int64 holds (10^8 decode steps of a large batch);
+            # exact as long as the total stays below 2^53 bytes
+            "kv_read_bytes": float(kv_read_tokens * self.kv_bytes_per_token),
             "num_computed_tokens": plan.num_computed_tokens,
             "num_recomputed_tokens": sum(c.num_recomputed_tokens for c in prefills) if prefills else 0,
             "token_bytes_max": led.token_bytes, "allocated_bytes_max": led.allocated_bytes,

@@ -200,8 +200,9 @@ def _step_summary(steps: pd.DataFrame, budget_bytes: int, kv_bytes_per_token: in
         "mean_concurrency": _weighted_mean(num_running, duration_s),
         "mean_concurrency_saturated": _weighted_mean(num_running[is_saturated], duration_s[is_saturated]),
         # the sustained floor: what memory holds while it binds (the peak can be an over-admission
-        # transient that preemption then cuts back)
-        "min_concurrency_saturated": int(num_running[is_saturated].min()) if is_saturated.any() else 0,
+        # transient that preemption then cuts back); NaN, like the other "(sat.)" figures, when
+        # memory never binds
+        "min_concurrency_saturated": int(num_running[is_saturated].min()) if is_saturated.any() else math.nan,
         "utilization_mean": _weighted_mean(utilization, duration_s),
         "utilization_saturated": _weighted_mean(utilization[is_saturated], duration_s[is_saturated]),
         "saturated_s": saturated_s,

@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kvbench.output.atomic import write_file
+
 LEDGER = (
     ("token_bytes", "token states", "#2b8cbe"),
     ("reserved_future_bytes", "reserved (future tokens)", "#a6bddb"),
@@ -54,7 +56,7 @@ def plot_memory_timeline(steps: pd.DataFrame, summary: dict, path: Path) -> Path
         f"(block {summary['block_size_tokens']}), {summary['workload']}"
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_file(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)
     return path
 
@@ -79,6 +81,6 @@ def plot_comparison(table: pd.DataFrame, path: Path) -> Path:
         ax.set_xticklabels(ok["label"] if "label" in ok else ok["job"], rotation=30, ha="right", fontsize=7)
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_file(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)
     return path

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvbench.metrics.display import METRIC_DEFINITIONS, format_summary
+from kvbench.output.atomic import write_frame
 from kvbench.output.results import read_job
 
 #: (column, header, format) of the sweep comparison table, in groups; a group shows when its
@@ -110,7 +111,7 @@ def print_summary(summary: dict, out_dir: Path | None, console: Console | None =
 
 
 def comparison_frame(sweep_dir: Path) -> pd.DataFrame:
-    """One row per job folder of a multirun (finished or failed), in job order."""
+    """One row per job folder of a multirun (finished, failed or incomplete), in job order."""
     rows = []
     for job_dir in sorted((p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)):
         row = read_job(job_dir)
@@ -129,6 +130,8 @@ def print_comparison(sweep_dir: Path, console: Console | None = None) -> pd.Data
     if "failed" not in frame:
         frame["failed"] = False
     frame["failed"] = frame["failed"].fillna(False).astype(bool)
+    # failed (bad input) or incomplete (interrupted: never read); "ok" rows are finished results
+    frame["status"] = frame["status"].fillna("ok") if "status" in frame else "ok"
     frame["label"] = _varying_labels(frame["job"])
     columns, shared = comparison_columns(frame[~frame["failed"]])
     for warning in no_effect_warnings(frame[~frame["failed"]]):
@@ -142,7 +145,7 @@ def print_comparison(sweep_dir: Path, console: Console | None = None) -> pd.Data
                          overflow="fold" if job else "ellipsis", min_width=widest if job else None)  # fmt: skip
     for _, row in frame.iterrows():
         if row["failed"]:
-            table.add_row(row["label"], *["[red]failed[/red]", *[""] * (len(columns) - 2)])
+            table.add_row(row["label"], *[f"[red]{row['status']}[/red]", *[""] * (len(columns) - 2)])
         else:
             table.add_row(*[_fmt(fmt, row.get(col)) for col, _, fmt in columns])
     console.print(table)
@@ -150,10 +153,9 @@ def print_comparison(sweep_dir: Path, console: Console | None = None) -> pd.Data
         first = frame[~frame["failed"]].iloc[0]
         console.print("same in every job: " + ", ".join(f"{header} {_fmt(fmt, first.get(col))}" for col, header, fmt in shared))
     for _, row in frame[frame["failed"]].iterrows():
-        console.print(f"[red]failed[/red] {row['label']}: {row['error']}", highlight=False)
+        console.print(f"[red]{row['status']}[/red] {row['label']}: {row['error']}", highlight=False)
     console.print(f"[dim]{METRIC_DEFINITIONS}[/dim]")
-    frame.to_parquet(sweep_dir / "comparison.parquet", index=False)
-    frame.to_csv(sweep_dir / "comparison.csv", index=False)
+    write_frame(frame, sweep_dir, "comparison")
     if (~frame["failed"]).any():
         from kvbench.output.figures import plot_comparison
 

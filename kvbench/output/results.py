@@ -1,4 +1,9 @@
-"""A finished run and how it is written to ``results/``: Parquet (source of truth), CSV, config, figure."""
+"""A finished run and how it is written to ``results/``: Parquet (source of truth), CSV, config, figure.
+
+Every file is written whole or not at all, and ``COMPLETE`` is written last (see
+:mod:`kvbench.output.atomic`): a folder without it holds an interrupted run, which readers flag
+and never read as a result.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from kvbench.output.atomic import COMPLETE, clear_incomplete, is_complete, mark_complete, write_frame, write_json
 
 TABLES = ("summary", "requests", "steps", "refusals")
+FAILED = "failed.json"
+#: every name a run may write: cleared before a run is rewritten into the same folder, so that a
+#: table left by an earlier run with other options (``output.steps=true``) cannot mix in
+RESULT_FILES = (
+    *(f"{table}.{ext}" for table in TABLES for ext in ("parquet", "csv")),
+    "config.json", "memory.png", FAILED, COMPLETE,
+)  # fmt: skip
 
 
 @dataclass
@@ -27,20 +43,33 @@ class RunResult:
         return pd.DataFrame([self.summary])
 
 
+def clear_run(out_dir: Path) -> None:
+    """Remove what an earlier (finished, failed or interrupted) run left in ``out_dir``."""
+    clear_incomplete(out_dir)
+    for name in RESULT_FILES:
+        (out_dir / name).unlink(missing_ok=True)
+
+
 def write_run(result: RunResult, out_dir: Path, *, steps: bool = True, figures: bool = True) -> Path:
-    """Write the run's tables as Parquet and CSV, its resolved config, and its memory figure."""
+    """Write the run's tables as Parquet and CSV, its resolved config and its memory figure, then
+    the ``COMPLETE`` marker that makes the folder a result."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    clear_run(out_dir)
     frames = {"summary": result.summary_frame(), "requests": result.requests, "refusals": result.refusals}
     if steps:
         frames["steps"] = result.steps
+    written = []
     for name, frame in frames.items():
-        frame.to_parquet(out_dir / f"{name}.parquet", index=False)
-        frame.to_csv(out_dir / f"{name}.csv", index=False)
-    (out_dir / "config.json").write_text(json.dumps(result.config, indent=2, default=str) + "\n")
+        write_frame(frame, out_dir, name)
+        written += [f"{name}.parquet", f"{name}.csv"]
+    write_json(out_dir / "config.json", result.config)
+    written.append("config.json")
     if figures and len(result.steps):
         from kvbench.output.figures import plot_memory_timeline
 
         plot_memory_timeline(result.steps, result.summary, out_dir / "memory.png")
+        written.append("memory.png")
+    mark_complete(out_dir, written)
     result.out_dir = out_dir
     return out_dir
 
@@ -48,15 +77,38 @@ def write_run(result: RunResult, out_dir: Path, *, steps: bool = True, figures: 
 def write_failure(out_dir: Path, label: str, reason: str) -> None:
     """Record a job that stopped on bad input, so a multirun's table can show it."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "failed.json").write_text(json.dumps({"job": label, "error": reason}) + "\n")
+    clear_run(out_dir)
+    write_json(out_dir / FAILED, {"job": label, "error": reason})
+
+
+def finished_config(out_dir: Path) -> dict | None:
+    """The resolved config of the complete run in ``out_dir``, or None when there is none."""
+    if not is_complete(out_dir) or not (out_dir / "config.json").is_file():
+        return None
+    return json.loads((out_dir / "config.json").read_text())
+
+
+def _job_label(job_dir: Path) -> str:
+    """A job's overrides as Hydra saved them when it started (``.hydra/overrides.yaml``)."""
+    overrides = job_dir / ".hydra" / "overrides.yaml"
+    try:
+        return ",".join(map(str, OmegaConf.load(overrides))) or "defaults"
+    except (OSError, ValueError, OmegaConfBaseException):
+        return job_dir.name
 
 
 def read_job(job_dir: Path) -> dict[str, Any] | None:
-    """A job folder's summary row, or a failure row, or None when the folder holds neither."""
-    summary = job_dir / "summary.parquet"
-    if summary.is_file():
-        return pd.read_parquet(summary).iloc[0].to_dict()
-    failed = job_dir / "failed.json"
+    """A job folder's summary row, a failure row, a row flagging an incomplete run, or None when
+    the folder holds nothing of a run. An incomplete run's tables are never read."""
+    if is_complete(job_dir):
+        return pd.read_parquet(job_dir / "summary.parquet").iloc[0].to_dict()
+    failed = job_dir / FAILED
     if failed.is_file():
-        return {"failed": True, **json.loads(failed.read_text())}
+        return {"failed": True, "status": "failed", **json.loads(failed.read_text())}
+    if any((job_dir / name).exists() for name in RESULT_FILES) or any(job_dir.glob(".tmp-*")):
+        return {
+            "failed": True, "status": "incomplete", "job": _job_label(job_dir),
+            "error": "incomplete (no COMPLETE marker: the run was interrupted or could not finish writing); "
+                     "not read: re-run it",
+        }  # fmt: skip
     return None

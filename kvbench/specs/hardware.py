@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench.errors import ConfigError, require
+from kvbench.specs.names import require_name
 
 
 @dataclass
 class HardwareSpec:
-    #: a short name; also selects kvbench/calibrations/<name>/ for kernel efficiencies
+    #: a short name ([A-Za-z0-9][A-Za-z0-9._-]*, at most 64 characters); also selects the folder
+    #: <calibration_dir>/<name>/ (kvbench/calibrations/<name>/ by default) of kernel efficiencies
     name: str = "h100-sxm"
     hbm_bytes: float = 80e9
     hbm_bandwidth_bytes_per_s: float = 3.35e12
@@ -30,17 +32,27 @@ class HardwareSpec:
     memory_fraction: float = 0.9
 
     def validate(self) -> None:
-        for key in ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "dense_flops_per_s", "host_link_bytes_per_s"):
-            require(getattr(self, key) > 0, f"hardware.{key}", getattr(self, key), "use a positive number")
-        for key in ("host_transfer_overhead_s", "host_swap_bytes"):
+        require_name("hardware.name", self.name)  # a folder name: calibrations/<name>/
+        require(self.hbm_bytes > 0, "hardware.hbm_bytes", self.hbm_bytes, "use a positive number")
+        # at least one byte (FLOP) per second: slower rates overflow the simulated times to inf
+        for key in ("hbm_bandwidth_bytes_per_s", "dense_flops_per_s", "host_link_bytes_per_s"):
+            require(getattr(self, key) >= 1, f"hardware.{key}", getattr(self, key), "use a rate >= 1 per second")
+        require(self.host_swap_bytes >= 0, "hardware.host_swap_bytes", self.host_swap_bytes, "use a number >= 0")
+        # PCIe's is ~10 us; a second per copy is no host link, and a swap pays it once per block
+        require(0 <= self.host_transfer_overhead_s <= 1, "hardware.host_transfer_overhead_s",
+                self.host_transfer_overhead_s, "use seconds in [0, 1]")  # fmt: skip
+        # byte counts become int64 columns of the results (kv_budget_bytes, swap_pool_peak_bytes)
+        for key in ("hbm_bytes", "host_swap_bytes", "kv_budget_bytes"):
             value = getattr(self, key)
-            require(value >= 0, f"hardware.{key}", value, "use a number >= 0")
+            require(value is None or value < 2**63, f"hardware.{key}", value, "use fewer than 2**63 bytes (int64)")
         require(
             0 < self.prefill_flops_efficiency <= 1,
             "hardware.prefill_flops_efficiency",
             self.prefill_flops_efficiency,
             "use a fraction in (0, 1]",
         )
+        require(self.achieved_prefill_flops_per_s >= 1, "hardware.prefill_flops_efficiency", self.prefill_flops_efficiency,
+                "hardware.dense_flops_per_s * prefill_flops_efficiency must be >= 1 FLOP/s")  # fmt: skip
         require(0 < self.memory_fraction <= 1, "hardware.memory_fraction", self.memory_fraction, "use a fraction in (0, 1]")
         require(
             self.kv_budget_bytes is None or self.kv_budget_bytes > 0,

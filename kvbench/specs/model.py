@@ -14,10 +14,22 @@ from pathlib import Path
 from typing import Any
 
 from kvbench.errors import ConfigError, require
+from kvbench.specs.names import require_name
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1}
 #: families whose parameters are counted with the gated-MLP (LLaMA) formula
 LLAMA_LIKE = ("llama", "mistral")
+#: the architecture fields ModelSpec and count_params read (each where the model type has it): all
+#: must be positive integers, or a zero-layer model divides by zero and a negative width prints
+#: negative memory
+ARCHITECTURE_FIELDS = (
+    "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+    "intermediate_size", "ffn_dim", "word_embed_proj_dim", "vocab_size", "max_position_embeddings",
+)  # fmt: skip
+#: the longest context a model config may declare: 2**24 = 16.8M tokens, above any released model's
+#: (the longest, Llama 4 Scout, has 10M). The positions bound every request's S_max and so the sizes
+#: of allocations, so a typo (an extra digit, 1e12) is refused instead of being planned for.
+MAX_POSITION_EMBEDDINGS = 2**24
 
 
 @dataclass
@@ -34,6 +46,7 @@ class ModelConfig:
     num_params: int | None = None
 
     def validate(self) -> None:
+        require_name("model.name", self.name)
         require(self.dtype in DTYPE_BYTES, "model.dtype", self.dtype, f"choose one of {', '.join(DTYPE_BYTES)}")
         require(self.num_params is None or self.num_params > 0, "model.num_params", self.num_params, "use a positive count or null")
         require(bool(self.config_path) or bool(self.hf_config), "model.hf_config", self.hf_config, "give the config.json fields or model.config_path")
@@ -69,10 +82,26 @@ class ModelSpec:
         return 2.0 * self.num_params + 4.0 * self.num_layers * self.num_heads * self.head_dim * context_tokens
 
 
+def _check_architecture(values: dict[str, Any], where: str) -> None:
+    """Every architecture field present (not null) is a positive integer (bool excluded), and the
+    positions are within MAX_POSITION_EMBEDDINGS. ``where`` says where the value came from."""
+    for name in ARCHITECTURE_FIELDS:
+        value = values.get(name)
+        if value is None:
+            continue  # absent for this model type, or left to transformers' default
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        require(ok, f"model.hf_config.{name}", value, f"use a positive integer{where}")
+    positions = values.get("max_position_embeddings")
+    if positions is not None:
+        require(positions <= MAX_POSITION_EMBEDDINGS, "model.hf_config.max_position_embeddings", positions,
+                f"use at most 2**24 = {MAX_POSITION_EMBEDDINGS:,} tokens (above any released model){where}")  # fmt: skip
+
+
 def _load_hf_config(cfg: ModelConfig):
     # transformers is imported here, not at module level: `kvbench --help` should not pay for it
-    from transformers import AutoConfig
+    from transformers import CONFIG_MAPPING, AutoConfig
 
+    where = ""
     if cfg.config_path:
         path = Path(cfg.config_path).expanduser()
         if path.is_dir():
@@ -81,17 +110,42 @@ def _load_hf_config(cfg: ModelConfig):
             raise ConfigError(f"model.config_path={cfg.config_path!r} is invalid: no config.json there")
         try:
             fields = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"model.config_path={cfg.config_path!r} is not valid JSON: line {exc.lineno}: {exc.msg}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            detail = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
+            raise ConfigError(f"model.config_path={cfg.config_path!r} is not valid JSON: {detail}") from None
+        if not isinstance(fields, dict):
+            raise ConfigError(f"model.config_path={cfg.config_path!r} holds a JSON {type(fields).__name__}, not an "
+                              "object of config.json fields")  # fmt: skip
+        where = f" (in {path})"
     else:
         fields = dict(cfg.hf_config)
     model_type = fields.pop("model_type", None)
     if not model_type:
-        raise ConfigError("model.hf_config.model_type is missing: give the transformers model_type, e.g. llama")
+        raise ConfigError(f"model.hf_config.model_type is missing{where}: give the transformers model_type, e.g. llama")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        raise ConfigError(f"model.hf_config.model_type={model_type!r} is invalid{where}: not a transformers model "
+                          f"type; use e.g. {', '.join(LLAMA_LIKE + ('opt',))}")  # fmt: skip
+    _check_architecture(fields, where)
     try:
-        return AutoConfig.for_model(model_type, **fields)
-    except ValueError as exc:
-        raise ConfigError(f"model.hf_config.model_type={model_type!r} is invalid: {str(exc).splitlines()[0]}") from None
+        hf = AutoConfig.for_model(model_type, **fields)
+    except (TypeError, ValueError, *_strict_dataclass_errors()) as exc:
+        # transformers checks field types and consistency (hidden size a multiple of the heads...);
+        # its message names the field, on the line of the innermost cause
+        cause = exc.__cause__ or exc
+        raise ConfigError(f"model.hf_config{where} is invalid for transformers' {model_type!r} config: "
+                          f"{str(cause).strip().splitlines()[0]}") from None  # fmt: skip
+    # the values the spec reads, defaults included (head_dim is derived from hidden_size)
+    _check_architecture({name: getattr(hf, name, None) for name in ARCHITECTURE_FIELDS}, where)
+    return hf
+
+
+def _strict_dataclass_errors() -> tuple[type[Exception], ...]:
+    """huggingface_hub's validation errors, which are not TypeError/ValueError (absent in old versions)."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:
+        return ()
+    return (StrictDataclassError,)
 
 
 def count_params(hf) -> int:
@@ -129,6 +183,7 @@ def model_spec(cfg: ModelConfig) -> ModelSpec:
     n_kv = getattr(hf, "num_key_value_heads", None) or n_heads
     require(n_heads % n_kv == 0, "model.hf_config.num_key_value_heads", n_kv, f"must divide num_attention_heads={n_heads}")
     head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // n_heads
+    require(head_dim >= 1, "model.hf_config.hidden_size", hf.hidden_size, f"must be at least num_attention_heads={n_heads}")
     return ModelSpec(
         name=cfg.name,
         num_layers=hf.num_hidden_layers,

@@ -44,8 +44,12 @@ class NaiveAllocator(ContiguousAllocator):
         self.num_slots = self.budget_bytes // self.slot_bytes
         # NOTE: the budget left over below one slot can never hold a sequence: external, forever.
         self._remainder_bytes = self.budget_bytes - self.num_slots * self.slot_bytes
-        # stack: O(1) take/give; reversed so that a fresh allocator hands out slot 0 first
-        self._free_slot_ids: list[int] = list(range(self.num_slots - 1, -1, -1))
+        # O(1) take/give in memory that grows with the slots ever used, not with the budget: slots
+        # given back go on a stack and are taken first; slots never used are the count
+        # ``_num_fresh``, handed out 0, 1, 2, ... (a list of every slot id would cost GBs for a
+        # huge budget with tiny slots)
+        self._free_slot_ids: list[int] = []
+        self._num_fresh = self.num_slots
 
     @property
     def block_size_tokens(self) -> int:
@@ -62,7 +66,12 @@ class NaiveAllocator(ContiguousAllocator):
         return self.s_max_tokens
 
     def _take(self, num_slots: int) -> int | None:
-        return self._free_slot_ids.pop() if self._free_slot_ids else None
+        if self._free_slot_ids:
+            return self._free_slot_ids.pop()
+        if self._num_fresh:
+            self._num_fresh -= 1
+            return self.num_slots - self._num_fresh - 1
+        return None
 
     def _give(self, start: int, num_slots: int) -> None:
         self._free_slot_ids.append(start)
@@ -72,7 +81,7 @@ class NaiveAllocator(ContiguousAllocator):
 
     def _free_and_external_bytes(self, next_shape: SeqShape | None) -> tuple[int, int]:
         """Every slot fits every admissible request, so ``next_shape`` changes nothing."""
-        return len(self._free_slot_ids) * self.slot_bytes, self._remainder_bytes
+        return (len(self._free_slot_ids) + self._num_fresh) * self.slot_bytes, self._remainder_bytes
 
 
 @hookimpl

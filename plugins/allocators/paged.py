@@ -63,8 +63,12 @@ class PagedAllocator(Allocator):
         self.num_blocks = self.budget_bytes // self.block_bytes
         # NOTE: the budget left over below one block can never hold a block: external, forever.
         self._remainder_bytes = self.budget_bytes - self.num_blocks * self.block_bytes
-        # Free pool as a stack: O(1) pop/push; reversed so that a fresh pool hands out 0, 1, 2, ...
-        self._free_block_ids: list[int] = list(range(self.num_blocks - 1, -1, -1))
+        # Free pool: blocks given back on a stack (taken first, last in first out), and blocks never
+        # used as the count ``_num_fresh``, handed out 0, 1, 2, ... Both O(1), and memory grows with
+        # the blocks ever used, not with the budget (a list of every block id of a huge budget
+        # would cost GBs before the first step).
+        self._free_block_ids: list[int] = []
+        self._num_fresh = self.num_blocks
         # NOTE: reference counts are kept only for shared blocks (2 or more holders): a block in a
         # table and not in here has exactly one holder. Unshared sequences (the common case) then
         # take and give back their blocks as whole list slices, with no per-block bookkeeping.
@@ -112,7 +116,8 @@ class PagedAllocator(Allocator):
         A view for checks, not a hot path: a block with one holder is found by elimination."""
         if block_id in self._shared_refs:
             return self._shared_refs[block_id]
-        return 0 if block_id in self._free_block_ids or block_id >= self.num_blocks else 1
+        never_used = block_id >= self.num_blocks - self._num_fresh
+        return 0 if never_used or block_id in self._free_block_ids else 1
 
     # --- verbs -----------------------------------------------------------------------------------
 
@@ -123,7 +128,7 @@ class PagedAllocator(Allocator):
             raise ValueError(f"sequence {seq_id} is already allocated")
         num_tokens = shape.num_tokens
         num_blocks = -(-num_tokens // self._block_size_tokens)
-        num_free_after = len(self._free_block_ids) - num_blocks
+        num_free_after = self._num_free_blocks() - num_blocks
         if num_free_after < 0 or num_free_after * self.block_bytes < keep_free_bytes:
             return None
         self._tables[seq_id] = self._take_blocks(num_blocks)
@@ -137,7 +142,7 @@ class PagedAllocator(Allocator):
         return 0
 
     def refusal_reason(self, shape: SeqShape, keep_free_bytes: int = 0) -> Refusal:
-        num_free_after = len(self._free_block_ids) - self._blocks_for(shape.num_tokens)
+        num_free_after = self._num_free_blocks() - self._blocks_for(shape.num_tokens)
         return Refusal.NO_MEMORY if num_free_after < 0 else Refusal.WATERMARK
 
     def append(self, seq_id: int, num_tokens: int = 1) -> bool:
@@ -166,7 +171,7 @@ class PagedAllocator(Allocator):
             num_new_blocks = self._blocks_for(offset + num_tokens)
         else:
             num_new_blocks = self._blocks_for(num_tokens - (size - offset if offset else 0))
-        if num_new_blocks > len(self._free_block_ids):
+        if num_new_blocks > self._num_free_blocks():
             return False
         if shared_tail:
             self._copy_on_write(seq_id, table, offset)
@@ -301,7 +306,7 @@ class PagedAllocator(Allocator):
 
     def ledger(self, next_shape: SeqShape | None = None) -> MemoryLedger:
         """O(1) from running totals; ``next_shape`` does not matter (any free block serves anyone)."""
-        num_free_blocks = len(self._free_block_ids)
+        num_free_blocks = self._num_free_blocks()
         allocated_slots = (self.num_blocks - num_free_blocks) * self._block_size_tokens
         return MemoryLedger.from_slots(
             budget_bytes=self.budget_bytes,
@@ -347,7 +352,7 @@ class PagedAllocator(Allocator):
                 final_waste.append(-final % size)
         steps = np.arange(1, max_steps + 1, dtype=np.int64)
         new_blocks = np.cumsum(np.bincount(slacks, minlength=size)[(steps - 1) % size])
-        num_steps = int(np.searchsorted(new_blocks, len(self._free_block_ids), side="right"))
+        num_steps = int(np.searchsorted(new_blocks, self._num_free_blocks(), side="right"))
         steps, new_slots = steps[:num_steps], new_blocks[:num_steps] * size
         waste = np.zeros(num_steps + 2, dtype=np.int64)
         if final_steps:
@@ -369,17 +374,25 @@ class PagedAllocator(Allocator):
     def _blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self._block_size_tokens)
 
+    def _num_free_blocks(self) -> int:
+        return len(self._free_block_ids) + self._num_fresh
+
     def _can_take(self, num_blocks: int, keep_free_bytes: int) -> bool:
-        num_free_after = len(self._free_block_ids) - num_blocks
+        num_free_after = self._num_free_blocks() - num_blocks
         return num_free_after >= 0 and num_free_after * self.block_bytes >= keep_free_bytes
 
     def _take_blocks(self, num_blocks: int) -> list[int]:
         if not num_blocks:
             return []
         free = self._free_block_ids
-        taken = free[-num_blocks:]
-        del free[-num_blocks:]
+        num_reused = min(num_blocks, len(free))
+        taken = free[len(free) - num_reused :]
+        del free[len(free) - num_reused :]
         taken.reverse()  # pop order: the same blocks one-by-one pops would give
+        if num_reused < num_blocks:
+            first_fresh = self.num_blocks - self._num_fresh
+            taken.extend(range(first_fresh, first_fresh + num_blocks - num_reused))
+            self._num_fresh -= num_blocks - num_reused
         return taken
 
     def _copy_on_write(self, seq_id: int, table: list[int], offset: int) -> None:

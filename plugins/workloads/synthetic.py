@@ -26,10 +26,18 @@ import numpy as np
 
 from kvbench import hookimpl
 from kvbench.errors import ConfigError, require
-from kvbench.workload.arrivals import SmaxClass, arrival_times_s, draw_s_max, validate_arrivals, validate_s_max_mix
+from kvbench.workload.arrivals import (
+    SmaxClass,
+    arrival_times_s,
+    draw_s_max,
+    validate_arrivals,
+    validate_s_max_mix,
+)
 from kvbench.workload.source import Workload, WorkloadSource
 
 LENGTH_KINDS = ("fixed", "lognormal")
+#: the longest stretch of Poisson arrivals, in seconds (see SyntheticConfig.validate)
+MAX_ARRIVAL_SPAN_S = 1e9
 FAN_OUTS = ("sample", "beam")
 _KEY = "workload"
 
@@ -103,6 +111,14 @@ class SyntheticConfig:
         require(math.isfinite(self.beam_fork_probability) and 0 <= self.beam_fork_probability <= 1,
                 f"{_KEY}.beam_fork_probability", self.beam_fork_probability, "use a probability in [0, 1]")  # fmt: skip
         validate_arrivals(self.arrival, self.rate_per_s, _KEY)
+        if self.arrival == "poisson":
+            # the clock is a float64 in seconds, whose resolution falls as it grows: at 1e9 s (32
+            # years) it is 1.2e-7 s, 1e-4 of a millisecond step; at a rate of 1e-300/s every step
+            # time vanished into the arrival times and TPOT read 0 s
+            span_s = self.num_requests / self.rate_per_s
+            require(span_s <= MAX_ARRIVAL_SPAN_S, f"{_KEY}.rate_per_s", self.rate_per_s,
+                    f"{self.num_requests} requests would arrive over ~{span_s:.3g} s; use a rate >= "
+                    f"workload.num_requests / {MAX_ARRIVAL_SPAN_S:.0e} s")  # fmt: skip
         require(self.s_max_tokens >= 2, f"{_KEY}.s_max_tokens", self.s_max_tokens, "use an integer >= 2")
         if self.s_max_mix is not None:
             validate_s_max_mix(self.s_max_mix, f"{_KEY}.s_max_mix")

@@ -239,3 +239,14 @@ def test_orca_max_batches_7_with_8_85_percent_unusable_and_pow2_and_oracle_diffe
 def test_a_workload_longer_than_the_model_is_one_line():
     with pytest.raises(ConfigError, match="S_max up to 4096 tokens, beyond model 'opt-13b''s 2048 positions"):
         run([*FAST, "model=opt-13b", "hardware=a100-40gb", "workload.num_requests=5"])
+
+
+@pytest.mark.parametrize("event_driven", [True, False])
+def test_the_step_table_grows_with_events_not_with_decoded_tokens(event_driven):
+    # 30,000 decode steps of one batch are one row, whether the loop took them one by one or at
+    # once: memory for the per-step table is bounded by arrivals, finishes and preemptions
+    long = run([*FAST, "model=llama2-7b-32k", "workload=synthetic", "workload.num_requests=2",
+                "workload.prompt_tokens=100", "workload.output_tokens=30000", "workload.s_max_tokens=30100",
+                f"event_driven={str(event_driven).lower()}"])  # fmt: skip
+    assert (long.requests["num_generated"] == 30000).all()
+    assert len(long.steps) <= 3 and long.steps["num_steps"].sum() == 30000

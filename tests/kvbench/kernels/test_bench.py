@@ -86,3 +86,11 @@ def test_calibration_file_is_what_the_simulator_reads(tmp_path, monkeypatch):
     assert calibration.load_decode_efficiency("h200", "triton", 8).efficiency == 0.5
     # 16 lies halfway between 8 and 32 in log2: linear interpolation there
     assert calibration.load_decode_efficiency("h200", "triton", 16).efficiency == pytest.approx(0.65)
+
+
+def test_an_efficiency_above_the_spec_bandwidth_writes_no_calibration(tmp_path, capsys):
+    # 120 bytes per second against a spec of 100: the hardware config is not this GPU's
+    df = pd.DataFrame([rows("triton", "paged", 8, 1, 512, 120, 1.0), rows("torch", "paged", 8, 1, 512, 50, 1.0)])
+    written = write_calibrations(df, tmp_path, "h100-sxm", 100.0, meta={"measured_on": "test"})
+    assert written == [tmp_path / "h100-sxm" / "torch.json"]
+    assert "triton read faster than hardware=h100-sxm's spec bandwidth" in capsys.readouterr().err

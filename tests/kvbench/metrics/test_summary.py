@@ -199,6 +199,7 @@ def test_a_run_that_never_saturates_breaks_down_over_all_steps_and_says_so():
     s = run(stp=steps(rows))
     assert s["breakdown_period"] == "all"
     assert math.isnan(s["utilization_saturated"]) and math.isnan(s["mean_concurrency_saturated"])
+    assert math.isnan(s["min_concurrency_saturated"])  # no floor where memory never binds
     assert s["saturated_s"] == 0.0
     assert s["frac_token"] == s["utilization_mean"]
     assert s["frac_free"] == (0.25 * 0.5 + 0.125 * 1.5 + 0.25 * 0.5 + 1.0 * 1.5) / 4

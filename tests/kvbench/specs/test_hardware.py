@@ -50,3 +50,37 @@ def test_bad_hardware_values():
         HardwareSpec(hbm_bytes=10e9, kv_budget_bytes=None).kv_budget(13e9)
     with pytest.raises(ConfigError, match="hardware.*hbm_gb"):
         to_dataclass(HardwareSpec, {"hbm_gb": 80}, "hardware")
+
+
+@pytest.mark.parametrize(
+    "key, value, match",
+    [
+        ("hbm_bandwidth_bytes_per_s", float("inf"), "finite"),  # divided by zero before
+        ("kv_budget_bytes", float("inf"), "finite"),
+        ("memory_fraction", float("nan"), "finite"),
+        ("hbm_bandwidth_bytes_per_s", 0.5, r"rate >= 1 per second"),
+        ("host_link_bytes_per_s", 1e-300, r"rate >= 1 per second"),
+        ("host_transfer_overhead_s", 2.0, r"seconds in \[0, 1\]"),
+        ("hbm_bytes", 2.0**63, r"fewer than 2\*\*63 bytes"),
+        ("host_swap_bytes", -1, ">= 0"),
+    ],
+)
+def test_hardware_numbers_have_ranges(key, value, match):
+    with pytest.raises(ConfigError, match=rf"hardware.{key}=.* is invalid: .*{match}"):
+        to_dataclass(HardwareSpec, {key: value}, "hardware")
+
+
+def test_achieved_prefill_rate_is_at_least_one_flop_per_second():
+    with pytest.raises(ConfigError, match="prefill_flops_efficiency must be >= 1 FLOP/s"):
+        to_dataclass(HardwareSpec, {"dense_flops_per_s": 1.0, "prefill_flops_efficiency": 0.5}, "hardware")
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "..", ".hidden", "-x", "a b", "", "x" * 65, "a..b"])
+def test_hardware_name_is_a_path_component(name):
+    with pytest.raises(ConfigError, match=r"hardware.name=.* is invalid: use 1 to 64 letters"):
+        to_dataclass(HardwareSpec, {"name": name}, "hardware")
+
+
+@pytest.mark.parametrize("name", ["h100-sxm", "a100-40gb", "H200_v1.2", "x" * 64])
+def test_ordinary_hardware_names_pass(name):
+    assert to_dataclass(HardwareSpec, {"name": name}, "hardware").name == name

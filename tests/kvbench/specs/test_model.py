@@ -66,3 +66,67 @@ def test_bad_model_inputs_are_one_line_errors(tmp_path):
         to_dataclass(ModelConfig, {"dtype": "int3", "hf_config": {"model_type": "llama"}}, "model")
     with pytest.raises(ConfigError, match="no parameter-count formula"):
         model_spec(ModelConfig(hf_config={"model_type": "gpt2"}))
+
+
+def llama(**changes) -> ModelConfig:
+    fields = dict(OmegaConf.to_container(OmegaConf.load(CONF / "llama2-7b.yaml"))["hf_config"])
+    return to_dataclass(ModelConfig, {"hf_config": {**fields, **changes}}, "model")
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("num_hidden_layers", 0),  # divided by zero before
+        ("hidden_size", -4096),  # ran to exit 0 with negative memory before
+        ("num_attention_heads", True),  # a bool is not a count
+        ("num_key_value_heads", 0),
+        ("intermediate_size", 2.5),
+        ("vocab_size", "abc"),  # transformers' TypeError before
+        ("max_position_embeddings", -1),
+        ("head_dim", 0),
+    ],
+)
+def test_architecture_fields_are_positive_integers(field, value):
+    with pytest.raises(ConfigError, match=rf"model.hf_config.{field}={value!r} is invalid: use a positive integer"):
+        model_spec(llama(**{field: value}))
+
+
+def test_positions_are_capped_at_2_pow_24():
+    assert model_spec(llama(max_position_embeddings=2**24)).max_positions == 2**24
+    with pytest.raises(ConfigError, match=r"max_position_embeddings=16777217 is invalid: use at most 2\*\*24"):
+        model_spec(llama(max_position_embeddings=2**24 + 1))
+
+
+def test_transformers_own_checks_become_one_line():
+    with pytest.raises(ConfigError, match=r"invalid for transformers' 'llama' config: The hidden size \(4096\) is not a "
+                                          r"multiple of the number of attention heads \(7\)"):  # fmt: skip
+        model_spec(llama(num_attention_heads=7))
+    with pytest.raises(ConfigError, match=r"model.hf_config.model_type='llamaa' is invalid: not a transformers model type"):
+        model_spec(ModelConfig(hf_config={"model_type": "llamaa"}))
+
+
+def test_opt_heads_wider_than_the_model_are_refused():
+    fields = dict(OmegaConf.to_container(OmegaConf.load(CONF / "opt-13b.yaml"))["hf_config"])
+    config = to_dataclass(ModelConfig, {"hf_config": {**fields, "hidden_size": 10}}, "model")
+    with pytest.raises(ConfigError, match=r"model.hf_config.hidden_size=10 is invalid: must be at least num_attention_heads=40"):
+        model_spec(config)
+
+
+@pytest.mark.parametrize("text, match", [("[1, 2]", "holds a JSON list, not an object"),
+                                         ('"llama"', "holds a JSON str"), ("{", "is not valid JSON: line 1")])  # fmt: skip
+def test_a_config_json_must_hold_an_object(tmp_path, text, match):
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(ConfigError, match=rf"model.config_path=.* {match}"):
+        model_spec(ModelConfig(config_path=str(tmp_path)))
+
+
+def test_a_bad_field_in_a_config_json_names_the_file(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 0}))
+    with pytest.raises(ConfigError, match=rf"num_hidden_layers=0 is invalid: use a positive integer \(in {tmp_path}"):
+        model_spec(ModelConfig(config_path=str(tmp_path)))
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", "../x", ".x", "x" * 65])
+def test_model_name_is_a_safe_name(name):
+    with pytest.raises(ConfigError, match=r"model.name=.* is invalid"):
+        to_dataclass(ModelConfig, {"name": name, "hf_config": {"model_type": "llama"}}, "model")

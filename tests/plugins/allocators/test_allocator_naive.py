@@ -143,3 +143,14 @@ class TestNaiveConformance(AllocatorConformance):
         return lambda budget_bytes, kv_bytes_per_token: NaiveAllocator(
             NaiveConfig(request.param), budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token
         )
+
+
+def test_a_huge_budget_of_tiny_slots_costs_memory_for_slots_used():
+    import tracemalloc
+
+    tracemalloc.start()
+    alloc = make(s_max_tokens=64, budget_tokens=64 * 10**12)  # 10^12 slots
+    assert alloc.allocate(1, SeqShape(10, 20, 64)) == 0
+    _, peak_bytes = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak_bytes < 1_000_000 and alloc.ledger().free_bytes == (10**12 - 1) * 64

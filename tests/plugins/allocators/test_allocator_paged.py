@@ -211,3 +211,25 @@ class TestPagedConformance(AllocatorConformance):
         return lambda budget_bytes, kv_bytes_per_token: PagedAllocator(
             PagedConfig(request.param), budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token
         )
+
+
+def test_a_huge_pool_costs_memory_for_blocks_used_not_for_the_budget():
+    import tracemalloc
+
+    tracemalloc.start()
+    alloc = make(budget_tokens=10**15)  # 62.5 trillion blocks: a list of their ids would not fit in RAM
+    assert alloc.allocate(1, SeqShape(40, 100, 100)) == 0
+    _, peak_bytes = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak_bytes < 1_000_000
+    assert alloc.ledger().free_bytes == (alloc.num_blocks - 3) * 16
+
+
+def test_blocks_given_back_are_reused_last_in_first_out_before_fresh_ones():
+    alloc = make()
+    alloc.allocate(1, SeqShape(32, 100, 100))  # blocks 0, 1
+    alloc.allocate(2, SeqShape(16, 100, 100))  # block 2
+    alloc.free(1)
+    assert alloc.refcount(0) == alloc.refcount(5) == 0 and alloc.refcount(2) == 1
+    alloc.allocate(3, SeqShape(48, 100, 100))
+    assert alloc.block_table(3) == [0, 1, 3]  # the freed blocks in their old order, then a fresh one

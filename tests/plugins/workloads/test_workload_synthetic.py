@@ -222,3 +222,15 @@ def test_any_valid_lognormal_config_yields_requests_that_keep_their_promise(
     assert w.num_requests == num_requests
     declared = {c["s_max_tokens"] for c in mix} if mix else {4096}
     assert set(w.s_max_tokens.tolist()) <= declared
+
+
+def test_poisson_arrivals_must_stay_where_the_float64_clock_resolves_a_step():
+    make(arrival="poisson", rate_per_s=1e-6, num_requests=1000)  # 1e9 s: the longest allowed
+    with pytest.raises(ConfigError, match=r"workload.rate_per_s=1e-300 is invalid: 10 requests would arrive over ~1e\+301 s"):
+        make(arrival="poisson", rate_per_s=1e-300, num_requests=10)
+
+
+@pytest.mark.parametrize("key", ["prompt_sigma", "beam_fork_probability", "rate_per_s"])
+def test_non_finite_options_are_refused(key):
+    with pytest.raises(ConfigError, match=rf"workload.{key}=inf is invalid: use a finite number"):
+        make(arrival="poisson", **{"rate_per_s": 1.0, key: float("inf")})

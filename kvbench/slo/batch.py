@@ -1,0 +1,255 @@
+"""``kvbench slo-batch``: the largest decode-only batch whose step time (its TPOT) meets an SLO.
+
+In a decode-only step each of the B sequences emits one token, so the step's time is every
+sequence's time per output token. The cost model (:mod:`kvbench.exec.costmodel`) prices it as
+
+    TPOT(B) = W / BW + B * C * kv / (BW * eff)
+
+(W weight bytes, BW HBM bandwidth, C context tokens per sequence, kv KV bytes per token, eff the
+kernel's decode efficiency), so the largest B with TPOT(B) <= SLO is
+
+    floor((SLO * BW - W) * eff / (C * kv)).
+
+That is set beside the memory ceiling: how many C-token sequences the run's allocator holds in
+its KV budget (found by filling a fresh allocator until it refuses), and the scheduler's
+``max_num_seqs``. The smallest of the three binds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+from omegaconf import OmegaConf
+from rich.table import Table
+
+from kvbench.errors import ConfigError, require
+from kvbench.exec.costmodel import CostModel
+from kvbench.memory.allocator import Allocator, SeqShape
+from kvbench.slo.common import (
+    Parser,
+    compose_checked,
+    console,
+    pyplot,
+    resolve_out_dir,
+    run_cli,
+    write_folder,
+)
+
+GB = 1e9  # decimal, as the lecture's 3,350 GB/s
+
+
+@dataclass(frozen=True)
+class BatchAnswer:
+    """The SLO's batch, the memory ceiling and the scheduler cap, with the numbers behind them."""
+
+    context_tokens: int
+    tpot_slo_s: float
+    weight_bytes: int
+    hbm_bandwidth_bytes_per_s: float
+    decode_efficiency: float
+    seq_kv_bytes: int  #: KV one sequence's decode step reads: C * kv bytes per token
+    exact_batch: float  #: the closed form before the floor
+    slo_batch: int  #: largest B with decode_time_s(B * C) <= SLO (0: not even one sequence)
+    memory_batch: int  #: C-token sequences the allocator holds at once
+    held_bytes_per_seq: float  #: what the allocator sets aside for each of them
+    budget_bytes: int
+    max_num_seqs: int
+
+    @property
+    def limits(self) -> dict[str, int]:
+        return {"the SLO": self.slo_batch, "memory": self.memory_batch, "scheduler.max_num_seqs": self.max_num_seqs}
+
+    @property
+    def batch(self) -> int:
+        return min(self.limits.values())
+
+    @property
+    def binding(self) -> list[str]:
+        return [name for name, value in self.limits.items() if value == self.batch]
+
+
+def slo_batch(cost: CostModel, context_tokens: int, tpot_slo_s: float) -> tuple[float, int]:
+    """The closed form's real-valued B, and the largest integer B the cost model itself says meets
+    the SLO (the closed form and ``decode_time_s`` could round apart at an exact boundary)."""
+    hw, model = cost.hardware, cost.model
+    seq_kv_bytes = context_tokens * model.kv_bytes_per_token
+    exact = (tpot_slo_s * hw.hbm_bandwidth_bytes_per_s - model.weight_bytes) * cost.decode_efficiency / seq_kv_bytes
+    batch = max(0, math.floor(exact))
+    while batch > 0 and cost.decode_time_s(batch * context_tokens) > tpot_slo_s:
+        batch -= 1
+    while cost.decode_time_s((batch + 1) * context_tokens) <= tpot_slo_s:
+        batch += 1
+    return exact, batch
+
+
+def memory_ceiling(allocator: Allocator, context_tokens: int, s_max_tokens: int) -> tuple[int, float]:
+    """How many sequences holding ``context_tokens`` a fresh ``allocator`` takes before it refuses,
+    and the bytes it sets aside for each. Asking the allocator itself covers block rounding,
+    reserve-to-S_max and placement alike. No scheduler watermark: the batch is already admitted."""
+    shape = SeqShape(num_tokens=context_tokens, s_max_tokens=max(context_tokens, s_max_tokens),
+                     final_kv_tokens=context_tokens, prompt_tokens=context_tokens)  # fmt: skip
+    if not allocator.fits_in_empty(shape):
+        return 0, math.nan
+    # no allocator holds C tokens in fewer than C slots: a bound on the loop
+    most = allocator.budget_bytes // (context_tokens * allocator.kv_bytes_per_token)
+    count = 0
+    while count < most and allocator.allocate(count, shape) is not None:
+        count += 1
+    held_bytes = allocator.budget_bytes - allocator.unallocated_bytes()
+    return count, held_bytes / count if count else math.nan
+
+
+def batch_table(cost: CostModel, context_tokens: int, batches: list[int], answer: BatchAnswer) -> pd.DataFrame:
+    rows = []
+    weights_s = cost.decode_time_s(0)
+    for batch in batches:
+        step_s = cost.decode_time_s(batch * context_tokens)
+        rows.append({
+            "batch": batch,
+            "kv_read_bytes": batch * answer.seq_kv_bytes,
+            "weights_s": weights_s,
+            "kv_s": step_s - weights_s,
+            "tpot_s": step_s,
+            "tokens_per_s": batch / step_s,  # one token per sequence per step
+            "meets_slo": step_s <= answer.tpot_slo_s,
+            "fits_memory": batch <= answer.memory_batch,
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _batches(answer: BatchAnswer, max_batch: int) -> list[int]:
+    powers = [1 << k for k in range(max_batch.bit_length()) if 1 << k <= max_batch]
+    marks = [answer.slo_batch, answer.slo_batch + 1, answer.memory_batch, answer.max_num_seqs, max_batch]
+    return sorted({b for b in powers + marks if 1 <= b <= max_batch})
+
+
+def _arithmetic(answer: BatchAnswer) -> str:
+    """The closed form written out with this run's numbers."""
+    efficiency = "" if answer.decode_efficiency == 1.0 else f" × {answer.decode_efficiency:.3f}"
+    return (
+        f"({answer.tpot_slo_s * 1e3:g} ms × {answer.hbm_bandwidth_bytes_per_s / GB:,.0f} GB/s − "
+        f"{answer.weight_bytes / GB:.2f} GB){efficiency} ÷ {answer.seq_kv_bytes / GB:.4f} GB = "
+        f"{answer.exact_batch:.1f} → B = {answer.slo_batch}"
+    )
+
+
+def _figure(cost: CostModel, answer: BatchAnswer, max_batch: int, title: str):
+    plt = pyplot()
+    # element b is decode_time_s(b * C) exactly: every batch from 0 to max_batch
+    tpot_ms = cost.decode_times_s(0, answer.context_tokens, max_batch + 1) * 1e3
+    batch = range(max_batch + 1)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(batch, tpot_ms, color="#2b8cbe", label="TPOT of a decode-only step (cost model)")
+    ax.axhline(answer.tpot_slo_s * 1e3, color="#e34a33", linestyle="--", label=f"SLO {answer.tpot_slo_s * 1e3:g} ms")
+    if answer.memory_batch <= max_batch:
+        ax.axvline(answer.memory_batch, color="black", linestyle=":", label=f"memory ceiling B = {answer.memory_batch}")
+    if answer.slo_batch >= 1:
+        ax.plot([answer.slo_batch], [cost.decode_time_s(answer.slo_batch * answer.context_tokens) * 1e3], "o",
+                color="#e34a33", label=f"largest B meeting the SLO = {answer.slo_batch}")  # fmt: skip
+    ax.set_xlabel(f"batch B (sequences of {answer.context_tokens} context tokens)")
+    ax.set_ylabel("time per output token (ms)")
+    ax.set_xlim(0, max_batch)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _main(argv: list[str]) -> int:
+    parser = Parser("kvbench slo-batch", "The largest decode-only batch whose TPOT meets an SLO, by the "
+                    "cost model's arithmetic, beside the memory ceiling of the run's allocator.")  # fmt: skip
+    parser.add_argument("--tpot-ms", type=float, default=20.0, help="the TPOT SLO in ms (default 20)")
+    parser.add_argument("--context-tokens", type=int, default=640,
+                        help="KV tokens each sequence holds (default 640: the lecture's 512-token prompt + 128 output)")
+    parser.add_argument("--max-batch", type=int, default=None,
+                        help="largest B in the table and figure (default: a power of two above both limits)")
+    parser.add_argument("--out", default=None, help="output folder (default results/slo/<date>/batch-<time>/)")
+    args, overrides = parser.parse(argv)
+    out_dir = resolve_out_dir(args.out, "batch")
+    require(math.isfinite(args.tpot_ms) and args.tpot_ms > 0, "--tpot-ms", args.tpot_ms, "use a positive number of milliseconds")
+    require(args.context_tokens >= 1, "--context-tokens", args.context_tokens, "use an integer >= 1")
+    require(args.max_batch is None or args.max_batch >= 1, "--max-batch", args.max_batch, "use an integer >= 1")
+
+    from kvbench.app.run import setup
+
+    cfg, choices = compose_checked(overrides)
+    s = setup(cfg)
+    context_tokens, tpot_slo_s = args.context_tokens, args.tpot_ms / 1e3
+    if s.model.max_positions and context_tokens > s.model.max_positions:
+        raise ConfigError(f"--context-tokens={context_tokens} is beyond the {s.model.max_positions} positions of "
+                          f"model {s.model.name}: use a shorter context or a longer-context model")  # fmt: skip
+    exact, b_slo = slo_batch(s.cost, context_tokens, tpot_slo_s)
+    s_max_tokens = OmegaConf.select(cfg, "workload.s_max_tokens", default=None) or context_tokens
+    b_mem, held_bytes = memory_ceiling(s.allocator, context_tokens, int(s_max_tokens))
+    answer = BatchAnswer(
+        context_tokens=context_tokens, tpot_slo_s=tpot_slo_s, weight_bytes=s.model.weight_bytes,
+        hbm_bandwidth_bytes_per_s=s.hardware.hbm_bandwidth_bytes_per_s, decode_efficiency=s.cost.decode_efficiency,
+        seq_kv_bytes=context_tokens * s.model.kv_bytes_per_token, exact_batch=exact, slo_batch=b_slo,
+        memory_batch=b_mem, held_bytes_per_seq=held_bytes, budget_bytes=s.budget_bytes,
+        max_num_seqs=int(s.scheduler.config.max_num_seqs),
+    )  # fmt: skip
+    max_batch = args.max_batch or 1 << math.ceil(math.log2(max(8, 1.25 * max(b_slo + 1, b_mem))))
+    table = batch_table(s.cost, context_tokens, _batches(answer, max_batch), answer)
+
+    allocator = choices.get("allocator", s.allocator.name)
+    what = f"{s.model.name} on {s.hardware.name}, allocator {allocator} (block {s.allocator.block_size_tokens}), kernel {s.kernel.name}"
+    out = console()
+    out.print(f"kvbench slo-batch: {what}", highlight=False)
+    out.print(f"decode-only batch, every sequence holding {context_tokens} context tokens "
+              f"(--context-tokens; default 640, the lecture's 512 + 128)", highlight=False)  # fmt: skip
+    out.print(f"kernel decode efficiency {answer.decode_efficiency:.3f} ({s.efficiency.source})", highlight=False)
+    rich_table = Table(title=f"TPOT versus batch: SLO {args.tpot_ms:g} ms")
+    for header in ("B", "KV read GB", "weights ms", "KV ms", "step (TPOT) ms", "tokens/s", "meets SLO?", "fits memory?"):
+        rich_table.add_column(header, justify="right")
+    for row in table.itertuples():
+        note = {b_slo: " ← SLO", b_mem: " ← memory"}.get(row.batch, "")
+        rich_table.add_row(
+            f"{row.batch:,}{note}", f"{row.kv_read_bytes / GB:.2f}", f"{row.weights_s * 1e3:.2f}", f"{row.kv_s * 1e3:.2f}",
+            f"{row.tpot_s * 1e3:.2f}", f"{row.tokens_per_s:,.0f}", "yes" if row.meets_slo else "no",
+            "yes" if row.fits_memory else "no",
+        )  # fmt: skip
+    out.print(rich_table)
+    out.print(f"KV read per sequence per step: {context_tokens} tokens × {s.model.kv_bytes_per_token:,} B = "
+              f"{answer.seq_kv_bytes / GB:.4f} GB; weights {answer.weight_bytes / GB:.3f} GB", highlight=False)  # fmt: skip
+    out.print(f"SLO: {_arithmetic(answer)}", highlight=False)
+    if b_slo == 0:
+        out.print(f"     reading the weights alone takes {s.cost.decode_time_s(0) * 1e3:.2f} ms: no batch meets "
+                  f"{args.tpot_ms:g} ms", highlight=False)  # fmt: skip
+    else:
+        out.print(f"     check: TPOT({b_slo}) = {s.cost.decode_time_s(b_slo * context_tokens) * 1e3:.3f} ms <= "
+                  f"{args.tpot_ms:g} ms < TPOT({b_slo + 1}) = "
+                  f"{s.cost.decode_time_s((b_slo + 1) * context_tokens) * 1e3:.3f} ms", highlight=False)  # fmt: skip
+    if b_mem:
+        out.print(f"memory: allocator {allocator} holds {b_mem:,} such sequences in the {s.budget_bytes / GB:.2f} GB KV "
+                  f"budget, {held_bytes / GB:.4f} GB set aside for each (S_max {max(context_tokens, int(s_max_tokens))})",
+                  highlight=False)  # fmt: skip
+    else:
+        out.print(f"memory: allocator {allocator} cannot hold one sequence of {context_tokens} tokens", highlight=False)
+    others = ", ".join(f"{name} {value:,}" for name, value in answer.limits.items() if name not in answer.binding)
+    out.print(f"[bold]binds: {' and '.join(answer.binding)}: the largest batch is B = {answer.batch:,}[/bold] ({others})",
+              highlight=False)  # fmt: skip
+
+    title = f"{what}\nTPOT SLO {args.tpot_ms:g} ms: B = {b_slo} by the SLO, {b_mem} by memory"
+    # JSON has no NaN: the bytes per sequence of an allocator that holds none is null
+    fields = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in asdict(answer).items()}
+    document = {**fields, "batch": answer.batch, "binding": answer.binding, "arithmetic": _arithmetic(answer),
+                "calibration": s.efficiency.source, "overrides": overrides}  # fmt: skip
+    fig = _figure(s.cost, answer, max_batch, title)
+    try:
+        write_folder(out_dir, {"tpot_vs_batch": table}, {"tpot_vs_batch.png": fig}, {"slo_batch.json": document})
+    finally:
+        pyplot().close(fig)
+    out.print(f"results: {out_dir}", highlight=False)
+    return 0
+
+
+def main() -> None:
+    """Entry point for ``kvbench slo-batch`` (reads ``sys.argv[1:]``)."""
+    run_cli(_main)
+
+
+if __name__ == "__main__":
+    main()

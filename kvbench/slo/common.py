@@ -1,0 +1,135 @@
+"""What the two SLO commands share: ``--flags`` beside kvbench overrides, one-line errors, and an
+output folder written atomically (every file whole or absent, ``COMPLETE`` last)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+
+from kvbench.app.folders import check_writable
+from kvbench.errors import ConfigError
+from kvbench.output.atomic import (
+    clear_incomplete,
+    folder_lock,
+    mark_complete,
+    write_file,
+    write_frame,
+    write_json,
+)
+
+OVERRIDES_HELP = (
+    "Every other argument is a kvbench override (key=value), as for `kvbench` itself: "
+    "model=opt-13b hardware=a100-40gb allocator=paged kernel=triton workload=sharegpt_like slo.tpot_s=0.05 ..."
+)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are a ConfigError: the caller prints one line, no usage block."""
+
+    def __init__(self, prog: str, description: str) -> None:
+        super().__init__(prog=prog, description=description, epilog=OVERRIDES_HELP, allow_abbrev=False)
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(f"{message} (see {self.prog} --help)")
+
+    def parse(self, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+        """The flags, and the ``key=value`` kvbench overrides in the order given."""
+        args, rest = self.parse_known_args(argv)
+        for arg in rest:
+            if arg.startswith("-"):
+                raise ConfigError(f"unknown option {arg.split('=')[0]} (see {self.prog} --help for the options)")
+            if "=" not in arg:
+                raise ConfigError(f"{arg!r} is neither an option nor a key=value kvbench override")
+        return args, rest
+
+
+def compose_checked(overrides: list[str]):
+    """:func:`kvbench.api.compose`, with a bad override turned into a one-line ConfigError."""
+    from hydra.core.config_store import ConfigStore
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from kvbench.api import compose
+    from kvbench.app.config import KvbenchConfig
+    from kvbench.app.overrides import check_overrides
+    from kvbench.plugins import config_searchpaths
+
+    # check_overrides composes the config too, and the config's defaults name the typed schema
+    ConfigStore.instance().store(name="kvbench_schema", node=KvbenchConfig)
+    check_overrides(overrides, config_searchpaths())  # names an unknown option or key, and what is allowed
+    try:
+        return compose(overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        cause = exc.__cause__ or exc
+        raise ConfigError(f"{str(exc).splitlines()[0]}: {str(cause).splitlines()[0]}") from None
+
+
+def run_cli(body: Callable[[list[str]], int]) -> None:
+    """Run ``body(sys.argv[1:])``; bad input is one ``kvbench: error:`` line and exit status 2."""
+    try:
+        status = body(sys.argv[1:])
+    except ConfigError as exc:
+        print(f"kvbench: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as exc:  # the output folder vanished or the disk filled: nothing is marked complete
+        print(f"kvbench: error: could not write {exc.filename or 'the results'}: {exc.strerror or exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("kvbench: interrupted: nothing written is marked complete", file=sys.stderr)
+        sys.exit(130)
+    if status:
+        sys.exit(status)
+
+
+def resolve_out_dir(given: str | None, kind: str) -> Path:
+    """``--out``, or ``results/slo/<date>/<kind>-<time>/`` (microseconds: two runs never share one)."""
+    now = datetime.now()
+    out_dir = Path(given) if given else Path("results") / "slo" / f"{now:%Y-%m-%d}" / f"{kind}-{now:%H-%M-%S-%f}"
+    check_writable(out_dir, "--out")  # before any run: a folder that cannot be written is one line up front
+    return out_dir
+
+
+def write_folder(out_dir: Path, frames: dict[str, pd.DataFrame], figures: dict, documents: dict) -> None:
+    """Tables (Parquet + CSV), figures (``name -> matplotlib figure``) and JSON documents, then
+    the ``COMPLETE`` marker that vouches for them."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files: list[str] = []
+    with folder_lock(out_dir):
+        clear_incomplete(out_dir)
+        for name, frame in frames.items():
+            write_frame(frame, out_dir, name)
+            files += [f"{name}.parquet", f"{name}.csv"]
+        for name, fig in figures.items():
+            # the temporary name has no .png suffix: the format must be explicit
+            write_file(out_dir / name, lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=110))
+            files.append(name)
+        for name, data in documents.items():
+            write_json(out_dir / name, data)
+            files.append(name)
+        mark_complete(out_dir, files)
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on CI or on a GPU box
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def console() -> Console:
+    out = Console()
+    # a pipe or a CI log is no terminal: rich would squeeze the table into 80 columns
+    return out if out.is_terminal else Console(width=200)
+
+
+def fmt_seconds(value_s: float) -> str:
+    """2 -> '2 s', 0.05 -> '50 ms': an SLO as a person writes it."""
+    return f"{value_s:g} s" if value_s >= 1 else f"{value_s * 1e3:g} ms"

@@ -1,0 +1,117 @@
+"""Results a user can trust: a run killed mid-write is flagged, not read; an interrupted sweep
+resumes; signals end with one line; one folder, one writer; a folder that cannot be written is one
+line before any work."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+SMALL = ["workload.num_requests=30", "wandb.mode=disabled", "progress=false"]
+
+# Runs kvbench with the table writer wrapped: when it reaches the named table of the given job
+# folder, it does what a user, the kernel or a full disk would do mid-write.
+PRELUDE = """
+import os, signal, sys
+from pathlib import Path
+import kvbench.output.results as results
+action, table, job = sys.argv[1], sys.argv[2], sys.argv[3]
+del sys.argv[1:4]
+real = results.write_frame
+def write_frame(frame, out_dir, name):
+    if name == table and (job == "*" or Path(out_dir).name == job):
+        if action == "enospc":
+            raise OSError(28, "No space left on device")
+        os.kill(os.getpid(), getattr(signal, action))
+    return real(frame, out_dir, name)
+results.write_frame = write_frame
+from kvbench.app.cli import main
+main()
+"""
+
+
+def kvbench(*args: str, cwd: Path, fault: tuple[str, str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}
+    code = PRELUDE if fault else "from kvbench.app.cli import main; main()"
+    return subprocess.run([sys.executable, "-c", code, *(fault or ()), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    return [line for line in proc.stderr.splitlines() if line.startswith("kvbench: ")]
+
+
+def test_a_sweep_killed_mid_write_is_flagged_then_resumed(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["-m", "allocator=naive,paged", f"hydra.sweep.dir={sweep}", *SMALL]
+    killed = kvbench(*args, cwd=tmp_path, fault=("SIGKILL", "steps", "1"))
+    assert killed.returncode == -9
+    # job 1 died between its summary table and its marker: its summary is on disk, and whole
+    assert (sweep / "1" / "summary.parquet").is_file() and not (sweep / "1" / "COMPLETE").exists()
+    from kvbench.output.report import comparison_frame
+
+    frame = comparison_frame(sweep).set_index("job_num")
+    assert frame.loc[0, "allocator"] == "naive" and pd.isna(frame.loc[0, "status"])  # a result, read
+    assert frame.loc[1, "status"] == "incomplete" and pd.isna(frame.loc[1, "peak_concurrency"])
+
+    resumed = kvbench(*args, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert any("job 0" in line and "already complete" in line for line in error_lines(resumed))
+    table = pd.read_csv(sweep / "comparison.csv")
+    assert list(table["allocator"]) == ["naive", "paged"] and not table["failed"].any()
+
+
+@pytest.mark.parametrize("signame, status", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_ends_a_sweep_with_one_line_and_nothing_that_looks_complete(tmp_path, signame, status):
+    sweep = tmp_path / "sweep"
+    proc = kvbench("-m", "allocator=naive,paged", f"hydra.sweep.dir={sweep}", *SMALL,
+                   cwd=tmp_path, fault=(signame, "requests", "1"))  # fmt: skip
+    assert proc.returncode == status
+    [line] = error_lines(proc)
+    assert line.startswith(f"kvbench: interrupted by {signame}") and f"hydra.sweep.dir={sweep}" in line
+    assert "1 job(s) complete" in line
+    assert (sweep / "0" / "COMPLETE").is_file() and not (sweep / "1" / "COMPLETE").exists()
+    assert not list(sweep.glob("*/.tmp-*")) and not (sweep / ".kvbench.lock").exists()
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_result(tmp_path):
+    proc = kvbench(f"hydra.run.dir={tmp_path / 'run'}", *SMALL, cwd=tmp_path, fault=("enospc", "steps", "*"))
+    assert proc.returncode == 2
+    [line] = error_lines(proc)
+    assert line.startswith("kvbench: error: could not write the results to") and "No space left on device" in line
+    assert not (tmp_path / "run" / "COMPLETE").exists() and not list((tmp_path / "run").glob(".tmp-*"))
+
+
+def test_a_second_run_into_a_folder_being_written_is_refused(tmp_path):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (folder / ".kvbench.lock").write_text(str(holder.pid))
+        proc = kvbench(f"hydra.run.dir={folder}", *SMALL, cwd=tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 2
+    [line] = error_lines(proc)
+    assert f"being written by another kvbench run (pid {holder.pid})" in line
+    assert not (folder / "summary.parquet").exists()
+
+
+@pytest.mark.parametrize("folder, fragment", [
+    ("a_file/run", "is a file, not a folder"),
+    ("x" * 300, "over this filesystem's"),
+    ("/proc/kvbench-results", "cannot write there"),
+])  # fmt: skip
+def test_an_unusable_results_folder_is_one_line_before_any_work(tmp_path, folder, fragment):
+    (tmp_path / "a_file").write_text("")
+    proc = kvbench(f"hydra.run.dir={folder}", *SMALL, cwd=tmp_path)
+    assert proc.returncode == 2
+    [line] = error_lines(proc)
+    assert line.startswith("kvbench: error: hydra.run.dir=") and fragment in line, line
