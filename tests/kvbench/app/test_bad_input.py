@@ -7,7 +7,6 @@ variants of each check are in-process tests here and beside the checked code.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,25 +20,15 @@ from kvbench.app.checks import MEMORY_BYTES_PER_REQUEST
 from kvbench.app.config import check_numbers
 from kvbench.app.run import setup
 from kvbench.errors import ConfigError
+from kvbench_cli import assert_one_line_error, kvbench
 
 SMALL = ["workload.num_requests=20", "wandb.mode=disabled", "progress=false"]
 
 
-def kvbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(
-        [sys.executable, "-c", "from kvbench.app.cli import main; main()", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
 
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, cwd: Path, *fragments: str) -> None:
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr + proc.stdout
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("kvbench: error:")]
-    assert len(errors) == 1, proc.stderr
-    for fragment in fragments:
-        assert fragment in errors[0], errors[0]
+def assert_refused(proc: subprocess.CompletedProcess, cwd: Path, *fragments: str) -> None:
+    """One ``kvbench: error:`` line, exit 2, and no result left behind."""
+    assert_one_line_error(proc, *fragments, status=2)
     assert not list((cwd / "results").rglob("summary.parquet")), "a failed run left a results folder"
 
 
@@ -70,7 +59,7 @@ def test_bad_input_is_one_line_and_leaves_no_results(bad_files, args, fragments)
     args = [a.replace("{tmp}", str(bad_files)) for a in args]
     cwd = bad_files / "cwd"
     cwd.mkdir()
-    assert_one_line_error(kvbench(*SMALL, *args, cwd=cwd), cwd, *fragments)
+    assert_refused(kvbench(*SMALL, *args, cwd=cwd), cwd, *fragments)
 
 
 def test_a_bad_seed_fails_its_job_not_the_sweep(tmp_path):

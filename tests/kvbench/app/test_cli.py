@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,25 +9,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from kvbench_cli import assert_one_line_error, kvbench
+
 SMALL = ["workload.num_requests=40", "wandb.mode=disabled", "progress=false"]
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "outside_plugin"
 
 
-def kvbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(
-        [sys.executable, "-c", "from kvbench.app.cli import main; main()", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr + proc.stdout
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("kvbench: error:")]
-    assert len(errors) == 1, proc.stderr
-    for fragment in fragments:
-        assert fragment in errors[0], errors[0]
 
 
 def test_sweep_runs_four_jobs_and_prints_one_table(tmp_path):

@@ -4,13 +4,14 @@ line before any work."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from kvbench_cli import error_lines, kvbench
 
 SMALL = ["workload.num_requests=30", "wandb.mode=disabled", "progress=false"]
 
@@ -35,22 +36,21 @@ main()
 """
 
 
-def kvbench(*args: str, cwd: Path, fault: tuple[str, str, str] | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}
-    code = PRELUDE if fault else "from kvbench.app.cli import main; main()"
-    return subprocess.run([sys.executable, "-c", code, *(fault or ()), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+def run(*args: str, cwd: Path, fault: tuple[str, str, str] | None = None) -> subprocess.CompletedProcess:
+    """``kvbench <args>``, with the fault injected when given (action, table, job folder or "*")."""
+    if fault is None:
+        return kvbench(*args, cwd=cwd)
+    return kvbench(*fault, *args, cwd=cwd, code=PRELUDE)
 
 
-def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
-    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    return [line for line in proc.stderr.splitlines() if line.startswith("kvbench: ")]
+def notices(proc: subprocess.CompletedProcess) -> list[str]:
+    return error_lines(proc, prefix="kvbench: ")
 
 
 def test_a_sweep_killed_mid_write_is_flagged_then_resumed(tmp_path):
     sweep = tmp_path / "sweep"
     args = ["-m", "allocator=naive,paged", f"hydra.sweep.dir={sweep}", *SMALL]
-    killed = kvbench(*args, cwd=tmp_path, fault=("SIGKILL", "steps", "1"))
+    killed = run(*args, cwd=tmp_path, fault=("SIGKILL", "steps", "1"))
     assert killed.returncode == -9
     # job 1 died between its summary table and its marker: its summary is on disk, and whole
     assert (sweep / "1" / "summary.parquet").is_file() and not (sweep / "1" / "COMPLETE").exists()
@@ -60,9 +60,9 @@ def test_a_sweep_killed_mid_write_is_flagged_then_resumed(tmp_path):
     assert frame.loc[0, "allocator"] == "naive" and pd.isna(frame.loc[0, "status"])  # a result, read
     assert frame.loc[1, "status"] == "incomplete" and pd.isna(frame.loc[1, "peak_concurrency"])
 
-    resumed = kvbench(*args, cwd=tmp_path)
+    resumed = run(*args, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
-    assert any("job 0" in line and "already complete" in line for line in error_lines(resumed))
+    assert any("job 0" in line and "already complete" in line for line in notices(resumed))
     table = pd.read_csv(sweep / "comparison.csv")
     assert list(table["allocator"]) == ["naive", "paged"] and not table["failed"].any()
 
@@ -70,10 +70,10 @@ def test_a_sweep_killed_mid_write_is_flagged_then_resumed(tmp_path):
 @pytest.mark.parametrize("signame, status", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_a_signal_ends_a_sweep_with_one_line_and_nothing_that_looks_complete(tmp_path, signame, status):
     sweep = tmp_path / "sweep"
-    proc = kvbench("-m", "allocator=naive,paged", f"hydra.sweep.dir={sweep}", *SMALL,
+    proc = run("-m", "allocator=naive,paged", f"hydra.sweep.dir={sweep}", *SMALL,
                    cwd=tmp_path, fault=(signame, "requests", "1"))  # fmt: skip
     assert proc.returncode == status
-    [line] = error_lines(proc)
+    [line] = notices(proc)
     assert line.startswith(f"kvbench: interrupted by {signame}") and f"hydra.sweep.dir={sweep}" in line
     assert "1 job(s) complete" in line
     assert (sweep / "0" / "COMPLETE").is_file() and not (sweep / "1" / "COMPLETE").exists()
@@ -81,9 +81,9 @@ def test_a_signal_ends_a_sweep_with_one_line_and_nothing_that_looks_complete(tmp
 
 
 def test_a_full_disk_is_one_line_and_leaves_no_result(tmp_path):
-    proc = kvbench(f"hydra.run.dir={tmp_path / 'run'}", *SMALL, cwd=tmp_path, fault=("enospc", "steps", "*"))
+    proc = run(f"hydra.run.dir={tmp_path / 'run'}", *SMALL, cwd=tmp_path, fault=("enospc", "steps", "*"))
     assert proc.returncode == 2
-    [line] = error_lines(proc)
+    [line] = notices(proc)
     assert line.startswith("kvbench: error: could not write the results to") and "No space left on device" in line
     assert not (tmp_path / "run" / "COMPLETE").exists() and not list((tmp_path / "run").glob(".tmp-*"))
 
@@ -99,7 +99,7 @@ def test_a_second_run_into_a_folder_being_written_is_refused(tmp_path):
         holder.kill()
         holder.wait()
     assert proc.returncode == 2
-    [line] = error_lines(proc)
+    [line] = notices(proc)
     assert f"being written by another kvbench run (pid {holder.pid})" in line
     assert not (folder / "summary.parquet").exists()
 
@@ -113,5 +113,5 @@ def test_an_unusable_results_folder_is_one_line_before_any_work(tmp_path, folder
     (tmp_path / "a_file").write_text("")
     proc = kvbench(f"hydra.run.dir={folder}", *SMALL, cwd=tmp_path)
     assert proc.returncode == 2
-    [line] = error_lines(proc)
+    [line] = notices(proc)
     assert line.startswith("kvbench: error: hydra.run.dir=") and fragment in line, line

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -18,6 +15,7 @@ from kvbench.exec import calibration
 from kvbench.exec.costmodel import CostModel
 from kvbench.slo import batch
 from kvbench.slo.batch import memory_ceiling, slo_batch
+from kvbench_cli import kvbench
 
 H100_BYTES_PER_S = 3.35e12  # conf/hardware/h100-sxm.yaml, the lecture's 3,350 GB/s
 LLAMA2_KV_BYTES_PER_TOKEN = 2 * 32 * 4096 * 2  # K and V x 32 layers x 4,096 wide x fp16 = 512 KiB
@@ -27,13 +25,6 @@ def built(*overrides: str):
     cfg, _ = compose(list(overrides))
     return setup(cfg)
 
-
-def kvbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(
-        [sys.executable, "-c", "from kvbench.app.cli import main; main()", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
 
 
 def run_main(monkeypatch, *args: str) -> int:

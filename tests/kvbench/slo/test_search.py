@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -16,19 +13,13 @@ import pytest
 from kvbench.api import run
 from kvbench.slo import search
 from kvbench.slo.search import bisect, expected_runs, is_monotone
+from kvbench_cli import kvbench
 
 SMALL = ["workload.num_requests=200", "wandb.mode=disabled", "progress=false"]
 #: the vLLM paper's ShareGPT setting (OPT-13B on an A100-40GB, Poisson arrivals)
 SHAREGPT = ["workload=sharegpt_like", "model=opt-13b", "hardware=a100-40gb", *SMALL]
 SLOS = ["slo.ttft_s=2", "slo.tpot_s=0.05"]
 
-
-def kvbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(
-        [sys.executable, "-c", "from kvbench.app.cli import main; main()", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
 
 
 def run_main(monkeypatch, *args: str) -> int:
