@@ -22,27 +22,29 @@ def _is_multirun(args: list[str]) -> bool:
     return any(a in ("-m", "--multirun") for a in args)
 
 
+def _folder_arg(args: list[str]) -> tuple[str, str | None]:
+    """The option naming the command's folder (``hydra.sweep.dir`` for ``-m``, else ``hydra.run.dir``)
+    and its last value on the command line, if any."""
+    option = "hydra.sweep.dir" if _is_multirun(args) else "hydra.run.dir"
+    values = [a.split("=", 1)[1] for a in args if a.startswith(f"{option}=")]
+    return option, values[-1] if values else None
+
+
 def explicit_output_dir(args: list[str]) -> Path | None:
     """The folder named by ``hydra.run.dir=`` (``hydra.sweep.dir=`` for ``-m``), if fixed.
 
     A value with an interpolation (``${now:...}``) names a fresh folder per run: None."""
-    key = "hydra.sweep.dir=" if _is_multirun(args) else "hydra.run.dir="
-    values = [a[len(key) :] for a in args if a.startswith(key)]
-    if not values or "${" in values[-1]:
-        return None
-    return Path(values[-1]).expanduser()
+    _, value = _folder_arg(args)
+    return None if value is None or "${" in value else Path(value).expanduser()
 
 
 def output_root(args: list[str]) -> Path:
-    """The folder the command's results land under: the explicit one, or the default root."""
-    explicit = explicit_output_dir(args)
-    if explicit is not None:
-        return explicit
-    key = "hydra.sweep.dir=" if _is_multirun(args) else "hydra.run.dir="
-    values = [a[len(key) :] for a in args if a.startswith(key)]
-    if values:  # an interpolated folder: check its fixed prefix
-        return Path(values[-1].split("${", 1)[0] or ".").expanduser()
-    return Path(DEFAULT_ROOT)
+    """The folder the command's results land under: the named one (an interpolated one: its fixed
+    prefix), or the default root."""
+    _, value = _folder_arg(args)
+    if value is None:
+        return Path(DEFAULT_ROOT)
+    return Path(value.split("${", 1)[0] or ".").expanduser()
 
 
 def check_writable(folder: Path, option: str) -> None:
@@ -79,7 +81,7 @@ def prepare_output(args: list[str]) -> Path | None:
     when results go to fresh timestamped folders (or the command writes nothing)."""
     if any(a in _NO_RUN for a in args):
         return None
-    option = "hydra.sweep.dir" if _is_multirun(args) else "hydra.run.dir"
+    option, _ = _folder_arg(args)
     root = output_root(args)
     check_writable(root, option)
     try:

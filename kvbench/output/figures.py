@@ -19,7 +19,8 @@ LEDGER = (
 MAX_POINTS = 4000
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (every kvbench figure goes to a file)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on CI or on a GPU box
@@ -30,7 +31,7 @@ def _pyplot():
 
 def plot_memory_timeline(steps: pd.DataFrame, summary: dict, path: Path) -> Path:
     """Stacked memory ledger (fraction of the KV budget) and batch size over simulated time."""
-    plt = _pyplot()
+    plt = pyplot()
     if len(steps) > MAX_POINTS:  # keep the file small; the Parquet table has every step
         steps = steps.iloc[:: int(np.ceil(len(steps) / MAX_POINTS))]
     budget = float(summary["kv_budget_bytes"])
@@ -63,7 +64,7 @@ def plot_memory_timeline(steps: pd.DataFrame, summary: dict, path: Path) -> Path
 
 def plot_comparison(table: pd.DataFrame, path: Path) -> Path:
     """One bar chart per headline metric, one bar per job of a sweep."""
-    plt = _pyplot()
+    plt = pyplot()
     ok = table[~table.get("failed", pd.Series(False, index=table.index)).fillna(False).astype(bool)]
     metrics = [
         ("peak_concurrency", "peak concurrency (seqs)"),

@@ -67,7 +67,8 @@ def no_effect_warnings(rows: pd.DataFrame) -> list[str]:
         hardware = ", ".join(sorted(rows["hardware"].astype(str).unique())) if "hardware" in rows else "this hardware"
         warnings.append(
             f"{kernels} run at the same simulated speed: no calibration for {hardware} "
-            "(kvbench/calibrations/<hardware>/<kernel>.json, written by kvbench bench-kernels on a GPU)"
+            "(<hardware>/<kernel>.json in kvbench/calibrations/ or calibration_dir=<folder>, written by "
+            "kvbench bench-kernels on a GPU)"
         )
     return warnings
 
@@ -83,7 +84,8 @@ def _fmt(fmt: str, value) -> str:
         return str(value)
 
 
-def _console() -> Console:
+def wide_console() -> Console:
+    """The terminal's console, or a 240-column one where output goes to a pipe or a log."""
     console = Console()
     # a pipe or a CI log is no terminal: rich would squeeze the table into 80 columns
     return console if console.is_terminal else Console(width=240)
@@ -97,7 +99,7 @@ def _varying_labels(jobs: pd.Series) -> list[str]:
 
 
 def print_summary(summary: dict, out_dir: Path | None, console: Console | None = None) -> None:
-    console = console or _console()
+    console = console or wide_console()
     title = " / ".join(str(summary[key]) for key in ("allocator", "kernel", "scheduler", "preemption", "workload"))
     table = Table(title=f"kvbench: {title}")
     table.add_column("metric")
@@ -122,7 +124,7 @@ def comparison_frame(sweep_dir: Path) -> pd.DataFrame:
 
 def print_comparison(sweep_dir: Path, console: Console | None = None) -> pd.DataFrame:
     """Print the sweep's comparison table and save it (Parquet, CSV, PNG) in the sweep folder."""
-    console = console or _console()
+    console = console or wide_console()
     frame = comparison_frame(sweep_dir)
     if frame.empty:
         console.print(f"kvbench: no job results under {sweep_dir}")
@@ -131,7 +133,8 @@ def print_comparison(sweep_dir: Path, console: Console | None = None) -> pd.Data
         frame["failed"] = False
     frame["failed"] = frame["failed"].fillna(False).astype(bool)
     # failed (bad input) or incomplete (interrupted: never read); "ok" rows are finished results
-    frame["status"] = frame["status"].fillna("ok") if "status" in frame else "ok"
+    status = frame["status"] if "status" in frame else pd.Series(pd.NA, index=frame.index, dtype=object)
+    frame["status"] = status.fillna(frame["failed"].map({True: "failed", False: "ok"}))
     frame["label"] = _varying_labels(frame["job"])
     columns, shared = comparison_columns(frame[~frame["failed"]])
     for warning in no_effect_warnings(frame[~frame["failed"]]):

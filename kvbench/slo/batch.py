@@ -27,11 +27,11 @@ from rich.table import Table
 from kvbench.errors import ConfigError, require
 from kvbench.exec.costmodel import CostModel
 from kvbench.memory.allocator import Allocator, SeqShape
+from kvbench.output.figures import pyplot
+from kvbench.output.report import wide_console
 from kvbench.slo.common import (
     Parser,
     compose_checked,
-    console,
-    pyplot,
     resolve_out_dir,
     run_cli,
     write_folder,
@@ -196,7 +196,7 @@ def _main(argv: list[str]) -> int:
 
     allocator = choices.get("allocator", s.allocator.name)
     what = f"{s.model.name} on {s.hardware.name}, allocator {allocator} (block {s.allocator.block_size_tokens}), kernel {s.kernel.name}"
-    out = console()
+    out = wide_console()
     out.print(f"kvbench slo-batch: {what}", highlight=False)
     out.print(f"decode-only batch, every sequence holding {context_tokens} context tokens "
               f"(--context-tokens; default 640, the lecture's 512 + 128)", highlight=False)  # fmt: skip

@@ -10,7 +10,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
-from rich.console import Console
 
 from kvbench.app.folders import check_writable
 from kvbench.errors import ConfigError
@@ -113,21 +112,6 @@ def write_folder(out_dir: Path, frames: dict[str, pd.DataFrame], figures: dict, 
             write_json(out_dir / name, data)
             files.append(name)
         mark_complete(out_dir, files)
-
-
-def pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display on CI or on a GPU box
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def console() -> Console:
-    out = Console()
-    # a pipe or a CI log is no terminal: rich would squeeze the table into 80 columns
-    return out if out.is_terminal else Console(width=200)
 
 
 def fmt_seconds(value_s: float) -> str:

@@ -33,12 +33,12 @@ from rich.progress import (
 from rich.table import Table
 
 from kvbench.errors import ConfigError, require
+from kvbench.output.figures import pyplot
+from kvbench.output.report import wide_console
 from kvbench.slo.common import (
     Parser,
     compose_checked,
-    console,
     fmt_seconds,
-    pyplot,
     resolve_out_dir,
     run_cli,
     write_folder,
@@ -205,7 +205,7 @@ def _main(argv: list[str]) -> int:
 
     digits = 3 + max(0, math.ceil(-math.log10(args.rel_tol)) - 2)  # enough to tell the bracket's ends apart
     rows: list[dict] = []
-    out = console()
+    out = wide_console()
     estimate = min(args.max_runs, expected_runs(low, high, knob.integer, args.rel_tol))
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=out, transient=True) as progress:

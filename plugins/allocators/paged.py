@@ -128,7 +128,7 @@ class PagedAllocator(Allocator):
             raise ValueError(f"sequence {seq_id} is already allocated")
         num_tokens = shape.num_tokens
         num_blocks = -(-num_tokens // self._block_size_tokens)
-        num_free_after = self._num_free_blocks() - num_blocks
+        num_free_after = len(self._free_block_ids) + self._num_fresh - num_blocks
         if num_free_after < 0 or num_free_after * self.block_bytes < keep_free_bytes:
             return None
         self._tables[seq_id] = self._take_blocks(num_blocks)
@@ -171,7 +171,7 @@ class PagedAllocator(Allocator):
             num_new_blocks = self._blocks_for(offset + num_tokens)
         else:
             num_new_blocks = self._blocks_for(num_tokens - (size - offset if offset else 0))
-        if num_new_blocks > self._num_free_blocks():
+        if num_new_blocks > len(self._free_block_ids) + self._num_fresh:
             return False
         if shared_tail:
             self._copy_on_write(seq_id, table, offset)
@@ -306,7 +306,7 @@ class PagedAllocator(Allocator):
 
     def ledger(self, next_shape: SeqShape | None = None) -> MemoryLedger:
         """O(1) from running totals; ``next_shape`` does not matter (any free block serves anyone)."""
-        num_free_blocks = self._num_free_blocks()
+        num_free_blocks = len(self._free_block_ids) + self._num_fresh
         allocated_slots = (self.num_blocks - num_free_blocks) * self._block_size_tokens
         return MemoryLedger.from_slots(
             budget_bytes=self.budget_bytes,
@@ -378,21 +378,25 @@ class PagedAllocator(Allocator):
         return len(self._free_block_ids) + self._num_fresh
 
     def _can_take(self, num_blocks: int, keep_free_bytes: int) -> bool:
-        num_free_after = self._num_free_blocks() - num_blocks
+        num_free_after = len(self._free_block_ids) + self._num_fresh - num_blocks
         return num_free_after >= 0 and num_free_after * self.block_bytes >= keep_free_bytes
 
     def _take_blocks(self, num_blocks: int) -> list[int]:
-        if not num_blocks:
-            return []
         free = self._free_block_ids
-        num_reused = min(num_blocks, len(free))
-        taken = free[len(free) - num_reused :]
-        del free[len(free) - num_reused :]
-        taken.reverse()  # pop order: the same blocks one-by-one pops would give
-        if num_reused < num_blocks:
-            first_fresh = self.num_blocks - self._num_fresh
-            taken.extend(range(first_fresh, first_fresh + num_blocks - num_reused))
-            self._num_fresh -= num_blocks - num_reused
+        if num_blocks <= len(free):  # the common case once the pool has been used: given-back blocks
+            if not num_blocks:
+                return []
+            taken = free[-num_blocks:]
+            del free[-num_blocks:]
+            taken.reverse()  # pop order: the same blocks one-by-one pops would give
+            return taken
+        # every given-back block (in pop order), then never-used ones
+        taken = free[::-1]
+        free.clear()
+        num_new = num_blocks - len(taken)
+        first_fresh = self.num_blocks - self._num_fresh
+        taken.extend(range(first_fresh, first_fresh + num_new))
+        self._num_fresh -= num_new
         return taken
 
     def _copy_on_write(self, seq_id: int, table: list[int], offset: int) -> None:

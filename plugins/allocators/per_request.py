@@ -106,7 +106,6 @@ class _BuddyArena:
 
     def __init__(self, num_granules: int) -> None:
         self.max_order = num_granules.bit_length() - 1  # -1: no arena at all
-        self.arena_granules = num_granules
         self._free: list[set[int]] = [set() for _ in range(self.max_order + 1)]
         #: start of each top-level block -> its order, in address order
         self._tops: list[tuple[int, int]] = []
@@ -163,14 +162,12 @@ class PerRequestAllocator(ContiguousAllocator):
         super().__init__(config or PerRequestConfig(), budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)
         self.granule_tokens = self.config.granule_tokens
         self.granule_bytes = self.granule_tokens * self.kv_bytes_per_token
-        num_granules = self.budget_bytes // self.granule_bytes
+        self.num_granules = self.budget_bytes // self.granule_bytes
         self._is_buddy = self.config.placement == "buddy"
         if self._is_buddy:
-            self._holes: _HoleList | _BuddyArena = _BuddyArena(num_granules)
-            self.num_granules = num_granules
+            self._holes: _HoleList | _BuddyArena = _BuddyArena(self.num_granules)
         else:
-            self._holes = _HoleList(num_granules, best_fit=self.config.placement == "best_fit")
-            self.num_granules = num_granules
+            self._holes = _HoleList(self.num_granules, best_fit=self.config.placement == "best_fit")
         self._remainder_bytes = self.budget_bytes - self.num_granules * self.granule_bytes
         self._num_free_granules = self.num_granules
 
