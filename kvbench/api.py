@@ -15,19 +15,16 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, open_dict
 
 from kvbench.app.config import CONFIG_GROUPS, KvbenchConfig
+from kvbench.app.searchpath import register as register_searchpath
 from kvbench.output.results import RunResult
-from kvbench.plugins import config_searchpaths
 
 
 def compose(overrides: Sequence[str] = ()) -> tuple[DictConfig, dict[str, str]]:
     """The composed run config and the group options chosen, as ``kvbench <overrides>`` would see them."""
     ConfigStore.instance().store(name="kvbench_schema", node=KvbenchConfig)
-    extra = list(overrides)
-    searchpaths = config_searchpaths()
-    if searchpaths:
-        extra.append(f"hydra.searchpath=[{','.join(searchpaths)}]")
+    register_searchpath()  # plugins' config folders join Hydra's search path
     with initialize_config_module("kvbench.conf", version_base="1.3"):
-        cfg = hydra_compose("config", overrides=extra, return_hydra_config=True)
+        cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=True)
     choices = {g: c for g, c in cfg.hydra.runtime.choices.items() if g in CONFIG_GROUPS}
     with open_dict(cfg):
         del cfg["hydra"]

@@ -19,6 +19,10 @@ from typing import TYPE_CHECKING
 from kvbench import hookspec
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    import pandas as pd
+
     from kvbench.output.results import RunResult
 
 
@@ -112,4 +116,17 @@ def kvbench_run_finished(result: RunResult) -> None:
 
     :param result: the run's resolved config, summary row, per-request and per-step tables, and
         its output folder.
+    """
+
+
+@hookspec
+def kvbench_sweep_finished(sweep_dir: Path, comparison: pd.DataFrame) -> None:
+    """Receive a finished multirun: a sink such as W&B logs its comparison table and figure.
+
+    Called once, in the process that launched the sweep, after ``comparison.{parquet,csv,png}`` are
+    written into ``sweep_dir`` (also when jobs failed: their rows say so). An exception raised
+    here is reported as a warning.
+
+    :param sweep_dir: the multirun's folder (one numbered sub-folder per job).
+    :param comparison: one row per job, as in ``comparison.parquet``.
     """

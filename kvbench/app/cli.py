@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import signal
 import sys
 import warnings
@@ -25,23 +26,24 @@ from omegaconf import DictConfig, OmegaConf
 
 from kvbench.app.config import KvbenchConfig
 from kvbench.app.folders import prepare_output
-from kvbench.app.overrides import check_overrides
+from kvbench.app.searchpath import register as register_searchpath
 from kvbench.errors import ConfigError
-from kvbench.output.atomic import folder_lock, is_complete
-from kvbench.output.report import print_comparison, print_summary
-from kvbench.output.results import finished_config, write_failure, write_run
-from kvbench.plugins import config_searchpaths, plugin_manager
+
+# pandas, pyarrow, rich tables and matplotlib are imported where results are written or printed,
+# not here: `kvbench --help`, `--version`, tab completion and a typo stay fast
 
 ConfigStore.instance().store(name="kvbench_schema", node=KvbenchConfig)
 
 #: ``kvbench <subcommand> ...``: the module whose ``main()`` runs it (it reads ``sys.argv[1:]``)
 SUBCOMMANDS = {
     "bench-kernels": "kvbench.kernels.bench",
+    "compare": "kvbench.compare.cli",
     "slo-batch": "kvbench.slo.batch",
     "slo-search": "kvbench.slo.search",
 }
 
-#: jobs of this process's multirun that failed on bad input (the exit status reports them)
+#: jobs of this command's multirun that failed or did not finish, counted from the sweep folder
+#: at its end (a launcher may run jobs in other processes), for the exit status
 FAILED_JOBS: list[str] = []
 
 
@@ -50,6 +52,9 @@ class _Current:
 
     job_dir: Path | None = None
     sweep_dir: Path | None = None
+    #: the sweep this process launched to other processes or machines (a launcher other than
+    #: Hydra's basic, in-process one), set when the multirun starts
+    launched_sweep: Path | None = None
 
 
 class Interrupted(KeyboardInterrupt):
@@ -69,11 +74,13 @@ def _job_label(hc) -> str:
     return hc.job.override_dirname or "defaults"
 
 
-def _notify_sinks(result) -> None:
+def _notify_sinks(hook_name: str, **kwargs) -> None:
+    from kvbench.plugins import plugin_manager
+
     try:
-        plugin_manager().hook.kvbench_run_finished(result=result)
+        getattr(plugin_manager().hook, hook_name)(**kwargs)
     except Exception as exc:  # noqa: BLE001 - a sink must never fail the run it reports
-        warnings.warn(f"a kvbench_run_finished plugin failed: {type(exc).__name__}: {exc}", stacklevel=1)
+        warnings.warn(f"a {hook_name} plugin failed: {type(exc).__name__}: {exc}", stacklevel=1)
 
 
 def _comparable(config: dict) -> dict:
@@ -85,6 +92,8 @@ def _comparable(config: dict) -> dict:
 
 def _already_complete(out_dir: Path, cfg: DictConfig) -> bool:
     """A sweep re-run into its folder: this job finished before, with this very config."""
+    from kvbench.output.results import finished_config
+
     done = finished_config(out_dir)
     return done is not None and _comparable(done) == _comparable(OmegaConf.to_container(cfg, resolve=True))
 
@@ -92,6 +101,8 @@ def _already_complete(out_dir: Path, cfg: DictConfig) -> bool:
 @hydra.main(version_base="1.3", config_path="pkg://kvbench.conf", config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
     from kvbench.app.run import execute  # after Hydra has parsed: `kvbench --help` stays fast
+    from kvbench.output.report import print_summary
+    from kvbench.output.results import write_failure, write_run
 
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
@@ -104,7 +115,6 @@ def _hydra_main(cfg: DictConfig) -> None:
             print(f"kvbench: error: {reason}", file=sys.stderr)
             sys.exit(2)
         # NOTE: a bad job must not stop the sweep: record it, and the final table shows why
-        FAILED_JOBS.append(label)
         try:
             write_failure(out_dir, label, reason)
         except OSError:
@@ -127,13 +137,15 @@ def _hydra_main(cfg: DictConfig) -> None:
             fail(f"could not write the results to {out_dir}: {exc.strerror or exc}; "
                  "free space or write elsewhere with hydra.run.dir=<folder>")  # fmt: skip
             return
-    _notify_sinks(result)
+    _notify_sinks("kvbench_run_finished", result=result)
     if not multirun:
         print_summary(result.summary, out_dir if cfg.output.write else None)
 
 
 def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
     """One line: what was interrupted, what is left incomplete, how to finish; exit 128 + signal."""
+    from kvbench.output.atomic import is_complete
+
     signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
     parts = [f"kvbench: interrupted by {signal.Signals(signum).name}"]
     job, sweep = _Current.job_dir, _Current.sweep_dir
@@ -147,6 +159,40 @@ def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
     sys.exit(128 + signum)
 
 
+def _compose_error(exc: Exception, args: list[str]) -> NoReturn:
+    """Hydra refused the command line (bad override, unknown option or key, wrong type, in any
+    job of a sweep): one line, exit 2, before anything ran."""
+    from kvbench.app.overrides import hydra_error_line
+
+    print(f"kvbench: error: {hydra_error_line(exc, args)}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _launcher_failed(exc: Exception, sweep_dir: Path) -> NoReturn:
+    """A launcher lost a job (a worker killed, a cluster job cancelled) and raised here, in the
+    launching process: one line, the table of what did finish (the lost job reads as incomplete),
+    and exit 1; re-running the same command into the same folder finishes the rest."""
+    from kvbench.output.report import print_comparison
+
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "no message"
+    print(f"kvbench: error: a job did not finish under the launcher ({type(exc).__name__}: {detail}); "
+          f"re-run the command with hydra.sweep.dir={sweep_dir} to finish the sweep (finished jobs are skipped)",
+          file=sys.stderr)  # fmt: skip
+    if sweep_dir.is_dir():
+        frame = print_comparison(sweep_dir)
+        if not frame.empty:
+            _notify_sinks("kvbench_sweep_finished", sweep_dir=sweep_dir, comparison=frame)
+    sys.exit(1)
+
+
+def _raised_by_hydra(exc: BaseException) -> bool:
+    """Whether Hydra itself raised ``exc`` (its innermost frame is in Hydra's package)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and f"{os.sep}hydra{os.sep}" in tb.tb_frame.f_code.co_filename
+
+
 def main() -> None:
     """Console entry point."""
     args = sys.argv[1:]
@@ -155,29 +201,67 @@ def main() -> None:
         sys.argv = [f"{sys.argv[0]} {args[0]}", *args[1:]]
         module.main()
         return
+    if "--version" in args:  # kvbench's version, not Hydra's
+        from kvbench.app.provenance import version_line
+
+        print(version_line())
+        return
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    # Hydra re-raises its errors instead of printing them over several lines, so that they become
+    # one line below; a user who set HYDRA_FULL_ERROR=1 gets Hydra's full report as usual
+    full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    register_searchpath()  # plugins' config folders join Hydra's search path
     signal.signal(signal.SIGTERM, _on_signal)
     with ExitStack() as held:
         try:
-            searchpaths = config_searchpaths()
-            check_overrides(args, searchpaths)
             fixed_dir = prepare_output(args)
             if fixed_dir is not None:  # two runs into one named folder would mix their files
+                from kvbench.output.atomic import folder_lock
+
                 held.enter_context(folder_lock(fixed_dir))
         except ConfigError as exc:
             print(f"kvbench: error: {exc}", file=sys.stderr)
             sys.exit(2)
-        if searchpaths:
-            sys.argv.append(f"hydra.searchpath=[{','.join(searchpaths)}]")
         try:
             _hydra_main()
         except KeyboardInterrupt as exc:
             _interrupted(exc)
+        except (HydraException, OmegaConfBaseException) as exc:
+            if full_error:
+                raise
+            _compose_error(exc, args)
+        except ValueError as exc:  # Hydra's own flag checks ("Only one of --run, --multirun, --cfg...")
+            if full_error or not _raised_by_hydra(exc):
+                raise
+            print(f"kvbench: error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        except Exception as exc:
+            if full_error or _Current.launched_sweep is None:
+                raise
+            _launcher_failed(exc, _Current.launched_sweep)
     if FAILED_JOBS:
         sys.exit(1)
 
 
 class ComparisonTable(Callback):
-    """Hydra callback: at the end of a multirun, print and save one table comparing its jobs."""
+    """Hydra callback: at the end of a multirun, print and save one table comparing its jobs, hand
+    it to the sinks, and count the jobs that failed or did not finish (for the exit status)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        # in-process jobs raise their own errors (a bug keeps its traceback); a launcher's are caught
+        if not str(config.hydra.launcher.get("_target_", "")).endswith(".BasicLauncher"):
+            _Current.launched_sweep = Path(config.hydra.sweep.dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        print_comparison(Path(config.hydra.sweep.dir))
+        from kvbench.output.report import print_comparison
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        frame = print_comparison(sweep_dir)
+        if frame.empty:
+            return
+        # read from the folder, not from this process: a launcher may have run the jobs elsewhere
+        FAILED_JOBS[:] = [str(job) for job in frame.loc[frame["failed"], "job"]]
+        _notify_sinks("kvbench_sweep_finished", sweep_dir=sweep_dir, comparison=frame)

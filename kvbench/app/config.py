@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from kvbench.errors import ConfigError, require
-from kvbench.metrics.summary import SloConfig
+from kvbench.metrics.slo_config import SloConfig  # pandas-free, for --help
 
 MODES = ("sim", "real")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -47,6 +47,9 @@ class WandbConfig:
     mode: str = "offline"
     project: str = "kvbench"
     entity: str | None = None
+    #: the W&B group of the runs; null: a sweep's folder (one study), none for a single run. Set it
+    #: to gather the sweeps of one study split across machines (docs/launchers.md)
+    group: str | None = None
 
     def validate(self) -> None:
         allowed = f"choose one of {', '.join(WANDB_MODES)}"
@@ -98,6 +101,8 @@ def _format_omegaconf_error(group: str, exc: OmegaConfBaseException) -> str:
     key = getattr(exc, "full_key", None) or getattr(exc, "key", None) or ""
     msg = str(exc).splitlines()[0]
     where = f"{group}.{key}" if key and not str(key).startswith(group) else (key or group)
+    if isinstance(exc, MissingMandatoryValue):  # a `???` option the user must give
+        return f"{where} is required: set it with {where}=<value>"
     return f"{where}: {msg}"
 
 

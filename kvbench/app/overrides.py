@@ -1,91 +1,78 @@
-"""Check command-line overrides before Hydra sees them, so a typo costs one clear line.
+"""Hydra's errors about a command line, as one line that names the override and what is allowed.
 
-Hydra's own messages for an unknown config option or key span several lines; this catches the
-common cases (``allocator=pagd``, ``workload.rat=3``) first and names what is allowed.
+kvbench does not pre-check overrides: Hydra parses them with its own grammar (list values, quoted
+strings, ``range()``/``choice()`` sweeps), composes the config, types it against the structured
+schema and, for a multirun, composes every job of the sweep before the first one runs. Its
+messages span several lines (search paths, a hint to set ``HYDRA_FULL_ERROR``), so the exception is
+turned into one line here, with the keys or options a user could have meant.
 """
 
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
+from collections.abc import Sequence
 
-from omegaconf import OmegaConf
-
-from kvbench.app.config import CONFIG_GROUPS
-from kvbench.errors import ConfigError
-
-_ABSENT = object()
+GRAMMAR_URL = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 
 
-def _group_dirs(group: str, searchpaths: list[str]) -> list[Path]:
-    dirs = [Path(str(resources.files("kvbench.conf"))) / group]
-    for entry in searchpaths:
-        if entry.startswith("pkg://"):
-            try:
-                dirs.append(Path(str(resources.files(entry[len("pkg://"):]))) / group)
-            except ModuleNotFoundError:
-                continue
-        elif entry.startswith("file://"):
-            dirs.append(Path(entry[len("file://"):]) / group)
-    return dirs
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
 
 
-def group_options(group: str, searchpaths: list[str] = ()) -> list[str]:
-    """The names selectable as ``<group>=<name>`` (one YAML file each)."""
-    names = {p.stem for d in _group_dirs(group, list(searchpaths)) if d.is_dir() for p in d.glob("*.yaml")}
-    return sorted(names)
-
-
-def _split(arg: str) -> tuple[str, str] | None:
-    if arg.startswith("-") or "=" not in arg:
-        return None
-    key, value = arg.split("=", 1)
-    if key.startswith(("hydra", "+", "~")) or "(" in value:  # hydra's own keys, additions, sweep functions
-        return None
-    return key, value
-
-
-def check_overrides(args: list[str], searchpaths: list[str] = ()) -> None:
-    """Raise a one-line ConfigError for an unknown group option or an unknown config key."""
-    pairs = [p for p in map(_split, args) if p]
-    selections: dict[str, str] = {}
-    for key, value in pairs:
-        if key in CONFIG_GROUPS:
-            options = group_options(key, searchpaths)
-            for choice in value.split(","):
-                if choice not in options:
-                    raise ConfigError(f"{key}={choice!r} is not a known {key}; choose one of: {', '.join(options)}")
-            selections[key] = value.split(",")[0]
-    dotted = [(k, v) for k, v in pairs if k not in CONFIG_GROUPS]
-    if not dotted:
-        return
-    from hydra import compose, initialize_config_module
-
-    overrides = [f"{g}={c}" for g, c in selections.items()]
-    if searchpaths:
-        overrides.append(f"hydra.searchpath=[{','.join(searchpaths)}]")
-    with initialize_config_module("kvbench.conf", version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
-    _check_keys_exist(cfg, dotted)
-    # values of the wrong type (seed=abc): compose once more with the first value of each sweep
+def _unparsable(args: Sequence[str]) -> str | None:
+    """The first argument Hydra's override grammar rejects, if any."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
 
-    values = [f"{k}={v.split(',')[0]}" for k, v in dotted]
-    try:
-        with initialize_config_module("kvbench.conf", version_base="1.3"):
-            compose("config", overrides=[*overrides, *values])
-    except (HydraException, OmegaConfBaseException) as exc:
-        cause = exc.__cause__ or exc
-        detail = str(cause).splitlines()[0]
-        raise ConfigError(f"{str(exc).splitlines()[0].removeprefix('Error merging override ')}: {detail}") from None
+    parser = OverridesParser.create()
+    for arg in args:
+        if arg.startswith("-") or "=" not in arg and not arg.startswith("~"):
+            continue
+        try:
+            parser.parse_override(arg)
+        except HydraException:
+            return arg
+    return None
 
 
-def _check_keys_exist(cfg, dotted: list[tuple[str, str]]) -> None:
-    for key, value in dotted:
-        if OmegaConf.select(cfg, key, default=_ABSENT) is _ABSENT:
-            parent, _, leaf = key.rpartition(".")
-            node = OmegaConf.select(cfg, parent) if parent else cfg
-            allowed = ", ".join(sorted(map(str, node.keys()))) if OmegaConf.is_dict(node) else "nothing"
-            where = f"{parent}" if parent else "the top level"
-            raise ConfigError(f"{key}={value} is not a config key: {leaf!r} is not in {where}; its keys are: {allowed}")
+def _not_a_key(exc: BaseException, cause: BaseException) -> str | None:
+    """``Could not override 'a.b'`` because ``b`` is not a key of ``a``: the keys ``a`` has."""
+    from omegaconf import DictConfig
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    if not isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
+        return None
+    parent = getattr(cause, "parent_node", None)
+    key = getattr(cause, "full_key", None)
+    if not isinstance(parent, DictConfig) or not key:
+        return None
+    message = str(exc)
+    typed = message.split("use +", 1)[1].split()[0] if "use +" in message else key
+    where, _, leaf = str(key).rpartition(".")
+    keys = ", ".join(str(k) for k in parent.keys() if k != "hydra")
+    name = parent.get("name") if where and "name" in parent else None
+    place = f"{where} ({name})" if isinstance(name, str) else where or "the top level"
+    return (f"{typed} is not a config key: {leaf!r} is not in {place}; its keys are: {keys} "
+            f"(to add a key on purpose, write +{typed})")  # fmt: skip
+
+
+def hydra_error_line(exc: BaseException, args: Sequence[str] = ()) -> str:
+    """One line for a Hydra or OmegaConf exception raised while parsing or composing ``args``."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(exc, OverrideParseException):
+        bad = _unparsable(args)
+        what = f"{bad!r} is not a valid override" if bad else "an override is not valid"
+        return f"{what}: {_first_line(exc)} (Hydra's override grammar: {GRAMMAR_URL})"
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options:
+        group, _, choice = exc.missing_cfg_file.rpartition("/")
+        if group:
+            return f"{group}={choice!r} is not a known {group}; choose one of: {', '.join(sorted(exc.options))}"
+    if cause is not None:
+        line = _not_a_key(exc, cause)
+        if line:
+            return line
+        first = _first_line(exc).removeprefix("Error merging override ")
+        return f"{first} is invalid: {_first_line(cause)}"
+    return _first_line(exc)

@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from kvbench.app.checks import calibration_dir_path, check_memory, check_seed, check_top_level_keys
 from kvbench.app.config import MODES, OutputConfig, WandbConfig, plugin_config, to_dataclass
 from kvbench.app.progress import progress_bar
+from kvbench.app.provenance import provenance
 from kvbench.core.request import requests_from_workload
 from kvbench.engine import Engine
 from kvbench.errors import ConfigError, require
@@ -139,6 +140,7 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
     summary["swap_break_even_kv_tokens"] = s.cost.swap_break_even_kv_tokens(
         None if caps.contiguous_layout else s.allocator.block_size_tokens
     )
+    summary.update(provenance())  # which kvbench computed these numbers
     summary["sim_wall_s"] = record.sim_wall_s
     summary["simulated_requests_per_wall_s"] = workload.num_requests / record.sim_wall_s
     return RunResult(

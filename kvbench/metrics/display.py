@@ -1,19 +1,23 @@
-"""How a run's summary reads to a person: labelled rows with units, in reading order."""
+"""How a run's summary reads to a person: labelled rows with units, numbers formatted for people.
+
+Two views of one summary dict: :func:`headline_rows`, the one-screen table printed at the end of a
+run (the numbers a user acts on), and :func:`format_summary`, every key with its unit (the files,
+``summary.json`` and the Parquet/CSV tables, hold all of them unformatted).
+"""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from kvbench.memory.ledger import LEDGER_FIELDS
 from kvbench.metrics.summary import PERCENTILES, Summary
 
+#: printed under every table; the full definitions are in :func:`kvbench.metrics.summary.summarize`
 METRIC_DEFINITIONS = (
-    "TTFT = first token - intended arrival (queueing included); "
-    "TPOT = (e2e - TTFT) / (output tokens - 1), each request weighted equally, one-token requests excluded; "
-    "goodput = vLLM's: finished requests/s meeting every SLO given (inclusive); "
-    "percentiles by linear interpolation; (sat.) = time-weighted over saturated steps (memory-bound: a refusal "
-    "or a preemption), util. alone = over the whole run; floor = fewest sequences running while saturated; "
-    "unfilled/seq = KV slots booked for a sequence but not yet written (reserved future plus the last block's tail)."
+    "TTFT: from intended arrival (queueing included); TPOT = (e2e - TTFT) / (tokens - 1), one-token requests "
+    "excluded; goodput: vLLM's, finished req/s meeting every SLO; (sat.): while memory binds"
 )
 
 # (key, label with unit, how to show the value)
@@ -49,11 +53,39 @@ _ROWS: list[tuple[str, str, str]] = [
     ("num_swap_fallbacks", "  swaps recomputed for lack of host memory", "int"),
     ("recompute_tax", "recompute tax (% of tokens computed)", _PCT),
     ("preemption_cost_s", "preemption cost: swap transfers + recompute (s)", "{:.3f}"),
-    ("swap_out_bytes", "bytes swapped out", "{:,.0f}"),
-    ("swap_pool_peak_bytes", "host swap pool peak (bytes)", "{:,.0f}"),
+    ("swap_out_bytes", "swapped out", "bytes"),
+    ("swap_pool_peak_bytes", "host swap pool peak", "bytes"),
     ("swap_break_even_kv_tokens", "swap beats recompute above (KV tokens)", "{:,.0f}"),
     ("num_copies", "copy-on-write / fork copies", "int"),
 ]
+
+
+def format_bytes(num_bytes: float) -> str:
+    """``62.5 GB``: decimal units (kB, MB, GB, TB), as budgets are typed (``kv_budget_bytes=10e9``)."""
+    if not _is_number(num_bytes):
+        return "n/a"
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(num_bytes) >= scale:
+            return f"{num_bytes / scale:.{1 if abs(num_bytes) >= 10 * scale else 2}f} {unit}"
+    return f"{int(num_bytes):,d} B"
+
+
+def format_number(value) -> str:
+    """A number without a known unit, for people: thousands separators, four significant digits
+    below 1,000, never an exponent (``6.25e+10`` reads as ``62,500,000,000``)."""
+    if not _is_number(value):
+        return "n/a" if isinstance(value, float) else str(value)
+    if isinstance(value, (int, np.integer)) or (abs(value) >= 1e3 and float(value).is_integer()):
+        return f"{int(value):,d}"
+    if abs(value) >= 1e3:
+        return f"{value:,.1f}"
+    return np.format_float_positional(value, precision=4, fractional=False, trim="-")
+
+
+def _is_number(value) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return False
+    return not math.isnan(value)
 
 
 def _show(value: float | int | str, how: str) -> str:
@@ -64,18 +96,130 @@ def _show(value: float | int | str, how: str) -> str:
     if how == "int":
         return f"{int(value):,d}"
     if how == _MS:
-        return f"{value * 1e3:.1f}"
+        return f"{value * 1e3:,.1f}"
     if how == _PCT:
         return f"{value * 100:.1f}"
+    if how == "bytes":
+        return format_bytes(value)
     return how.format(value)
 
 
 def format_summary(summary: Summary) -> list[tuple[str, str]]:
-    """Human-readable ``(label with unit, value)`` rows, in reading order; NaN shows as ``n/a``.
+    """Every key as a ``(label with unit, value)`` row, in reading order; NaN shows as ``n/a``.
 
-    Keys of the summary not in the standard table follow it under their own names.
+    Keys of the summary not in the standard table follow it under their own names, formatted by
+    their unit suffix (``_bytes`` in kB/MB/GB, counts with thousands separators, never ``6.25e+10``).
     """
     rows = [(label, _show(summary[key], how)) for key, label, how in _ROWS if key in summary]
     known = {key for key, _, _ in _ROWS}
-    rows += [(key, _show(value, "{:.6g}")) for key, value in summary.items() if key not in known]
+    rows += [(key, _show_by_name(key, value)) for key, value in summary.items() if key not in known]
+    return rows
+
+
+def _show_by_name(key: str, value) -> str:
+    """A value by its key's unit suffix: ``*_bytes`` in kB/MB/GB, ``*_bytes_per_<x>`` as kB/MB/GB per x."""
+    if _is_number(value) and key.endswith("_bytes"):
+        return format_bytes(value)
+    if _is_number(value) and "_bytes_per_" in key:
+        return f"{format_bytes(value)}/{key.rsplit('_bytes_per_', 1)[1]}"
+    return format_number(value)
+
+
+def _get(summary: Summary, key: str):
+    """The summary's number for ``key``, or None when it is missing or NaN (shown as ``n/a``)."""
+    value = summary.get(key)
+    return value if _is_number(value) else None
+
+
+def _fixed(decimals: int):
+    return lambda value: "n/a" if value is None else f"{value:,.{decimals}f}"
+
+
+def _ms(value) -> str:
+    return "n/a" if value is None else f"{value * 1e3:,.1f}"
+
+
+def _pct(value) -> str:
+    return "n/a" if value is None else f"{value * 100:.1f}"
+
+
+def _count(value) -> str:
+    return "n/a" if value is None else f"{int(value):,d}"
+
+
+def _joined(summary: Summary, keys: tuple[str, ...], show, sep: str = " / ") -> str:
+    return sep.join(show(_get(summary, key)) for key in keys)
+
+
+def headline_rows(summary: Summary, *, slo_given: bool | None = None) -> list[tuple[str, str]]:
+    """The numbers a user reads first, as ``(label with unit, value)`` rows that fit one screen.
+
+    Related numbers share a row (``p50 / p99``); rows that would say nothing are left out
+    (recompute tax, preemption cost, swaps and copies when zero; goodput when no SLO was given).
+    ``slo_given=None`` (not known) shows goodput when some finished request missed an SLO.
+    """
+    return [*_request_rows(summary, slo_given), *_memory_rows(summary), *_preemption_rows(summary)]
+
+
+def _request_rows(s: Summary, slo_given: bool | None) -> list[tuple[str, str]]:
+    rows = [
+        ("requests finished / sent", _joined(s, ("num_finished", "num_requests"), _count)),
+        ("duration (s)", _fixed(2)(_get(s, "duration_s"))),
+        ("throughput (output tok/s, req/s)",
+         f"{_fixed(1)(_get(s, 'throughput_tokens_per_s'))} / {_fixed(2)(_get(s, 'throughput_requests_per_s'))}"),
+    ]  # fmt: skip
+    attainment = _get(s, "slo_attainment")
+    if slo_given or (slo_given is None and attainment is not None and attainment < 1):
+        goodput = f"{_fixed(2)(_get(s, 'goodput_requests_per_s'))} ({_pct(attainment)} % of finished)"
+        rows.append(("goodput, vLLM's (req/s meeting every SLO)", goodput))
+    ttft_parts = _joined(s, ("sched_delay_mean_s", "queue_mean_s", "prefill_mean_s"), _ms, " + ")
+    return rows + [
+        ("TTFT p50 / p99 (ms)", _joined(s, ("ttft_p50_s", "ttft_p99_s"), _ms)),
+        ("  mean = step wait + queueing + prefill (ms)", f"{_ms(_get(s, 'ttft_mean_s'))} = {ttft_parts}"),
+        ("TPOT p50 / p99 (ms)", _joined(s, ("tpot_p50_s", "tpot_p99_s"), _ms)),
+        ("end-to-end p50 / p99 (ms)", _joined(s, ("e2e_p50_s", "e2e_p99_s"), _ms)),
+    ]
+
+
+def _memory_rows(s: Summary) -> list[tuple[str, str]]:
+    rows = [
+        ("peak concurrency / floor (sat.) (seqs)", _joined(s, ("peak_concurrency", "min_concurrency_saturated"), _count)),
+        ("mean concurrency: run / (sat.) (seqs)", _joined(s, ("mean_concurrency", "mean_concurrency_saturated"), _fixed(1))),
+        ("KV utilization: run / (sat.) (% of KV budget)", _joined(s, ("utilization_mean", "utilization_saturated"), _pct)),
+    ]  # fmt: skip
+    if (saturated_s := _get(s, "saturated_s")) is not None:
+        share = _get(s, "saturated_fraction")
+        rows.append(("time saturated (s)", f"{saturated_s:,.2f}" + ("" if share is None else f" ({_pct(share)} % of run)")))
+    period = "(sat.)" if s.get("breakdown_period") == "saturated" else "(all steps)"
+    parts = {name: _get(s, f"frac_{name}") for name in (f.removesuffix("_bytes") for f in LEDGER_FIELDS)}
+    if any(value is not None for value in parts.values()):
+        # what the budget holds on one row, what fragmentation loses on the next
+        lost = ("internal", "external")
+        held = ", ".join(f"{name.replace('_', ' ')} {_pct(v)}" for name, v in parts.items() if name not in lost)
+        rows.append((f"memory {period} (% of KV budget)", held))
+        rows.append((f"fragmentation {period} (% of KV budget)", ", ".join(f"{n} {_pct(parts.get(n))}" for n in lost)))
+    if (unfilled := _get(s, "mean_tail_waste_tokens_per_seq")) is not None:
+        rows.append(("unfilled KV per sequence (tokens)", f"{unfilled:,.1f}"))
+    if (budget := _get(s, "kv_budget_bytes")) is not None:
+        per_token = _get(s, "kv_bytes_per_token")
+        tokens = f" ({int(budget / per_token):,d} tokens)" if per_token else ""
+        rows.append(("KV budget", format_bytes(budget) + tokens))
+    return rows
+
+
+def _preemption_rows(s: Summary) -> list[tuple[str, str]]:
+    rows = []
+    if (num := _get(s, "num_preemptions")) is not None:
+        kinds = (("num_recompute_preemptions", "recompute"), ("num_swap_preemptions", "swap"),
+                 ("num_swap_fallbacks", "swap fallbacks"))  # fmt: skip
+        by = [f"{_count(_get(s, key))} {name}" for key, name in kinds if _get(s, key)]
+        rows.append(("preemptions", _count(num) + (f" ({', '.join(by)})" if by else "")))
+    if _get(s, "recompute_tax"):
+        rows.append(("recompute tax (% of tokens computed)", _pct(_get(s, "recompute_tax"))))
+    if _get(s, "preemption_cost_s"):
+        rows.append(("preemption cost: swaps + recompute (s)", _fixed(2)(_get(s, "preemption_cost_s"))))
+    if _get(s, "swap_out_bytes"):
+        rows.append(("swapped out / host pool peak", _joined(s, ("swap_out_bytes", "swap_pool_peak_bytes"), format_bytes)))
+    if _get(s, "num_copies"):
+        rows.append(("copy-on-write / fork copies", f"{_count(_get(s, 'num_copies'))} ({format_bytes(_get(s, 'copy_bytes'))})"))
     return rows

@@ -9,29 +9,15 @@ The function is pure: same tables in, same dict out, nothing read from the envir
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from kvbench.errors import require
 from kvbench.memory.ledger import LEDGER_FIELDS
+from kvbench.metrics.slo_config import SloConfig  # re-exported: it lived here
 
 PERCENTILES = (50, 90, 99)
 
-
-@dataclass
-class SloConfig:
-    """Latency objectives; a request counts toward goodput only if it meets every one given."""
-
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    e2e_s: float | None = None
-
-    def validate(self) -> None:
-        for key in ("ttft_s", "tpot_s", "e2e_s"):
-            value = getattr(self, key)
-            require(value is None or value > 0, f"slo.{key}", value, "use a positive number of seconds or null")
 
 Summary = dict[str, float | int | str]
 

@@ -15,11 +15,12 @@ import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import ConfigError
+
+if TYPE_CHECKING:  # pandas is only needed once a table is written: the lock and marker paths stay light
+    import pandas as pd
 
 #: written last into a finished run folder; its absence means "incomplete, do not read"
 COMPLETE = "COMPLETE"

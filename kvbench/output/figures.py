@@ -66,18 +66,19 @@ def plot_comparison(table: pd.DataFrame, path: Path) -> Path:
     """One bar chart per headline metric, one bar per job of a sweep."""
     plt = pyplot()
     ok = table[~table.get("failed", pd.Series(False, index=table.index)).fillna(False).astype(bool)]
+    # (column, title with the unit the tables use, scale from the column's unit to it)
     metrics = [
-        ("peak_concurrency", "peak concurrency (seqs)"),
-        ("utilization_saturated", "utilization while saturated"),
-        ("throughput_tokens_per_s", "throughput (tokens/s)"),
-        ("ttft_p50_s", "TTFT p50 (s)"),
+        ("peak_concurrency", "peak concurrency (seqs)", 1),
+        ("utilization_saturated", "KV utilization while saturated (%)", 100),
+        ("throughput_tokens_per_s", "throughput (output tok/s)", 1),
+        ("ttft_p50_s", "TTFT p50 (ms)", 1e3),
     ]
     if "num_preemptions" in ok and ok["num_preemptions"].fillna(0).gt(0).any():
-        metrics += [("ttft_p99_s", "TTFT p99 (s)"), ("preemption_cost_s", "preemption cost (s)")]
+        metrics += [("ttft_p99_s", "TTFT p99 (ms)", 1e3), ("preemption_cost_s", "preemption cost (s)", 1)]
     fig, axes = plt.subplots(1, len(metrics), figsize=(4 * len(metrics), 3.8))
-    for ax, (col, title) in zip(axes, metrics):
+    for ax, (col, title, scale) in zip(axes, metrics):
         if col in ok:
-            ax.bar(range(len(ok)), ok[col].astype(float).to_numpy(), color="#2b8cbe")
+            ax.bar(range(len(ok)), ok[col].astype(float).to_numpy() * scale, color="#2b8cbe")
         ax.set_xticks(range(len(ok)))
         ax.set_xticklabels(ok["label"] if "label" in ok else ok["job"], rotation=30, ha="right", fontsize=7)
         ax.set_title(title, fontsize=9)

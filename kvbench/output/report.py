@@ -1,62 +1,192 @@
-"""What a person reads at the end: a run's summary, or one table comparing a sweep's jobs."""
+"""What a person reads at the end: a run's summary, or the tables comparing a sweep's jobs.
+
+Both are laid out for the console's width (:func:`report_console`): the single-run summary fits one
+screen, and the comparison puts the settings every job shares on a line above its tables, the swept
+values in its first columns and each quantity's unit in its header; where its metric columns do not
+fit the width it is split into stacked tables that each do, never squeezed into ellipses. Every
+number stays in the files (``summary.json``, the Parquet and CSV tables).
+"""
 
 from __future__ import annotations
 
+import json
 import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
-from kvbench.metrics.display import METRIC_DEFINITIONS, format_summary
+from kvbench.metrics.display import METRIC_DEFINITIONS, format_bytes, headline_rows
 from kvbench.output.atomic import write_frame
-from kvbench.output.results import read_job
+from kvbench.output.results import SUMMARY_JSON, read_job
+from kvbench.output.sweep_info import job_overrides, swept_keys, swept_values
 
-#: (column, header, format) of the sweep comparison table, in groups; a group shows when its
-#: test on the sweep's rows holds, so that a table stays narrow enough to read
+#: the width a report is laid out for when the output is no terminal (a pipe, a CI log) and
+#: ``COLUMNS`` is unset: a common terminal, so that a log reads as the screen did
+REPORT_WIDTH = 100
+#: the comparison frame's column holding a swept key's value for each job (``swept.allocator``)
+SWEPT_PREFIX = "swept."
+COMPARISON_NOTES = "% KV: of the KV budget; floor: fewest seqs running while saturated; unfilled: KV booked, unwritten"
+
+
+def report_console() -> Console:
+    """The console reports are laid out for: ``COLUMNS`` columns when set, else the terminal's
+    width, else (a pipe or a log) :data:`REPORT_WIDTH` columns."""
+    console = Console()  # rich itself takes COLUMNS from the environment when it is set
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return console
+    return Console(width=REPORT_WIDTH)
+
+
+def wide_console() -> Console:
+    """The terminal's console, or a 240-column one where output goes to a pipe or a log (the SLO
+    commands' tables; the run and sweep reports use :func:`report_console`)."""
+    console = Console()
+    # a pipe or a CI log is no terminal: rich would squeeze the table into 80 columns
+    return console if console.is_terminal else Console(width=240)
+
+
+# --- columns ----------------------------------------------------------------------------------
+
+
+def _is_missing(value) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the comparison: the frame's column, a header (lines of the name, then the
+    unit on a line of its own) and how a value is shown (``"ms"``: seconds shown in milliseconds,
+    with one decimal unless the column reaches 1,000 ms; ``"pct"``: a fraction in percent)."""
+
+    key: str
+    name: str
+    unit: str | None = None
+    fmt: str = "{}"
+    #: how the line of shared values says it, ``{}`` standing for the value (and unit)
+    phrase: str | None = None
+
+    @property
+    def header(self) -> str:
+        return self.name if self.unit is None else f"{self.name}\n{self.unit}"
+
+    def said(self, shown: str) -> str:
+        """``name value unit`` (or the phrase) for the lines of what every job shares."""
+        value = shown if self.unit in (None, "count") else f"{shown} {self.unit}"
+        return (self.phrase or self.name.replace("\n", " ") + " {}").format(value)
+
+    def formatter(self, values: pd.Series) -> Callable[[object], str]:
+        fmt = self.fmt
+        if fmt == "ms":
+            numbers = pd.to_numeric(values, errors="coerce").abs()
+            fmt = "{:,.0f}" if numbers.max(skipna=True) * 1e3 >= 1e3 else "{:,.1f}"
+            return lambda v: _format(fmt, None if _is_missing(v) else float(v) * 1e3)
+        if fmt == "pct":
+            return lambda v: _format("{:.1f}", None if _is_missing(v) else float(v) * 100)
+        if fmt == "bytes":
+            return lambda v: "-" if _is_missing(v) else format_bytes(float(v))
+        return lambda v: _format(fmt, v)
+
+
+def _format(fmt: str, value) -> str:
+    if _is_missing(value):
+        return "-"
+    try:
+        if "d}" in fmt:
+            value = int(value)
+        return fmt.format(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+#: what every job of a sweep ran with: printed once above the tables when every job shares it, a
+#: column beside the swept values when it differs (e.g. the block size an allocator sweep changes)
+SETTINGS = (
+    Column("model", "model", phrase="{}"),
+    Column("hardware", "hardware", phrase="on {}"),
+    Column("kv_budget_bytes", "KV budget", fmt="bytes"),
+    Column("workload", "workload"),
+    Column("allocator", "allocator"),
+    Column("block_size_tokens", "block", "tokens", "{:d}"),
+    Column("kernel", "kernel"),
+    Column("calibration", "calibration", phrase="({})"),
+    Column("scheduler", "scheduler"),
+    Column("preemption", "preemption"),
+    Column("victim", "victim"),
+    Column("slo", "SLO"),
+    Column("seed", "seed", fmt="{:d}"),
+    Column("mode", "mode"),
+)
+#: the setting a swept key sets, so that a swept setting is not shown twice
+_SETTING_OF_KEY = {
+    "allocator.block_size_tokens": "block_size_tokens", "hardware.kv_budget_bytes": "kv_budget_bytes",
+    "preemption.victim": "victim", **{c.key: c.key for c in SETTINGS},
+}  # fmt: skip
+
 _MEMORY = (
-    ("block_size_tokens", "block", "{:d}"),
-    ("peak_concurrency", "peak seqs", "{:d}"),
-    ("min_concurrency_saturated", "floor (sat.)", "{:d}"),
-    ("mean_concurrency_saturated", "seqs (sat.)", "{:.1f}"),
-    ("utilization_mean", "util.", "{:.1%}"),
-    ("utilization_saturated", "util. (sat.)", "{:.1%}"),
-    ("frac_internal", "internal", "{:.1%}"),
-    ("frac_external", "external", "{:.1%}"),
-    ("mean_tail_waste_tokens_per_seq", "unfilled/seq", "{:,.1f}"),
+    Column("peak_concurrency", "peak", "seqs", "{:,d}"),
+    Column("min_concurrency_saturated", "floor\n(sat.)", "seqs", "{:,d}"),
+    Column("mean_concurrency_saturated", "mean\n(sat.)", "seqs", "{:,.1f}"),
+    Column("utilization_mean", "util.", "% KV", "pct"),
+    Column("utilization_saturated", "util.\n(sat.)", "% KV", "pct"),
+    Column("frac_internal", "int.\nfrag.", "% KV", "pct"),
+    Column("frac_external", "ext.\nfrag.", "% KV", "pct"),
+    Column("mean_tail_waste_tokens_per_seq", "unfilled\n/seq", "tokens", "{:,.1f}"),
 )
 _LATENCY = (
-    ("throughput_tokens_per_s", "tok/s", "{:,.0f}"),
-    ("ttft_p50_s", "TTFT p50 s", "{:.2f}"),
-    ("ttft_p99_s", "TTFT p99 s", "{:.2f}"),
-    ("tpot_p50_s", "TPOT p50 s", "{:.4f}"),
-    ("goodput_requests_per_s", "goodput/s", "{:.2f}"),
-    ("num_preemptions", "preempt.", "{:d}"),
+    Column("throughput_tokens_per_s", "output", "tok/s", "{:,.0f}"),
+    Column("throughput_requests_per_s", "rate", "req/s", "{:,.2f}", phrase="request rate {}"),
+    Column("goodput_requests_per_s", "goodput", "req/s", "{:,.2f}"),
+    Column("ttft_p50_s", "TTFT\np50", "ms", "ms"),
+    Column("ttft_p99_s", "TTFT\np99", "ms", "ms"),
+    Column("tpot_p50_s", "TPOT\np50", "ms", "ms"),
+    Column("num_preemptions", "pre-\nempt.", "count", "{:,d}", phrase="preemptions {}"),
 )
 _PREEMPTION = (
-    ("num_swap_preemptions", "by swap", "{:d}"),
-    ("num_swap_fallbacks", "fallbacks", "{:d}"),
-    ("preemption_cost_s", "preempt. s", "{:.2f}"),
-    ("recompute_tax", "recomp. tax", "{:.1%}"),
-)
-COLUMN_GROUPS = (
-    (_MEMORY, lambda rows: True),
-    (_LATENCY, lambda rows: True),
-    (_PREEMPTION, lambda rows: rows.get("num_preemptions", pd.Series(dtype=float)).fillna(0).gt(0).any()),
-    ((("calibration", "calibration", "{}"),), lambda rows: True),
+    Column("num_swap_preemptions", "by\nswap", "count", "{:,d}", phrase="preemptions by swap {}"),
+    Column("num_swap_fallbacks", "swap\nfallb.", "count", "{:,d}", phrase="swaps recomputed for lack of host memory {}"),
+    Column("preemption_cost_s", "pre-\nempt.\ncost", "s", "{:,.2f}", phrase="preemption cost {}"),
+    Column("recompute_tax", "re-\ncomp.\ntax", "% tok.", "pct", phrase="recompute tax {}"),
 )
 
 
-def comparison_columns(rows: pd.DataFrame) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
-    """The comparison table's columns for these rows (the job, then every group whose test
-    holds), split into those that differ between jobs and those every job shares (shown once)."""
-    columns = [column for group, shown in COLUMN_GROUPS if shown(rows) for column in group]
+def _slo_given(rows: pd.DataFrame) -> bool:
+    return "slo" in rows and rows["slo"].fillna("").astype(str).str.len().gt(0).any()
+
+
+def _preempted(rows: pd.DataFrame) -> bool:
+    return bool(rows.get("num_preemptions", pd.Series(dtype=float)).fillna(0).gt(0).any())
+
+
+#: (title, columns, shown for these rows?): the comparison's metric groups, in order
+COLUMN_GROUPS: tuple[tuple[str, tuple[Column, ...], Callable[[pd.DataFrame], bool]], ...] = (
+    ("memory", _MEMORY, lambda rows: True),
+    ("throughput and latency", _LATENCY, lambda rows: True),
+    ("preemption", _PREEMPTION, _preempted),
+)
+
+
+def comparison_columns(rows: pd.DataFrame) -> tuple[list[tuple[str, list[Column]]], list[Column]]:
+    """The metric columns for these (finished) rows, by group, split into those that differ
+    between jobs and those every job shares (shown once, on a line). Goodput shows only where an
+    SLO was given (else it is the request throughput); a preemption group only where a job
+    preempted."""
+    groups = []
+    for title, columns, shown in COLUMN_GROUPS:
+        if not shown(rows):
+            continue
+        unwanted = "throughput_requests_per_s" if _slo_given(rows) else "goodput_requests_per_s"
+        columns = [c for c in columns if c.key in rows and c.key != unwanted]
+        groups.append((title, columns))
     if len(rows) < 2:
-        return [("label", "job", "{}"), *columns], []
-    same = [(col, header, fmt) for col, header, fmt in columns
-            if col in rows and len({_fmt(fmt, value) for value in rows[col]}) == 1]  # fmt: skip
-    return [("label", "job", "{}"), *[c for c in columns if c not in same]], same
+        return groups, []
+    same = [c for _, columns in groups for c in columns if rows[c.key].map(c.formatter(rows[c.key])).nunique() == 1]
+    return [(title, [c for c in columns if c not in same]) for title, columns in groups], same
 
 
 def no_effect_warnings(rows: pd.DataFrame) -> list[str]:
@@ -73,43 +203,59 @@ def no_effect_warnings(rows: pd.DataFrame) -> list[str]:
     return warnings
 
 
-def _fmt(fmt: str, value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    try:
-        if "d}" in fmt:
-            value = int(value)
-        return fmt.format(value)
-    except (TypeError, ValueError):
-        return str(value)
+# --- what a sweep varied ----------------------------------------------------------------------
 
 
-def wide_console() -> Console:
-    """The terminal's console, or a 240-column one where output goes to a pipe or a log."""
-    console = Console()
-    # a pipe or a CI log is no terminal: rich would squeeze the table into 80 columns
-    return console if console.is_terminal else Console(width=240)
+def _short_name(key: str) -> Column:
+    """A swept key's column: its last part as words, its unit suffix on a line of its own
+    (``allocator.block_size_tokens`` -> ``block`` / ``tokens``)."""
+    name = key.rsplit(".", 1)[-1]
+    unit = None
+    for suffix, unit_name in (("_per_s", "/s"), ("_tokens", "tokens"), ("_bytes", "bytes"), ("_s", "s")):
+        if name.endswith(suffix) and name != suffix.lstrip("_"):
+            name, unit = name.removesuffix(suffix), unit_name
+            break
+    name = {"block_size": "block"}.get(name, name).replace("_", " ")
+    return Column(SWEPT_PREFIX + key, name, unit)
 
 
 def _varying_labels(jobs: pd.Series) -> list[str]:
-    """Each job's overrides minus those every job shares: what the sweep varied."""
+    """Each job's overrides minus those every job shares (the last fallback: a job label as text)."""
     parts = [str(j).split(",") for j in jobs]
     common = set.intersection(*map(set, parts)) if parts else set()
     return [" ".join(p for p in job if p not in common) or "defaults" for job in parts]
 
 
-def print_summary(summary: dict, out_dir: Path | None, console: Console | None = None) -> None:
-    console = console or wide_console()
-    title = " / ".join(str(summary[key]) for key in ("allocator", "kernel", "scheduler", "preemption", "workload"))
-    table = Table(title=f"kvbench: {title}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for label, value in format_summary(summary):
-        table.add_row(label, value)
-    console.print(table)
-    console.print(f"[dim]{METRIC_DEFINITIONS}[/dim]")
-    if out_dir is not None:
-        console.print(f"results: {out_dir}")
+def sweep_axes(sweep_dir: Path, frame: pd.DataFrame) -> list[Column]:
+    """The swept keys' columns, added to ``frame`` as ``swept.<key>`` (each job's value as typed).
+
+    The keys are those Hydra recorded as sweeps (``multirun.yaml``); without that record, the
+    overrides whose value differs between the jobs' own ``.hydra/overrides.yaml``; without those,
+    one ``job`` column of each job's overrides minus the shared ones.
+    """
+    job_dirs = [Path(sweep_dir) / str(num) for num in frame["job_num"]]
+    keys = swept_keys(sweep_dir)
+    if keys:
+        values = [swept_values(job_dir, keys) for job_dir in job_dirs]
+    else:
+        values = [job_overrides(job_dir) for job_dir in job_dirs]
+        seen = list(dict.fromkeys(key for job in values for key in job))
+        keys = [key for key in seen if len({job.get(key, "") for job in values}) > 1]
+    if not keys:
+        jobs = frame["job"] if "job" in frame else frame["job_num"].astype(str)
+        frame[SWEPT_PREFIX + "job"] = _varying_labels(jobs.fillna("").astype(str))
+        return [Column(SWEPT_PREFIX + "job", "job")]
+    axes = [_short_name(key) for key in keys]
+    names = [a.name for a in axes]
+    # two keys ending alike (model.name, hardware.name) are told apart by their whole key
+    axes = [a if names.count(a.name) == 1 else Column(a.key, a.key.removeprefix(SWEPT_PREFIX), a.unit) for a in axes]
+    for key, axis in zip(keys, axes):
+        frame[axis.key] = [job.get(key, "") for job in values]
+    frame["label"] = [" ".join(f"{key}={job.get(key, '')}" for key in keys) for job in values]
+    return axes
+
+
+# --- the comparison ---------------------------------------------------------------------------
 
 
 def comparison_frame(sweep_dir: Path) -> pd.DataFrame:
@@ -118,13 +264,97 @@ def comparison_frame(sweep_dir: Path) -> pd.DataFrame:
     for job_dir in sorted((p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)):
         row = read_job(job_dir)
         if row is not None:
-            rows.append({"job_num": int(job_dir.name), **row})
+            rows.append({"job_num": int(job_dir.name), **row, "slo": _slo_text(job_dir)})
     return pd.DataFrame(rows)
 
 
+def _slo_text(job_dir: Path) -> str:
+    """The SLOs a job was given (``ttft_s=2, tpot_s=0.05``), from its ``config.json``; "" for none."""
+    try:
+        slo = json.loads((job_dir / "config.json").read_text()).get("slo") or {}
+    except (OSError, ValueError):
+        return ""
+    return ", ".join(f"{key}={value}" for key, value in slo.items() if value is not None)
+
+
+def _width(console: Console, table: Table) -> int:
+    """The table's natural width: what it takes with no column wrapped or cut."""
+    return Measurement.get(console, console.options.update_width(10_000), table).maximum
+
+
+def _table(title: str | None, columns: Sequence[Column], frame: pd.DataFrame, first_metric: int) -> Table:
+    """One table of the comparison; a failed or incomplete job shows its status in the first
+    metric column (``first_metric``: how many columns come before it)."""
+    table = Table(title=title, title_justify="left")
+    for i, column in enumerate(columns):
+        # names (and values typed on the command line) read from the left, numbers line up right
+        values = frame[column.key].dropna() if column.key in frame else pd.Series(dtype=object)
+        is_text = i < first_metric and not pd.to_numeric(values, errors="coerce").notna().all()
+        table.add_column(column.header, justify="left" if is_text else "right", overflow="fold", no_wrap=not is_text)
+    formatters = [c.formatter(frame.loc[~frame["failed"], c.key]) if c.key in frame else None for c in columns]
+    for _, row in frame.iterrows():
+        cells = [f(row.get(c.key)) if f else "-" for c, f in zip(columns, formatters)]
+        if row["failed"]:
+            cells = [*cells[:first_metric], f"[red]{row['status']}[/red]", *[""] * (len(columns) - first_metric - 1)]
+            cells = [cell if i >= first_metric or columns[i].key.startswith(SWEPT_PREFIX) else ""
+                     for i, cell in enumerate(cells)]  # fmt: skip
+        table.add_row(*cells)
+    return table
+
+
+def comparison_tables(frame: pd.DataFrame, axes: list[Column], console: Console) -> list[Table]:
+    """The comparison as tables that each fit ``console``'s width: the swept values and the settings
+    that differ first in every table, then the metric groups, as many side by side as fit."""
+    ok = frame[~frame["failed"]]
+    covered = {_SETTING_OF_KEY.get(a.key.removeprefix(SWEPT_PREFIX)) for a in axes}
+    varying = [s for s in SETTINGS if s.key in ok and s.key not in covered
+               and ok[s.key].map(s.formatter(ok[s.key])).nunique() > 1]  # fmt: skip
+    lead = [*axes, *varying]
+    groups, _ = comparison_columns(ok)
+    width = console.width
+    fits = lambda metrics: _width(console, _table(None, [*lead, *metrics], frame, len(lead))) <= width
+    packed: list[tuple[list[str], list[Column]]] = []  # (group titles, columns) of each table
+    for title, columns in groups:
+        if not columns:
+            continue
+        if packed and fits([*packed[-1][1], *columns]):
+            packed[-1] = ([*packed[-1][0], title], [*packed[-1][1], *columns])
+            continue
+        packed.append(([title], []))
+        for column in columns:  # a group wider than the console is split column by column
+            if packed[-1][1] and not fits([*packed[-1][1], column]):
+                packed.append(([f"{title} (continued)"], []))
+            packed[-1][1].append(column)
+    if not packed:  # no job finished: the status is all there is to show
+        packed = [([], [Column("status", "status")])]
+    titled = len(packed) > 1
+    return [_table("; ".join(titles) if titled else None, [*lead, *columns], frame, len(lead)) for titles, columns in packed]
+
+
+def _shared_line(frame: pd.DataFrame, axes: list[Column]) -> str:
+    """The settings every finished job shares, as ``model llama2-7b, hardware h100-sxm, ...``."""
+    ok = frame[~frame["failed"]]
+    if ok.empty:
+        return ""
+    covered = {_SETTING_OF_KEY.get(a.key.removeprefix(SWEPT_PREFIX)) for a in axes}
+    line, last = "", None
+    for setting in SETTINGS:
+        if setting.key not in ok or setting.key in covered:
+            continue
+        shown = ok[setting.key].map(setting.formatter(ok[setting.key]))
+        if shown.nunique() == 1 and shown.iloc[0] not in ("-", ""):
+            said = setting.said(shown.iloc[0])
+            if setting.key == "calibration" and last != "kernel":  # the kernels are swept: say whose it is
+                said = f"kernel calibration {shown.iloc[0]}"
+            # "on h100-sxm" and "(uncalibrated)" qualify the setting before them
+            line += (" " if said.startswith(("on ", "(")) else ", ") + said if line else said
+            last = setting.key
+    return line
+
+
 def print_comparison(sweep_dir: Path, console: Console | None = None) -> pd.DataFrame:
-    """Print the sweep's comparison table and save it (Parquet, CSV, PNG) in the sweep folder."""
-    console = console or wide_console()
+    """Print the sweep's comparison and save it (Parquet, CSV, PNG) in the sweep folder."""
+    console = console or report_console()
     frame = comparison_frame(sweep_dir)
     if frame.empty:
         console.print(f"kvbench: no job results under {sweep_dir}")
@@ -135,33 +365,68 @@ def print_comparison(sweep_dir: Path, console: Console | None = None) -> pd.Data
     # failed (bad input) or incomplete (interrupted: never read); "ok" rows are finished results
     status = frame["status"] if "status" in frame else pd.Series(pd.NA, index=frame.index, dtype=object)
     frame["status"] = status.fillna(frame["failed"].map({True: "failed", False: "ok"}))
-    frame["label"] = _varying_labels(frame["job"])
-    columns, shared = comparison_columns(frame[~frame["failed"]])
-    for warning in no_effect_warnings(frame[~frame["failed"]]):
+    axes = sweep_axes(sweep_dir, frame)
+    if "label" not in frame:
+        frame["label"] = frame[axes[0].key]
+    ok = frame[~frame["failed"]]
+    swept = ", ".join(a.key.removeprefix(SWEPT_PREFIX) for a in axes)
+    console.print(f"[bold]kvbench comparison ({len(frame)} jobs)[/bold], swept: {swept}", highlight=False)
+    if shared := _shared_line(frame, axes):
+        console.print(f"every job: {shared}", highlight=False)
+    _, same = comparison_columns(ok)
+    if same:
+        values = ", ".join(c.said(c.formatter(ok[c.key])(ok[c.key].iloc[0])) for c in same)
+        console.print(f"same in every job: {values}", highlight=False)
+    for warning in no_effect_warnings(ok):
         console.print(f"[bold yellow]{warning}[/bold yellow]", highlight=False)
-    table = Table(title=f"kvbench comparison ({len(frame)} jobs)")
-    # a long job label wraps between its overrides rather than losing its end
-    widest = max((len(part) for label in frame["label"] for part in str(label).split()), default=3)
-    for _, header, _ in columns:
-        job = header == "job"
-        table.add_column(header, justify="left" if header in ("job", "calibration") else "right",
-                         overflow="fold" if job else "ellipsis", min_width=widest if job else None)  # fmt: skip
-    for _, row in frame.iterrows():
-        if row["failed"]:
-            table.add_row(row["label"], *[f"[red]{row['status']}[/red]", *[""] * (len(columns) - 2)])
-        else:
-            table.add_row(*[_fmt(fmt, row.get(col)) for col, _, fmt in columns])
-    console.print(table)
-    if shared:
-        first = frame[~frame["failed"]].iloc[0]
-        console.print("same in every job: " + ", ".join(f"{header} {_fmt(fmt, first.get(col))}" for col, header, fmt in shared))
+    for table in comparison_tables(frame, axes, console):
+        console.print(table)
     for _, row in frame[frame["failed"]].iterrows():
         console.print(f"[red]{row['status']}[/red] {row['label']}: {row['error']}", highlight=False)
-    console.print(f"[dim]{METRIC_DEFINITIONS}[/dim]")
+    console.print(f"[dim]{METRIC_DEFINITIONS}\n{COMPARISON_NOTES}[/dim]", highlight=False)
     write_frame(frame, sweep_dir, "comparison")
     if (~frame["failed"]).any():
         from kvbench.output.figures import plot_comparison
 
         plot_comparison(frame, sweep_dir / "comparison.png")
-    console.print(f"comparison: {sweep_dir / 'comparison.csv'}")
+    console.print(f"comparison: {sweep_dir / 'comparison.csv'}", highlight=False)
     return frame
+
+
+# --- one run ----------------------------------------------------------------------------------
+
+
+def _slo_from_config(out_dir: Path | None) -> bool | None:
+    """Whether the run was given an SLO, from its ``config.json``; None when that is not known."""
+    if out_dir is None:
+        return None
+    try:
+        slo = json.loads((out_dir / "config.json").read_text()).get("slo")
+    except (OSError, ValueError):
+        return None
+    return None if slo is None else any(value is not None for value in slo.values())
+
+
+def print_summary(summary: dict, out_dir: Path | None, console: Console | None = None, *,
+                  slo_given: bool | None = None) -> None:  # fmt: skip
+    """Print a run's headline numbers (one screen) and where all of them are."""
+    console = console or report_console()
+    if slo_given is None:
+        slo_given = _slo_from_config(out_dir)
+    get = lambda key: summary.get(key, "?")
+    block = f" (block {get('block_size_tokens')})" if "block_size_tokens" in summary else ""
+    title = f"kvbench: {get('allocator')}{block} / {get('kernel')} / {get('scheduler')} / {get('preemption')} / {get('workload')}"
+    setting = f"{get('model')} on {get('hardware')}, seed {get('seed')}"
+    if "calibration" in summary:
+        setting += f", {summary['calibration']}"
+    table = Table(title=f"{title}\n{setting}", show_header=False)
+    table.add_column("metric", overflow="fold")  # a narrow terminal wraps a row, never cuts it
+    table.add_column("value", justify="right", overflow="fold")
+    for label, value in headline_rows(summary, slo_given=slo_given):
+        table.add_row(label, value)
+    console.print(table)
+    console.print(f"[dim]{METRIC_DEFINITIONS}[/dim]", highlight=False)
+    if out_dir is not None:
+        console.print(f"all {len(summary)} metrics: {out_dir / SUMMARY_JSON}", highlight=False)
+    else:
+        console.print(f"{len(summary)} metrics in all (output.write=false: no files written)", highlight=False)

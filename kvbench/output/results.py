@@ -1,4 +1,5 @@
-"""A finished run and how it is written to ``results/``: Parquet (source of truth), CSV, config, figure.
+"""A finished run and how it is written to ``results/``: Parquet (source of truth), CSV, one JSON
+of the summary (``summary.json``, :mod:`kvbench.output.run_json`), config, figure.
 
 Every file is written whole or not at all, and ``COMPLETE`` is written last (see
 :mod:`kvbench.output.atomic`): a folder without it holds an interrupted run, which readers flag
@@ -17,14 +18,17 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from kvbench.output.atomic import COMPLETE, clear_incomplete, is_complete, mark_complete, write_frame, write_json
+from kvbench.output.run_json import run_json
 
 TABLES = ("summary", "requests", "steps", "refusals")
 FAILED = "failed.json"
+#: the summary as one JSON object, with ``vllm bench serve``'s names where they overlap
+SUMMARY_JSON = "summary.json"
 #: every name a run may write: cleared before a run is rewritten into the same folder, so that a
 #: table left by an earlier run with other options (``output.steps=true``) cannot mix in
 RESULT_FILES = (
     *(f"{table}.{ext}" for table in TABLES for ext in ("parquet", "csv")),
-    "config.json", "memory.png", FAILED, COMPLETE,
+    SUMMARY_JSON, "config.json", "memory.png", FAILED, COMPLETE,
 )  # fmt: skip
 
 
@@ -51,8 +55,8 @@ def clear_run(out_dir: Path) -> None:
 
 
 def write_run(result: RunResult, out_dir: Path, *, steps: bool = True, figures: bool = True) -> Path:
-    """Write the run's tables as Parquet and CSV, its resolved config and its memory figure, then
-    the ``COMPLETE`` marker that makes the folder a result."""
+    """Write the run's tables as Parquet and CSV, its summary as JSON, its resolved config and its
+    memory figure, then the ``COMPLETE`` marker that makes the folder a result."""
     out_dir.mkdir(parents=True, exist_ok=True)
     clear_run(out_dir)
     frames = {"summary": result.summary_frame(), "requests": result.requests, "refusals": result.refusals}
@@ -62,8 +66,9 @@ def write_run(result: RunResult, out_dir: Path, *, steps: bool = True, figures: 
     for name, frame in frames.items():
         write_frame(frame, out_dir, name)
         written += [f"{name}.parquet", f"{name}.csv"]
+    write_json(out_dir / SUMMARY_JSON, run_json(result.summary, result.requests, result.config))
     write_json(out_dir / "config.json", result.config)
-    written.append("config.json")
+    written += [SUMMARY_JSON, "config.json"]
     if figures and len(result.steps):
         from kvbench.output.figures import plot_memory_timeline
 
@@ -105,7 +110,9 @@ def read_job(job_dir: Path) -> dict[str, Any] | None:
     failed = job_dir / FAILED
     if failed.is_file():
         return {"failed": True, "status": "failed", **json.loads(failed.read_text())}
-    if any((job_dir / name).exists() for name in RESULT_FILES) or any(job_dir.glob(".tmp-*")):
+    # Hydra writes .hydra/ when a job starts: a job killed before writing anything is incomplete too
+    started = (job_dir / ".hydra").is_dir()
+    if started or any((job_dir / name).exists() for name in RESULT_FILES) or any(job_dir.glob(".tmp-*")):
         return {
             "failed": True, "status": "incomplete", "job": _job_label(job_dir),
             "error": "incomplete (no COMPLETE marker: the run was interrupted or could not finish writing); "

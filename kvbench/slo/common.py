@@ -50,23 +50,16 @@ class Parser(argparse.ArgumentParser):
 
 def compose_checked(overrides: list[str]):
     """:func:`kvbench.api.compose`, with a bad override turned into a one-line ConfigError."""
-    from hydra.core.config_store import ConfigStore
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from kvbench.api import compose
-    from kvbench.app.config import KvbenchConfig
-    from kvbench.app.overrides import check_overrides
-    from kvbench.plugins import config_searchpaths
+    from kvbench.app.overrides import hydra_error_line
 
-    # check_overrides composes the config too, and the config's defaults name the typed schema
-    ConfigStore.instance().store(name="kvbench_schema", node=KvbenchConfig)
-    check_overrides(overrides, config_searchpaths())  # names an unknown option or key, and what is allowed
     try:
         return compose(overrides)
     except (HydraException, OmegaConfBaseException) as exc:
-        cause = exc.__cause__ or exc
-        raise ConfigError(f"{str(exc).splitlines()[0]}: {str(cause).splitlines()[0]}") from None
+        raise ConfigError(hydra_error_line(exc, overrides)) from None
 
 
 def run_cli(body: Callable[[list[str]], int]) -> None:

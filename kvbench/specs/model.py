@@ -1,13 +1,17 @@
-"""ModelSpec: what a transformer costs in KV bytes, weight bytes and FLOPs, from its transformers config.
+"""ModelSpec: what a transformer costs in KV bytes, weight bytes and FLOPs, from its config.json fields.
 
 ``conf/model/<name>.yaml`` carries the config fields of a Hugging Face ``config.json`` (or a path to
-a local one); :func:`model_spec` builds the transformers config object from them, so field names and
-defaults (``num_key_value_heads``, ``head_dim``, ``tie_word_embeddings``...) mean exactly what they
-mean to transformers. The parameter count is computed from the architecture, not typed in.
+a local one). Field names and defaults (``num_key_value_heads``, ``head_dim``,
+``tie_word_embeddings``...) mean exactly what they mean to transformers: :data:`FAMILY_DEFAULTS`
+copies transformers' defaults for the fields kvbench reads, and a test checks every model in
+``conf/model/`` against transformers' ``AutoConfig``. transformers itself is not imported: it
+imports torch, which took seconds of a run that only needs a dozen integers.
+The parameter count is computed from the architecture, not typed in.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +23,37 @@ from kvbench.specs.names import require_name
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1}
 #: families whose parameters are counted with the gated-MLP (LLaMA) formula
 LLAMA_LIKE = ("llama", "mistral")
+#: per model type, the defaults of the fields kvbench reads, as in transformers 5.x
+#: ``models/<type>/configuration_<type>.py``. None: derived from other fields when absent or null
+#: (head_dim = hidden_size // heads, num_key_value_heads = heads, word_embed_proj_dim = hidden_size);
+#: a field whose default is not None may not be null (transformers refuses it too). Fields kvbench
+#: does not read (rope_scaling, rms_norm_eps...) are passed over: they change no number here.
+FAMILY_DEFAULTS: dict[str, dict[str, int | bool | None]] = {
+    "llama": {
+        "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": None, "head_dim": None,
+        "max_position_embeddings": 2048, "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+    },
+    # Mistral: 8 KV heads unless told (not "as many as the query heads"), no biases, 128K positions
+    "mistral": {
+        "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": None,
+        "max_position_embeddings": 4096 * 32, "tie_word_embeddings": False,
+    },
+    # OPT ties the LM head to the embeddings by default, unlike LLaMA
+    "opt": {
+        "vocab_size": 50272, "hidden_size": 768, "num_hidden_layers": 12, "ffn_dim": 3072,
+        "max_position_embeddings": 2048, "do_layer_norm_before": True, "_remove_final_layer_norm": False,
+        "word_embed_proj_dim": None, "num_attention_heads": 12, "enable_bias": True,
+        "layer_norm_elementwise_affine": True, "tie_word_embeddings": True,
+    },
+}  # fmt: skip
+#: families whose transformers config or attention layer refuses a hidden size that the heads do not
+#: divide (Mistral does not: its head_dim may be set apart from hidden_size)
+HEADS_DIVIDE_HIDDEN = ("llama", "opt")
+#: what a model type outside FAMILY_DEFAULTS must spell out, since kvbench knows no defaults for it
+#: (and model.num_params, since it has no parameter-count formula)
+GENERIC_SHAPE_FIELDS = ("num_hidden_layers", "num_attention_heads", "hidden_size", "max_position_embeddings")
 #: the architecture fields ModelSpec and count_params read (each where the model type has it): all
 #: must be positive integers, or a zero-layer model divides by zero and a negative width prints
 #: negative memory
@@ -88,7 +123,7 @@ def _check_architecture(values: dict[str, Any], where: str) -> None:
     for name in ARCHITECTURE_FIELDS:
         value = values.get(name)
         if value is None:
-            continue  # absent for this model type, or left to transformers' default
+            continue  # absent for this model type, or derived from other fields
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
         require(ok, f"model.hf_config.{name}", value, f"use a positive integer{where}")
     positions = values.get("max_position_embeddings")
@@ -97,100 +132,121 @@ def _check_architecture(values: dict[str, Any], where: str) -> None:
                 f"use at most 2**24 = {MAX_POSITION_EMBEDDINGS:,} tokens (above any released model){where}")  # fmt: skip
 
 
-def _load_hf_config(cfg: ModelConfig):
-    # transformers is imported here, not at module level: `kvbench --help` should not pay for it
-    from transformers import CONFIG_MAPPING, AutoConfig
+def _read_fields(cfg: ModelConfig) -> tuple[dict[str, Any], str]:
+    """The config.json fields (from model.config_path or model.hf_config) and where they came from
+    (" (in <path>)" for a file, "" for the YAML), for error messages."""
+    if not cfg.config_path:
+        return dict(cfg.hf_config), ""
+    path = Path(cfg.config_path).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"model.config_path={cfg.config_path!r} is invalid: no config.json there")
+    try:
+        fields = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        detail = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
+        raise ConfigError(f"model.config_path={cfg.config_path!r} is not valid JSON: {detail}") from None
+    if not isinstance(fields, dict):
+        raise ConfigError(f"model.config_path={cfg.config_path!r} holds a JSON {type(fields).__name__}, not an "
+                          "object of config.json fields")  # fmt: skip
+    return fields, f" (in {path})"
 
-    where = ""
-    if cfg.config_path:
-        path = Path(cfg.config_path).expanduser()
-        if path.is_dir():
-            path = path / "config.json"
-        if not path.is_file():
-            raise ConfigError(f"model.config_path={cfg.config_path!r} is invalid: no config.json there")
-        try:
-            fields = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            detail = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
-            raise ConfigError(f"model.config_path={cfg.config_path!r} is not valid JSON: {detail}") from None
-        if not isinstance(fields, dict):
-            raise ConfigError(f"model.config_path={cfg.config_path!r} holds a JSON {type(fields).__name__}, not an "
-                              "object of config.json fields")  # fmt: skip
-        where = f" (in {path})"
-    else:
-        fields = dict(cfg.hf_config)
-    model_type = fields.pop("model_type", None)
+
+def _unknown_type_error(model_type: Any, fields: dict[str, Any], has_num_params: bool, where: str) -> ConfigError:
+    """One line for a model type without built-in defaults: what to spell out, or the type meant."""
+    guess = difflib.get_close_matches(str(model_type), FAMILY_DEFAULTS, n=1)
+    hint = f" (did you mean {guess[0]!r}?)" if guess else ""
+    missing = [name for name in GENERIC_SHAPE_FIELDS if fields.get(name) is None]
+    needs = [] if has_num_params else ["set model.num_params"]
+    if missing:
+        needs.append(f"give {', '.join(missing)} in model.hf_config")
+    return ConfigError(f"model.hf_config.model_type={model_type!r}{where} is not one kvbench knows the defaults of"
+                       f"{hint}: use one of {', '.join(FAMILY_DEFAULTS)}, or {' and '.join(needs)}")  # fmt: skip
+
+
+def resolve_architecture(cfg: ModelConfig) -> dict[str, Any]:
+    """The fields ModelSpec and count_params read, defaults and derived values filled in as
+    transformers fills them, ``model_type`` included; one-line ConfigError for bad input."""
+    fields, where = _read_fields(cfg)
+    model_type = fields.get("model_type")
     if not model_type:
         raise ConfigError(f"model.hf_config.model_type is missing{where}: give the transformers model_type, e.g. llama")
-    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
-        raise ConfigError(f"model.hf_config.model_type={model_type!r} is invalid{where}: not a transformers model "
-                          f"type; use e.g. {', '.join(LLAMA_LIKE + ('opt',))}")  # fmt: skip
+    defaults = FAMILY_DEFAULTS.get(model_type) if isinstance(model_type, str) else None
+    if defaults is None:
+        # no defaults known: usable only when every shape field is given and the count is typed in
+        if cfg.num_params is None or any(fields.get(name) is None for name in GENERIC_SHAPE_FIELDS):
+            raise _unknown_type_error(model_type, fields, cfg.num_params is not None, where)
+        defaults = dict.fromkeys(GENERIC_SHAPE_FIELDS + ("num_key_value_heads", "head_dim"))
     _check_architecture(fields, where)
-    try:
-        hf = AutoConfig.for_model(model_type, **fields)
-    except (TypeError, ValueError, *_strict_dataclass_errors()) as exc:
-        # transformers checks field types and consistency (hidden size a multiple of the heads...);
-        # its message names the field, on the line of the innermost cause
-        cause = exc.__cause__ or exc
-        raise ConfigError(f"model.hf_config{where} is invalid for transformers' {model_type!r} config: "
-                          f"{str(cause).strip().splitlines()[0]}") from None  # fmt: skip
-    # the values the spec reads, defaults included (head_dim is derived from hidden_size)
-    _check_architecture({name: getattr(hf, name, None) for name in ARCHITECTURE_FIELDS}, where)
-    return hf
+    arch: dict[str, Any] = {"model_type": model_type}
+    for name, default in defaults.items():
+        value = fields.get(name, default)
+        if value is None and default is not None:
+            kind = "true or false" if isinstance(default, bool) else "a positive integer"
+            raise ConfigError(f"model.hf_config.{name}=None is invalid: use {kind}, or leave it out for "
+                              f"{model_type}'s default ({default}){where}")  # fmt: skip
+        if isinstance(default, bool):
+            require(isinstance(value, bool), f"model.hf_config.{name}", value, f"use true or false{where}")
+        arch[name] = value
+    hidden, n_heads = arch["hidden_size"], arch["num_attention_heads"]
+    if arch.get("head_dim") is None:  # null, or not a field of the family (OPT): derived
+        require(hidden >= n_heads, "model.hf_config.hidden_size", hidden, f"must be at least num_attention_heads={n_heads}{where}")
+        arch["head_dim"] = hidden // n_heads
+    if model_type in HEADS_DIVIDE_HIDDEN:
+        require(hidden % n_heads == 0, "model.hf_config.num_attention_heads", n_heads,
+                f"must divide hidden_size={hidden}, as transformers' {model_type} model requires{where}")  # fmt: skip
+    if arch.get("num_key_value_heads") is None:  # null, or not a field of the family (OPT): multi-head
+        arch["num_key_value_heads"] = n_heads
+    n_kv = arch["num_key_value_heads"]
+    require(n_heads % n_kv == 0, "model.hf_config.num_key_value_heads", n_kv, f"must divide num_attention_heads={n_heads}{where}")
+    if "word_embed_proj_dim" in arch and arch["word_embed_proj_dim"] is None:
+        arch["word_embed_proj_dim"] = hidden
+    return arch
 
 
-def _strict_dataclass_errors() -> tuple[type[Exception], ...]:
-    """huggingface_hub's validation errors, which are not TypeError/ValueError (absent in old versions)."""
-    try:
-        from huggingface_hub.errors import StrictDataclassError
-    except ImportError:
-        return ()
-    return (StrictDataclassError,)
-
-
-def count_params(hf) -> int:
-    """Parameters of a decoder-only model from its config (embeddings and LM head included)."""
-    h, n_layers, vocab = hf.hidden_size, hf.num_hidden_layers, hf.vocab_size
-    if hf.model_type in LLAMA_LIKE:
-        n_heads = hf.num_attention_heads
-        n_kv = getattr(hf, "num_key_value_heads", None) or n_heads
-        d = getattr(hf, "head_dim", None) or h // n_heads
-        bias = 1 if getattr(hf, "attention_bias", False) else 0
-        attn = h * n_heads * d + 2 * h * n_kv * d + n_heads * d * h + bias * (n_heads * d + 2 * n_kv * d + h)
-        mlp = 3 * h * hf.intermediate_size + (3 if getattr(hf, "mlp_bias", False) else 0) * hf.intermediate_size
+def count_params(arch: dict[str, Any]) -> int:
+    """Parameters of a decoder-only model from its resolved architecture (embeddings and LM head
+    included), layer by layer as transformers' modeling code builds it."""
+    h, n_layers, vocab = arch["hidden_size"], arch["num_hidden_layers"], arch["vocab_size"]
+    if arch["model_type"] in LLAMA_LIKE:
+        n_heads, n_kv, d = arch["num_attention_heads"], arch["num_key_value_heads"], arch["head_dim"]
+        ffn = arch["intermediate_size"]
+        attn = h * n_heads * d + 2 * h * n_kv * d + n_heads * d * h
+        if arch.get("attention_bias", False):  # Mistral has no biases
+            attn += n_heads * d + 2 * n_kv * d + h
+        mlp = 3 * h * ffn
+        if arch.get("mlp_bias", False):
+            mlp += 2 * ffn + h  # gate and up project to ffn, down back to h
         per_layer = attn + mlp + 2 * h  # two RMSNorm weights
-        embed = vocab * h
-        head = 0 if hf.tie_word_embeddings else vocab * h
-        return embed + head + n_layers * per_layer + h  # final norm
-    if hf.model_type == "opt":
-        ffn, proj = hf.ffn_dim, hf.word_embed_proj_dim
-        per_layer = 4 * (h * h + h) + (h * ffn + ffn) + (ffn * h + h) + 2 * 2 * h  # qkvo, fc1, fc2, two LayerNorms
-        embed = vocab * proj + (hf.max_position_embeddings + 2) * h  # OPT offsets positions by 2
+        head = 0 if arch["tie_word_embeddings"] else vocab * h
+        return vocab * h + head + n_layers * per_layer + h  # embeddings, head, layers, final norm
+    if arch["model_type"] == "opt":
+        ffn, proj = arch["ffn_dim"], arch["word_embed_proj_dim"]
+        bias = 1 if arch["enable_bias"] else 0
+        norm = 2 * h if arch["layer_norm_elementwise_affine"] else 0  # weight and bias, or nothing
+        attn = 4 * (h * h + bias * h)  # q, k, v, out
+        mlp = (h * ffn + bias * ffn) + (ffn * h + bias * h)  # fc1, fc2
+        per_layer = attn + mlp + 2 * norm
+        embed = vocab * proj + (arch["max_position_embeddings"] + 2) * h  # OPT offsets positions by 2
         projections = 0 if proj == h else 2 * h * proj
-        final_norm = 2 * h if hf.do_layer_norm_before and not getattr(hf, "_remove_final_layer_norm", False) else 0
-        head = 0 if hf.tie_word_embeddings else vocab * proj
+        final_norm = norm if arch["do_layer_norm_before"] and not arch["_remove_final_layer_norm"] else 0
+        head = 0 if arch["tie_word_embeddings"] else vocab * proj
         return embed + projections + n_layers * per_layer + final_norm + head
-    raise ConfigError(
-        f"model.hf_config.model_type={hf.model_type!r} has no parameter-count formula; "
-        f"use one of {', '.join(LLAMA_LIKE + ('opt',))} or set model.num_params"
-    )
+    raise ConfigError(f"model.hf_config.model_type={arch['model_type']!r} has no parameter-count formula; "
+                      f"use one of {', '.join(FAMILY_DEFAULTS)} or set model.num_params")  # fmt: skip
 
 
 def model_spec(cfg: ModelConfig) -> ModelSpec:
     """Build the ModelSpec for a validated ModelConfig."""
-    hf = _load_hf_config(cfg)
-    n_heads = hf.num_attention_heads
-    n_kv = getattr(hf, "num_key_value_heads", None) or n_heads
-    require(n_heads % n_kv == 0, "model.hf_config.num_key_value_heads", n_kv, f"must divide num_attention_heads={n_heads}")
-    head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // n_heads
-    require(head_dim >= 1, "model.hf_config.hidden_size", hf.hidden_size, f"must be at least num_attention_heads={n_heads}")
+    arch = resolve_architecture(cfg)
     return ModelSpec(
         name=cfg.name,
-        num_layers=hf.num_hidden_layers,
-        num_heads=n_heads,
-        num_kv_heads=n_kv,
-        head_dim=head_dim,
+        num_layers=arch["num_hidden_layers"],
+        num_heads=arch["num_attention_heads"],
+        num_kv_heads=arch["num_key_value_heads"],
+        head_dim=arch["head_dim"],
         dtype_bytes=DTYPE_BYTES[cfg.dtype],
-        num_params=cfg.num_params or count_params(hf),
-        max_positions=int(hf.max_position_embeddings),
+        num_params=cfg.num_params or count_params(arch),
+        max_positions=arch["max_position_embeddings"],
     )

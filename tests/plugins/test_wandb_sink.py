@@ -1,12 +1,18 @@
-"""The W&B sink: offline by default (no account, no network), a no-op when disabled."""
+"""The W&B sink: offline by default (no account, no network), a no-op when disabled; runs a team
+can browse: a sweep's runs grouped and named by what they vary, tables and figures logged.
+
+W&B runs are slow to start (~1.5 s each): one in-process run, and one CLI sweep (two jobs and
+their comparison) that also audits the network."""
 
 from __future__ import annotations
 
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -15,17 +21,150 @@ from kvbench.output.results import RunResult
 from kvbench_plugins import wandb_sink
 
 
-def result(tmp_path, mode: str) -> RunResult:
+def result(tmp_path, mode: str, requests: pd.DataFrame | None = None) -> RunResult:
     summary = {"allocator": "paged", "kernel": "triton", "workload": "lecture_chat", "mode": "sim",
                "hardware": "h100-sxm", "model": "llama2-7b", "peak_concurrency": 186, "ttft_p50_s": float("nan")}  # fmt: skip
     return RunResult(
         config={"wandb": {"mode": mode, "project": "kvbench-test"}},
         summary=summary,
-        requests=pd.DataFrame(),
+        requests=pd.DataFrame() if requests is None else requests,
         steps=pd.DataFrame(),
         refusals=pd.DataFrame(),
         out_dir=tmp_path,
     )
+
+
+def hydra_folder(folder: Path, overrides: list[str]) -> Path:
+    """A job folder as Hydra leaves it: its own overrides in ``.hydra/overrides.yaml``."""
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    return folder
+
+
+def sweep_folder(sweep: Path, task: list[str], jobs: list[list[str]]) -> list[Path]:
+    """A multirun folder as Hydra leaves it: ``multirun.yaml`` with the command's overrides, and
+    one numbered job folder per job."""
+    sweep.mkdir(parents=True)
+    lines = "".join(f"      - {o}\n" for o in task)
+    (sweep / "multirun.yaml").write_text(f"hydra:\n  overrides:\n    task:\n{lines}wandb:\n  mode: disabled\n")
+    return [hydra_folder(sweep / str(num), job) for num, job in enumerate(jobs)]
+
+
+# -------------------------------------------------------------------------------------------------
+# W&B's offline record of a run, read back
+# -------------------------------------------------------------------------------------------------
+
+#: ``run-<id>.wandb``, the transaction log ``wandb sync`` uploads, is framed as a LevelDB log:
+#: a 7-byte file header, then 32 KiB blocks of chunks (crc32c, length, type: 1 whole record,
+#: 2 first, 3 middle, 4 last part), each record a W&B protobuf ``Record``. wandb 0.31 reads it in
+#: Go only (wandb-core), and writes no wandb-summary.json or config.yaml offline: hence this reader.
+BLOCK_BYTES, HEADER_BYTES = 32768, 7
+
+
+def wandb_records(path: Path):
+    from wandb.proto import wandb_internal_pb2
+
+    data, pos, pending = path.read_bytes(), HEADER_BYTES, b""
+    assert data[:4] == b":W&B", "not a W&B transaction log"
+    while pos + HEADER_BYTES <= len(data):
+        room = BLOCK_BYTES - pos % BLOCK_BYTES
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + HEADER_BYTES])
+        if room < HEADER_BYTES or (length == 0 and kind == 0):  # a block's zero padding
+            pos += room
+            continue
+        pending += data[pos + HEADER_BYTES : pos + HEADER_BYTES + length]
+        pos += HEADER_BYTES + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            pending = b""
+            yield record
+
+
+def _key(item) -> str:
+    return item.key or "/".join(item.nested_key)
+
+
+def offline_run(folder: Path) -> dict:
+    """What one offline run under ``folder/wandb`` recorded: its run record, config, summary (last
+    value per key), files (paths under ``files/``, which must exist) and notes."""
+    [run_dir] = list((folder / "wandb").glob("offline-run-*"))
+    [log] = list(run_dir.glob("run-*.wandb"))
+    out = {"config": {}, "summary": {}, "files": []}
+    for record in wandb_records(log):
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            out["run"] = record.run
+            out["config"].update({_key(i): json.loads(i.value_json) for i in record.run.config.update})
+        elif kind == "summary":
+            out["summary"].update({_key(i): json.loads(i.value_json) for i in record.summary.update})
+        elif kind == "files":
+            out["files"] += [f.path for f in record.files.files]
+    for path in out["files"]:
+        assert (run_dir / "files" / path).is_file(), path
+    out["dir"] = run_dir / "files"
+    return out
+
+
+def logged_table(run: dict, key: str) -> dict:
+    [path] = [p for p in run["files"] if p.startswith(f"media/table/{key}_") and p.endswith(".table.json")]
+    return json.loads((run["dir"] / path).read_text())
+
+
+def logged_images(run: dict, key: str) -> list[str]:
+    return [p for p in run["files"] if p.startswith(f"media/images/{key}_") and p.endswith(".png")]
+
+
+# -------------------------------------------------------------------------------------------------
+# Names, groups and tables, without W&B
+# -------------------------------------------------------------------------------------------------
+
+
+def test_a_sweep_job_is_named_by_its_swept_values_and_grouped_by_its_sweep(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "results" / "multirun" / "2026-11-30" / "18-48-39-123456"
+    jobs = sweep_folder(sweep, ["allocator=naive,paged", "scheduler=mixed,chunked", "seed=3"],
+                        [["allocator=naive", "scheduler=chunked", "seed=3"], ["allocator=paged", "scheduler=mixed", "seed=3"]])  # fmt: skip
+    runs = [RunResult(config={}, summary={}, requests=None, steps=None, refusals=None, out_dir=job) for job in jobs]
+    assert wandb_sink.sweep_of(jobs[0]) == sweep
+    assert [wandb_sink.run_name(r, sweep) for r in runs] == ["allocator=naive scheduler=chunked", "allocator=paged scheduler=mixed"]
+    # relative to the results root, whatever the launcher's working folder calls it
+    assert wandb_sink.sweep_group(sweep) == "multirun/2026-11-30/18-48-39-123456"
+    assert wandb_sink.sweep_group(Path("results/multirun/2026-11-30/18-48-39-123456")) == wandb_sink.sweep_group(sweep)
+    elsewhere = tmp_path.parent / ("x" * 200) / "study"
+    assert wandb_sink.sweep_group(elsewhere).endswith("/study") and len(wandb_sink.sweep_group(elsewhere)) == 128
+
+
+def test_a_single_run_is_named_by_the_overrides_that_change_its_numbers(tmp_path):
+    run = hydra_folder(tmp_path / "runs" / "a", ["allocator=naive", "progress=false", "wandb.mode=offline", "output.steps=false"])
+    plain = hydra_folder(tmp_path / "runs" / "b", ["progress=false"])
+    named = [RunResult(config={}, summary={}, requests=None, steps=None, refusals=None, out_dir=d) for d in (run, plain, None)]
+    assert [wandb_sink.sweep_of(r.out_dir) for r in named] == [None, None, None]
+    assert [wandb_sink.run_name(r, None) for r in named] == ["allocator=naive", "defaults", "defaults"]
+
+
+def test_a_table_with_missing_text_and_numbers_is_a_wandb_table():
+    frame = pd.DataFrame({"job": ["allocator=naive", "allocator=x"], "error": [None, "bad name"],
+                          "peak_concurrency": [29.0, float("nan")], "failed": [False, True]})  # fmt: skip
+    table = wandb_sink.table(frame)
+    assert table.columns == list(frame.columns)
+    assert table.data == [["allocator=naive", None, 29.0, False], ["allocator=x", "bad name", None, True]]
+    assert len(wandb_sink.sampled(pd.DataFrame({"x": range(25)}), 10)) == 9  # every 3rd row
+    assert len(wandb_sink.sampled(pd.DataFrame({"x": range(10)}), 10)) == 10
+
+
+def test_a_sweep_with_wandb_disabled_or_no_rows_logs_no_comparison(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    sweep_folder(tmp_path / "sweep", ["allocator=naive,paged"], [["allocator=naive"]])
+    wandb_sink.kvbench_sweep_finished(tmp_path / "sweep", pd.DataFrame({"job": ["allocator=naive"]}))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    wandb_sink.kvbench_sweep_finished(tmp_path / "sweep", pd.DataFrame())
+    assert not (tmp_path / "sweep" / "wandb").exists()
+
+
+# -------------------------------------------------------------------------------------------------
+# Modes
+# -------------------------------------------------------------------------------------------------
 
 
 def test_kvbench_run_finished_disabled_writes_nothing(tmp_path):
@@ -33,12 +172,31 @@ def test_kvbench_run_finished_disabled_writes_nothing(tmp_path):
     assert not (tmp_path / "wandb").exists()
 
 
-def test_kvbench_run_finished_offline_logs_a_local_run(tmp_path, monkeypatch):
+def test_an_offline_run_logs_its_name_summary_tables_and_figure(tmp_path, monkeypatch):
+    import wandb
+    from PIL import Image
+
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    wandb_sink.kvbench_run_finished(result(tmp_path, "offline"))
-    runs = list((tmp_path / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1
+    monkeypatch.setattr(wandb.Table, "MAX_ROWS", 10)  # W&B's cap on a logged table, made small
+    hydra_folder(tmp_path, ["allocator=paged", "wandb.mode=offline"])
+    Image.new("RGB", (8, 4)).save(tmp_path / "memory.png")
+    requests = pd.DataFrame({"request_id": range(25), "finish_s": [i / 2 for i in range(25)]})
+    wandb_sink.kvbench_run_finished(result(tmp_path, "offline", requests))
+
+    run = offline_run(tmp_path)
+    assert (run["run"].display_name, run["run"].run_group, run["run"].job_type) == ("allocator=paged", "", "run")
+    assert run["run"].notes.startswith("requests table: 9 of 25 rows (every 3-th row)"), run["run"].notes
+    assert run["config"]["wandb"] == {"mode": "offline", "project": "kvbench-test"}
+    assert run["config"]["kvbench_version"] and "kvbench_commit" in run["config"]
+    assert run["summary"]["allocator"] == "paged" and run["summary"]["peak_concurrency"] == 186
+    assert "ttft_p50_s" not in run["summary"], "NaN (no value) is left out"
+    assert run["summary"]["requests_table_rows"] == 9
+    summary_table = logged_table(run, "summary_table")
+    assert len(summary_table["data"]) == 1 and "peak_concurrency" in summary_table["columns"]
+    requests_table = logged_table(run, "requests")
+    assert [row[0] for row in requests_table["data"]] == list(range(0, 25, 3))
+    assert len(logged_images(run, "memory")) == 1
 
 
 def test_wandb_mode_from_the_environment_overrides_the_config(tmp_path, monkeypatch):
@@ -60,6 +218,10 @@ def test_a_bad_wandb_mode_in_the_environment_is_refused_before_the_run(monkeypat
     with pytest.raises(ConfigError, match=r"WANDB_MODE \(environment\)='ofline' is invalid: unset it or choose one of"):
         to_dataclass(WandbConfig, {"mode": "offline"}, "wandb")
 
+
+# -------------------------------------------------------------------------------------------------
+# A whole offline sweep through the CLI: grouped runs, a comparison run, and no network call
+# -------------------------------------------------------------------------------------------------
 
 #: runs ``kvbench`` with every socket operation, name lookup and process start of this Python
 #: process recorded by an audit hook (threads included), written as JSON to $AUDIT_LOG at exit
@@ -84,23 +246,30 @@ main()
 LOOPBACK = {"localhost", "127.0.0.1", "::1", "None", ""}
 
 
-def test_an_offline_run_makes_no_network_call(tmp_path):
-    """The whole CLI run, offline: no name lookup, no connection but the local one to wandb-core
-    (a Unix socket), wandb-core started without its error reporting, the run's files in its folder.
+@pytest.fixture(scope="module")
+def offline_sweep(tmp_path_factory):
+    """``kvbench -m allocator=naive,paged`` offline, audited, in a fresh folder: (folder, process)."""
+    tmp_path = tmp_path_factory.mktemp("offline-sweep")
+    # no WANDB_* variable: WANDB_SERVICE, left by an in-process test, would reuse that test's wandb-core
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(AUDIT_LOG=str(tmp_path / "audit.json"), HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore",
+               WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"), WANDB_CACHE_DIR=str(tmp_path / "wandb-cache"),
+               WANDB_DATA_DIR=str(tmp_path / "wandb-data"))  # fmt: skip
+    args = ["-m", "allocator=naive,paged", "workload.num_requests=20", "progress=false", "output.steps=false", "wandb.mode=offline"]
+    proc = subprocess.run([sys.executable, "-c", AUDITED_KVBENCH, *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    return tmp_path, proc
+
+
+def test_an_offline_sweep_makes_no_network_call(offline_sweep):
+    """The whole CLI sweep, offline: no name lookup, no connection but the local one to wandb-core
+    (a Unix socket), one wandb-core started without its error reporting, every run's files in its folder.
 
     wandb-core's own (Go) sockets are out of a Python audit hook's sight: ``--no-observability`` is
     what keeps it from reporting to Sentry (checked with strace for wandb 0.31)."""
-    log = tmp_path / "audit.json"
-    # no WANDB_* variable: WANDB_SERVICE, left by an in-process test, would reuse that test's wandb-core
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(AUDIT_LOG=str(log), HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore",
-               WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"), WANDB_CACHE_DIR=str(tmp_path / "wandb-cache"),
-               WANDB_DATA_DIR=str(tmp_path / "wandb-data"))  # fmt: skip
-    args = ["workload.num_requests=20", "progress=false", "output.figures=false", "wandb.mode=offline"]
-    proc = subprocess.run([sys.executable, "-c", AUDITED_KVBENCH, *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    tmp_path, proc = offline_sweep
     assert proc.returncode == 0, proc.stderr
-    events = json.loads(log.read_text())
+    events = json.loads((tmp_path / "audit.json").read_text())
     lookups = [e for e in events if e[0].startswith(("socket.getaddrinfo", "socket.gethostby"))]
     assert all(host in LOOPBACK for _, _, host in lookups), lookups
     remote = [e for e in events if e[0] in ("socket.connect", "socket.sendto", "socket.sendmsg")
@@ -108,6 +277,27 @@ def test_an_offline_run_makes_no_network_call(tmp_path):
     assert not remote, remote
     [core] = [argv for event, _, argv in events if event == "subprocess.Popen" and argv[0].endswith("wandb-core")]
     assert "--no-observability" in core
-    [run_dir] = list((tmp_path / "results" / "runs").glob("*/*"))
-    [offline_run] = list((run_dir / "wandb").glob("offline-run-*"))
-    assert list(offline_run.glob("run-*.wandb")), "the offline run's transaction log, for wandb sync"
+    [sweep] = list((tmp_path / "results" / "multirun").glob("*/*"))
+    for folder in (sweep / "0", sweep / "1", sweep):
+        [offline] = list((folder / "wandb").glob("offline-run-*"))
+        assert list(offline.glob("run-*.wandb")), "the offline run's transaction log, for wandb sync"
+
+
+def test_a_sweep_is_one_group_of_named_jobs_and_a_comparison(offline_sweep):
+    tmp_path, proc = offline_sweep
+    assert proc.returncode == 0, proc.stderr
+    [sweep] = list((tmp_path / "results" / "multirun").glob("*/*"))
+    jobs = [offline_run(sweep / num) for num in ("0", "1")]
+    comparison = offline_run(sweep)
+    group = sweep.relative_to(tmp_path / "results").as_posix()
+    assert [(r["run"].run_group, r["run"].display_name, r["run"].job_type) for r in jobs] == [
+        (group, "allocator=naive", "sweep-job"), (group, "allocator=paged", "sweep-job")]  # fmt: skip
+    assert [r["summary"]["allocator"] for r in jobs] == ["naive", "paged"]
+    assert all(r["config"]["allocator"]["name"] == name for r, name in zip(jobs, ("naive", "paged")))
+    assert all(len(logged_table(r, "requests")["data"]) == 20 and len(logged_images(r, "memory")) == 1 for r in jobs)
+    assert (comparison["run"].run_group, comparison["run"].job_type) == (group, "comparison")
+    assert comparison["config"]["swept"] == ["allocator"] and "kvbench_version" in comparison["config"]
+    table = logged_table(comparison, "comparison")
+    assert [row[table["columns"].index("allocator")] for row in table["data"]] == ["naive", "paged"]
+    assert len(logged_images(comparison, "comparison_figure")) == 1
+    assert comparison["summary"]["num_jobs"] == 2 and comparison["summary"]["num_failed_jobs"] == 0

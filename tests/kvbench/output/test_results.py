@@ -46,3 +46,11 @@ def test_a_failure_replaces_an_earlier_result(tmp_path):
 
 def test_an_empty_folder_is_no_job(tmp_path):
     assert read_job(tmp_path) is None
+
+
+def test_a_job_killed_before_writing_anything_is_incomplete(tmp_path):
+    # Hydra wrote the job's .hydra/ when it started; nothing else followed
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("- allocator=paged\n")
+    row = read_job(tmp_path)
+    assert row["status"] == "incomplete" and row["failed"] and row["job"] == "allocator=paged"

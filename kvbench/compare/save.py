@@ -1,0 +1,43 @@
+"""The comparison's folder: compare.parquet (source of truth), compare.csv, compare.png, each
+written atomically, and ``COMPLETE`` last."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from kvbench.compare.figure import plot_changes
+from kvbench.output.atomic import (
+    clear_incomplete,
+    folder_lock,
+    mark_complete,
+    write_frame,
+)
+
+DEFAULT_ROOT = Path("results") / "compare"
+
+
+def default_out_dir(now: datetime | None = None) -> Path:
+    """``results/compare/<date>/<time with microseconds>``: two comparisons never share a folder."""
+    now = now or datetime.now()
+    return DEFAULT_ROOT / f"{now:%Y-%m-%d}" / f"{now:%H-%M-%S-%f}"
+
+
+def file_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """The table as stored: base and head as float64 (a summary mixes ints and floats)."""
+    stored = frame.copy()
+    for column in ("base", "head"):
+        stored[column] = pd.to_numeric(stored[column], errors="coerce").astype("float64")
+    return stored
+
+
+def save(frame: pd.DataFrame, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out_dir):
+        clear_incomplete(out_dir)
+        write_frame(file_frame(frame), out_dir, "compare")
+        plot_changes(frame, out_dir / "compare.png")
+        mark_complete(out_dir, ["compare.parquet", "compare.csv", "compare.png"])
+    return out_dir

@@ -1,0 +1,207 @@
+"""`kvbench compare BASE HEAD` on real sweep folders: exit 0 / 1 / 2, matching, the output folder."""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pytest
+
+from kvbench.compare.cli import main
+from kvbench.output.atomic import COMPLETE
+from kvbench.output.results import write_failure
+from kvbench_cli import kvbench
+
+
+def compare(*args, out=None) -> int:
+    """Run the command in-process; its exit status."""
+    with pytest.raises(SystemExit) as stop:
+        main([*map(str, args), "--out", str(out)] if out is not None else list(map(str, args)))
+    return stop.value.code
+
+
+def one_error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    errors = [line for line in captured.err.splitlines() if line.startswith("kvbench compare: error:")]
+    assert len(errors) == 1, captured.err
+    return errors[0]
+
+
+def last_line(capsys) -> str:
+    return capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def test_two_copies_of_a_sweep_pass_and_write_the_comparison(two_copies, tmp_path, capsys):
+    base, head = two_copies
+    assert compare(base, head, out=tmp_path / "cmp") == 0
+    assert last_line(capsys).startswith("kvbench compare: OK: 2 job(s) matched")
+    frame = pd.read_parquet(tmp_path / "cmp" / "compare.parquet")
+    assert set(frame["job"]) == {"allocator=naive", "allocator=paged"}
+    # every numeric summary column of both jobs, every one the same (timings copied, not re-run)
+    assert "peak_concurrency" in set(frame["metric"]) and (frame["verdict"] == "same").all()
+    assert "model" not in set(frame["metric"])  # strings are labels, not metrics
+    assert pd.read_csv(tmp_path / "cmp" / "compare.csv").shape == frame.shape
+    assert (tmp_path / "cmp" / "compare.png").stat().st_size > 0 and (tmp_path / "cmp" / COMPLETE).is_file()
+
+
+def test_one_metric_beyond_tolerance_exits_1_and_names_it(two_copies, tmp_path, capsys, edit_summary, summary_value):
+    base, head = two_copies
+    ttft_s = summary_value(base / "1", "ttft_p50_s")
+    edit_summary(head / "1", ttft_p50_s=ttft_s * 1.004)
+    assert compare(base, head, out=tmp_path / "cmp") == 1
+    out = capsys.readouterr().out
+    assert "ttft_p50_s" in out and "beyond" in out and "+0.40%" in out
+    assert out.strip().splitlines()[-1].startswith("kvbench compare: FAIL: 1 value(s) beyond tolerance (1 of 2 jobs): ttft_p50_s")
+    frame = pd.read_parquet(tmp_path / "cmp" / "compare.parquet")
+    [failed] = frame[~frame["passed"]].to_dict("records")
+    assert failed["job"] == "allocator=paged" and failed["metric"] == "ttft_p50_s" and failed["verdict"] == "beyond"
+    assert failed["change_rel"] == pytest.approx(0.004)
+    # the same edit, accepted by a looser tolerance for that metric: from the command line or a file
+    assert compare(base, head, "--tol", "ttft_*=rel:0.01", out=tmp_path / "cmp2") == 0
+    rules = tmp_path / "tolerances.yaml"
+    rules.write_text("tolerances:\n  ttft_p50_s: abs:1000\n")
+    assert compare(base, head, "--tolerances", rules, out=tmp_path / "cmp3") == 0
+    # last match wins: a later --tol puts the metric back to exact
+    assert compare(base, head, "--tol", "ttft_*=rel:0.01", "--tol", "ttft_p50_s=exact", out=tmp_path / "cmp4") == 1
+
+
+def test_a_change_too_small_to_print_still_fails_exact(two_copies, tmp_path, capsys, edit_summary, summary_value):
+    base, head = two_copies
+    duration_s = summary_value(base / "0", "duration_s")
+    edit_summary(head / "0", duration_s=duration_s * (1 + 1e-12))
+    assert compare(base, head, out=tmp_path / "cmp") == 1
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "duration_s" in line)
+    base_text, head_text = row.split()[-6], row.split()[-5]
+    assert base_text != head_text  # printed with enough digits to tell them apart
+
+
+def test_a_rule_that_matches_no_metric_is_pointed_out(two_copies, tmp_path, capsys):
+    base, head = two_copies
+    assert compare(base, head, "--tol", "ttfx_*=rel:0.1", out=tmp_path / "cmp") == 0
+    assert "kvbench compare: warning: --tol pattern 'ttfx_*' matches no metric" in capsys.readouterr().out
+
+
+def test_timings_within_their_ratio_pass_and_only_a_slowdown_fails(two_copies, tmp_path, edit_summary, summary_value):
+    base, head = two_copies
+    wall_s = summary_value(base / "0", "sim_wall_s")
+    rate = summary_value(base / "0", "simulated_requests_per_wall_s")
+    edit_summary(head / "0", sim_wall_s=wall_s * 1.5, simulated_requests_per_wall_s=rate / 1.5)
+    assert compare(base, head, out=tmp_path / "a") == 0  # machine noise: within x2
+    edit_summary(head / "0", sim_wall_s=wall_s / 10, simulated_requests_per_wall_s=rate * 10)
+    assert compare(base, head, out=tmp_path / "b") == 0  # ten times faster is no regression
+    edit_summary(head / "0", sim_wall_s=wall_s * 3, simulated_requests_per_wall_s=rate)
+    assert compare(base, head, out=tmp_path / "c") == 1  # three times slower is
+    edit_summary(head / "0", sim_wall_s=wall_s, simulated_requests_per_wall_s=rate / 3)
+    assert compare(base, head, out=tmp_path / "d") == 1
+
+
+def test_jobs_match_by_config_not_by_number(two_copies, tmp_path, capsys, edit_summary):
+    base, head = two_copies
+    (head / "0").rename(head / "tmp")
+    (head / "1").rename(head / "0")
+    (head / "tmp").rename(head / "1")
+    assert compare(base, head, out=tmp_path / "cmp") == 0
+    capsys.readouterr()
+    # and a change lands on the right job: head/0 now holds the paged run
+    edit_summary(head / "0", peak_concurrency=1)
+    assert compare(base, head, out=tmp_path / "cmp2") == 1
+    frame = pd.read_parquet(tmp_path / "cmp2" / "compare.parquet")
+    [failed] = frame[~frame["passed"]].to_dict("records")
+    assert failed["job"] == "allocator=paged" and failed["head_job"].endswith("head/0")
+
+
+def test_a_run_folder_compares_with_the_matching_job_of_a_sweep(two_copies, tmp_path, capsys):
+    base, head = two_copies
+    assert compare(base / "1", head / "1", out=tmp_path / "cmp") == 0
+    # one run against a sweep of two: the other job has no partner
+    assert compare(base / "1", head, out=tmp_path / "cmp2") == 2
+    line = one_error_line(capsys)
+    assert "has no base job with its config" in line and "allocator=naive" in line and "allocator.name: paged -> naive" in line
+
+
+def test_an_incomplete_job_is_flagged_and_never_read(two_copies, tmp_path, capsys):
+    base, head = two_copies
+    (head / "1" / COMPLETE).unlink()
+    assert compare(base, head, out=tmp_path / "cmp") == 2
+    line = one_error_line(capsys)
+    assert "head" in line and "incomplete" in line and "not compared" in line
+    assert not (tmp_path / "cmp").exists()  # nothing written for unusable input
+
+
+def test_a_failed_job_is_unusable(two_copies, tmp_path, capsys):
+    base, head = two_copies
+    write_failure(base / "0", "allocator=naive", "allocator.block_size_tokens=7 is invalid")
+    assert compare(base, head, out=tmp_path / "cmp") == 2
+    assert "is failed (allocator.block_size_tokens=7 is invalid)" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("what", ["missing", "empty", "file"])
+def test_a_folder_that_holds_no_result_is_unusable(two_copies, tmp_path, capsys, what):
+    base, _ = two_copies
+    head = tmp_path / "nothing"
+    if what == "empty":
+        head.mkdir()
+    elif what == "file":
+        head.write_text("x")
+    assert compare(base, head, out=tmp_path / "cmp") == 2
+    line = one_error_line(capsys)
+    assert str(head) in line and ("does not exist" in line if what != "empty" else "not a kvbench result folder" in line)
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--tol", "ttft_*=rel:abc"], "'abc' is not a finite number"),
+        (["--tol", "ttft_*=fuzzy:2"], "unknown kind 'fuzzy'"),
+        (["--tol", "ttft_*"], "write --tol PATTERN=SPEC"),
+        (["--tol", "sim_wall_s=ratio:0.5"], "'0.5' is not a finite number >= 1"),
+        (["--tolerances", "nowhere.yaml"], "cannot read it"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(two_copies, tmp_path, capsys, args, fragment):
+    base, head = two_copies
+    assert compare(base, head, *args, out=tmp_path / "cmp") == 2
+    assert fragment in one_error_line(capsys)
+
+
+def test_the_comparison_is_never_written_into_a_compared_folder(two_copies, capsys):
+    base, head = two_copies
+    assert compare(base, head, out=head / "cmp") == 2
+    assert "is inside HEAD" in one_error_line(capsys) and not (head / "cmp").exists()
+
+
+def test_a_malformed_tolerance_file_is_one_line(two_copies, tmp_path, capsys):
+    base, head = two_copies
+    rules = tmp_path / "rules.yaml"
+    for text, fragment in (("tolerances: [exact]\n", "holds one mapping"), ("tolerances:\n  '*': rel: 0.1\n", "not valid YAML"),
+                           ("tolerances:\n  '*':\n    rel: 0.1\n", "not a spec string")):  # fmt: skip
+        rules.write_text(text)
+        assert compare(base, head, "--tolerances", rules, out=tmp_path / "cmp") == 2
+        assert fragment in one_error_line(capsys)
+
+
+def test_different_sweeps_match_nothing(two_copies, tmp_path, capsys):
+    base, head = two_copies
+    shutil.rmtree(head)
+    proc = kvbench("-m", "allocator=naive", "workload.num_requests=41", "wandb.mode=disabled", "progress=false",
+                   "output.steps=false", "output.figures=false", f"hydra.sweep.dir={head}", cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert compare(base, head, out=tmp_path / "cmp") == 2
+    line = one_error_line(capsys)
+    assert "no job matched" in line and "workload.num_requests: 40 -> 41" in line
+    # a key declared irrelevant is left out of the matching
+    assert compare(base / "0", head / "0", "--ignore-config", "workload", out=tmp_path / "cmp") == 1
+
+
+def test_the_kvbench_command_runs_compare(two_copies, tmp_path):
+    base, head = two_copies
+    proc = kvbench("compare", str(base), str(head), "--all", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [out_dir] = (tmp_path / "results" / "compare").glob("*/*")  # the default: a fresh timestamped folder
+    assert (out_dir / "compare.parquet").is_file()
+    assert "peak_concurrency" in proc.stdout  # --all lists the metrics that are the same too
+    # the table and the verdict fit 100 columns; the folder's path is printed whole, to be copied
+    assert max(len(line) for line in proc.stdout.splitlines() if not line.startswith("comparison: ")) <= 100

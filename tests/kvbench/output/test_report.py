@@ -1,0 +1,157 @@
+"""Tables for people: a sweep's comparison and a run's summary fit a 100-column terminal, whole."""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from kvbench.output.report import REPORT_WIDTH, print_comparison, print_summary, report_console
+
+
+def printed(print_fn, *args, width: int = 100, **kwargs) -> tuple[list[str], object]:
+    """What ``print_fn`` shows on a terminal ``width`` columns wide, line by line, and its return value."""
+    console = Console(width=width, record=True, file=io.StringIO())
+    value = print_fn(*args, console=console, **kwargs)
+    return console.export_text().splitlines(), value
+
+
+def assert_fits(lines: list[str], width: int = 100) -> None:
+    assert max(len(line) for line in lines) <= width, max(lines, key=len)
+    assert not any("…" in line for line in lines), [line for line in lines if "…" in line]
+
+
+def rows_of(lines: list[str], first_cell: str) -> list[list[str]]:
+    """The cells of each table row whose first cell is ``first_cell``."""
+    return [[cell.strip() for cell in line.strip("│").split("│")] for line in lines
+            if line.startswith("│") and line.strip("│").split("│")[0].strip() == first_cell]  # fmt: skip
+
+
+@pytest.mark.parametrize("width", [100, 80])
+def test_the_quick_start_comparison_fits_the_terminal_whole(allocator_sweep, width):
+    lines, frame = printed(print_comparison, allocator_sweep, width=width)
+    assert_fits(lines, width)
+    assert sum("kvbench comparison (3 jobs)" in line for line in lines) == 1
+    # the swept values are the first column, one row per job in each stacked table
+    tables = sum(line.startswith("┏") for line in lines)
+    for allocator in ("naive", "per_request", "paged"):
+        assert len(rows_of(lines, allocator)) == tables
+    # naive reserves S_max, so the block size differs although nobody swept it: a column
+    assert [row[1] for row in rows_of(lines, "naive")][0] == "4096"
+    assert list(frame["swept.allocator"]) == ["naive", "per_request", "paged"]
+
+
+def test_settings_every_job_shares_are_said_once_above_the_tables(allocator_sweep):
+    lines, _ = printed(print_comparison, allocator_sweep)
+    text = " ".join(lines)
+    shared = text[text.index("every job:"):text.index("┏")]
+    for setting in ("llama2-7b", "on h100-sxm", "workload lecture_chat", "kernel triton", "scheduler mixed",
+                    "preemption recompute", "seed 0", "KV budget 62.5 GB"):  # fmt: skip
+        assert setting in shared
+    assert "allocator" not in shared.split("same in every job")[0]  # swept: a column, not a setting
+
+
+def test_units_are_in_the_headers_and_latencies_in_ms(allocator_sweep):
+    lines, frame = printed(print_comparison, allocator_sweep)
+    header = " ".join(line for line in lines if line.startswith("┃"))
+    for unit in ("ms", "tok/s", "req/s", "% KV", "seqs", "tokens"):
+        assert f" {unit} " in header
+    assert " s " not in header.replace("preempt", "")  # no latency in seconds beside the ms ones
+    # the cells are the summary's seconds in milliseconds
+    ttft_ms = frame.loc[frame["swept.allocator"] == "paged", "ttft_p50_s"].iloc[0] * 1e3
+    [row] = [r for r in rows_of(lines, "paged") if f"{ttft_ms:,.0f}" in r or f"{ttft_ms:,.1f}" in r]
+    assert row
+
+
+def test_a_two_key_sweep_shows_each_key_as_a_column_and_its_failures(block_preemption_sweep):
+    lines, frame = printed(print_comparison, block_preemption_sweep)
+    assert_fits(lines)
+    header = "\n".join(line for line in lines if line.startswith("┃"))
+    assert "block" in header and "preemption" in header and "tokens" in header
+    assert list(frame["swept.allocator.block_size_tokens"]) == ["16", "16", "7", "7", "64", "64"]
+    assert list(frame["swept.preemption"]) == ["recompute", "swap"] * 3
+    cells = [row[:3] for row in rows_of(lines, "7")]
+    assert cells and all(row[1] in ("recompute", "swap") and row[2] == "failed" for row in cells)
+    assert any(line.startswith("failed allocator.block_size_tokens=7 preemption=swap") for line in lines)
+    # this budget preempts, so the preemption columns show, and the tables stay within the width
+    assert "swap" in header and "cost" in header
+    assert {"failed", "error", "label"} <= set(frame) and frame["failed"].sum() == 2
+
+
+def test_a_wide_terminal_gets_one_table(block_preemption_sweep):
+    lines, _ = printed(print_comparison, block_preemption_sweep, width=240)
+    assert sum(line.startswith("┏") for line in lines) == 1
+
+
+def test_without_hydras_record_the_varying_overrides_are_the_columns(sweep, tmp_path):
+    source = sweep("allocators", {"allocator": ["naive", "per_request", "paged"]})
+    copy = tmp_path / "copy"
+    shutil.copytree(source, copy)
+    (copy / "multirun.yaml").unlink()
+    _, frame = printed(print_comparison, copy)
+    assert list(frame["swept.allocator"]) == ["naive", "per_request", "paged"]
+    assert "swept.wandb.mode" not in frame  # the same in every job: not what the sweep varied
+    for job in ("0", "1", "2"):
+        shutil.rmtree(copy / job / ".hydra")
+    lines, frame = printed(print_comparison, copy)
+    assert list(frame["swept.job"]) == ["allocator=naive", "allocator=per_request", "allocator=paged"]
+    assert_fits(lines)
+
+
+def test_the_comparison_files_keep_their_columns(allocator_sweep):
+    _, frame = printed(print_comparison, allocator_sweep)
+    saved = pd.read_parquet(allocator_sweep / "comparison.parquet")
+    for column in ("job", "allocator", "block_size_tokens", "peak_concurrency", "ttft_p50_s", "failed", "status",
+                   "label", "swept.allocator"):  # fmt: skip
+        assert column in saved
+    assert (allocator_sweep / "comparison.csv").is_file() and (allocator_sweep / "comparison.png").is_file()
+
+
+def _summary_lines(job_dir, width=100, **kwargs):
+    summary = pd.read_parquet(job_dir / "summary.parquet").iloc[0].to_dict()
+    lines, _ = printed(print_summary, summary, job_dir, width=width, **kwargs)
+    return summary, lines
+
+
+def test_the_run_summary_fits_one_screen_with_numbers_for_people(block_preemption_sweep):
+    summary, lines = _summary_lines(block_preemption_sweep / "1")  # block 16, swap: every optional row
+    assert len(lines) <= 32, "\n".join(lines)
+    assert_fits(lines)
+    text = "\n".join(lines)
+    assert not re.search(r"\de[+-]\d", text)  # no 6.25e+10
+    assert "5.00 GB" in text  # the budget in a unit, not 5000000000
+    assert f"all {len(summary)} metrics: {block_preemption_sweep / '1' / 'summary.json'}" in text
+    for label in ("TTFT p50 / p99 (ms)", "TPOT p50 / p99 (ms)", "peak concurrency", "preemptions", "KV budget"):
+        assert label in text
+
+
+def test_the_run_summary_leaves_out_what_says_nothing(allocator_sweep):
+    _, lines = _summary_lines(allocator_sweep / "0")  # naive: no preemption, no SLO
+    rows = "\n".join(line for line in lines if line.startswith("│"))
+    for absent in ("recompute tax", "preemption cost", "goodput", "swapped out", "copies"):
+        assert absent not in rows
+    _, lines = _summary_lines(allocator_sweep / "0", slo_given=True)
+    assert any(line.startswith("│ goodput") for line in lines)
+
+
+def test_reports_take_columns_then_the_terminal_then_100(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    # pytest captures output: no terminal, as in a pipe or a CI log
+    assert report_console().width == REPORT_WIDTH == 100
+    monkeypatch.setenv("COLUMNS", "132")
+    assert report_console().width == 132
+
+
+def test_failed_and_interrupted_jobs_keep_their_rows(sweep, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(sweep("allocators", {"allocator": ["naive", "per_request", "paged"]}), copy)
+    (copy / "1" / "COMPLETE").unlink()  # as if killed before its marker
+    lines, frame = printed(print_comparison, copy)
+    assert_fits(lines)
+    assert list(frame["status"]) == ["ok", "incomplete", "ok"]
+    assert all("incomplete" in row for row in rows_of(lines, "per_request"))
+    assert any(line.startswith("incomplete allocator=per_request:") for line in lines)

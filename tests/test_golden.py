@@ -1,0 +1,40 @@
+"""The golden gates: kvbench's own numbers for two committed scenarios must not move.
+
+Each scenario of tests/golden/scenarios.yaml is re-run by the real CLI and compared with its
+committed folder by ``kvbench compare``. The simulator is deterministic, so every simulated metric
+must match exactly; a failure means a change moved kvbench's numbers. If the change is intended,
+regenerate the golden folders (``python tests/golden/regenerate.py``) and commit them with it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from kvbench.compare.cli import main as compare_main
+
+GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
+_spec = importlib.util.spec_from_file_location("golden_regenerate", GOLDEN_DIR / "regenerate.py")
+regenerate = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(regenerate)
+
+#: the committed timings were measured on whichever machine last regenerated the folders: no
+#: gate on another machine's wall clock (a PR gate compares runs of one machine, see docs/ci.md)
+ACROSS_MACHINES = ("--tol", "*wall_s=ignore")
+
+
+@pytest.mark.parametrize("scenario", sorted(regenerate.scenarios()))
+def test_golden_scenario_reproduces_exactly(scenario, tmp_path, capsys):
+    fresh = tmp_path / scenario
+    proc = regenerate.run_scenario(scenario, fresh)
+    assert proc.returncode == 0, proc.stderr
+    with pytest.raises(SystemExit) as stop:
+        compare_main([str(GOLDEN_DIR / scenario), str(fresh), *ACROSS_MACHINES, "--out", str(tmp_path / "compare")])
+    report = capsys.readouterr()
+    assert stop.value.code == 0, (
+        f"kvbench compare {GOLDEN_DIR / scenario} {fresh} exited {stop.value.code}: this change moves kvbench's "
+        f"numbers for the {scenario} scenario.\n{report.out}{report.err}\n"
+        "If the change is intended, run `python tests/golden/regenerate.py` and commit tests/golden/ with it."
+    )
