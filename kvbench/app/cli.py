@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kvbench.app.config import KvbenchConfig
 from kvbench.app.folders import prepare_output
+from kvbench.app.help import wants_help
 from kvbench.app.searchpath import register as register_searchpath
 from kvbench.errors import ConfigError
 
@@ -214,6 +215,16 @@ def main() -> None:
     full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
     register_searchpath()  # plugins' config folders join Hydra's search path
+    if wants_help(args):  # Hydra's help page, without its cost of listing Hydra's own groups
+        from kvbench.app.help import render_help
+
+        try:
+            print(render_help(args))
+        except (HydraException, OmegaConfBaseException) as exc:
+            if full_error:
+                raise
+            _compose_error(exc, args)
+        return
     signal.signal(signal.SIGTERM, _on_signal)
     with ExitStack() as held:
         try:
