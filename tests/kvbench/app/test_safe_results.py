@@ -21,6 +21,9 @@ PRELUDE = """
 import os, signal, sys
 from pathlib import Path
 import kvbench.output.results as results
+# a shell running this test in the background may have set SIGINT to "ignored", which Python then
+# keeps: restore the default (KeyboardInterrupt) that a user's Ctrl-C meets
+signal.signal(signal.SIGINT, signal.default_int_handler)
 action, table, job = sys.argv[1], sys.argv[2], sys.argv[3]
 del sys.argv[1:4]
 real = results.write_frame
