@@ -43,6 +43,9 @@ SUBCOMMANDS = {
     "slo-search": "kvbench.slo.search",
 }
 
+#: Hydra's flag for a sweep; it may stand anywhere on kvbench's command line
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
 #: jobs of this command's multirun that failed or did not finish, counted from the sweep folder
 #: at its end (a launcher may run jobs in other processes), for the exit status
 FAILED_JOBS: list[str] = []
@@ -210,6 +213,11 @@ def main() -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    # `kvbench a=1 -m b=1,2` as users type it: Hydra's parser takes overrides only after its flags
+    flags = [arg for arg in args if arg in MULTIRUN_FLAGS]
+    if flags and args[: len(flags)] != flags:
+        args = [*flags, *(arg for arg in args if arg not in MULTIRUN_FLAGS)]
+        sys.argv[1:] = args
     # Hydra re-raises its errors instead of printing them over several lines, so that they become
     # one line below; a user who set HYDRA_FULL_ERROR=1 gets Hydra's full report as usual
     full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"

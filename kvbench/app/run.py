@@ -19,6 +19,7 @@ from kvbench.exec.costmodel import CostModel
 from kvbench.exec.sim import SimExecutor
 from kvbench.memory.allocator import Allocator
 from kvbench.memory.host_pool import HostSwapPool
+from kvbench.metrics.prefix_bounds import prefix_cache_bounds
 from kvbench.metrics.summary import SloConfig, summarize
 from kvbench.output.results import RunResult
 from kvbench.plugins import lookup
@@ -123,7 +124,8 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
     _check_positions(workload, s.model)
     with progress_bar(workload.num_requests, "simulating", enabled=bool(cfg.progress)) as advance:
         engine = Engine(s.scheduler, SimExecutor(s.cost), event_driven=bool(cfg.event_driven), on_finished=advance)
-        record = engine.run(requests_from_workload(workload, int(cfg.seed)))
+        requests = requests_from_workload(workload, int(cfg.seed))
+        record = engine.run(requests)
     summary = labels(cfg, s, choices)
     summary.update(
         kv_budget_bytes=s.budget_bytes,
@@ -135,6 +137,12 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
     summary.update(summarize(record.requests, record.steps, budget_bytes=s.budget_bytes,
                              kv_bytes_per_token=s.model.kv_bytes_per_token, slo=s.slo))  # fmt: skip
     summary.update(_refusal_summary(record.refusals))
+    summary.update(_trace_summary(s.workload_source))
+    if not s.allocator.capabilities.contiguous_layout:
+        # the prefix-cache ceiling and what the best eviction could do at this budget, offline, for a
+        # block allocator ({} when the workload says nothing of prompt content)
+        block_bytes = s.model.kv_bytes_per_token * s.allocator.block_size_tokens
+        summary.update(prefix_cache_bounds(requests, s.allocator.block_size_tokens, s.budget_bytes // block_bytes))
     caps = s.allocator.capabilities
     summary["swap_pool_peak_bytes"] = s.scheduler.host_pool.peak_bytes
     summary["swap_break_even_kv_tokens"] = s.cost.swap_break_even_kv_tokens(
@@ -161,6 +169,17 @@ def _check_positions(workload, model: ModelSpec) -> None:
                 f"the workload declares S_max up to {longest} tokens, beyond model {model.name!r}'s "
                 f"{model.max_positions} positions: lower the workload's S_max or pick a longer-context model"
             )
+
+
+def _trace_summary(source) -> dict:
+    """What a trace replay left out or shortened (its ``too_long`` policy), counted; {} otherwise."""
+    if not hasattr(source, "num_dropped"):
+        return {}
+    return {
+        "num_trace_rows_read": int(source.num_read),
+        "num_trace_requests_dropped": int(source.num_dropped),
+        "num_trace_requests_clipped": int(source.num_clipped),
+    }
 
 
 def _refusal_summary(refusals) -> dict:

@@ -25,6 +25,10 @@ class Request:
     branch_output_tokens: tuple[int, ...]
     beam_fork_probability: float = 0.0
     seed: int = 0
+    #: one id per granule of ``hash_block_tokens`` prompt tokens, chained over the prefix (see
+    #: :mod:`kvbench.core.prefix`); () when the workload says nothing of content: nothing is shared
+    prefix_hashes: tuple[int, ...] = ()
+    hash_block_tokens: int = 0
 
     @property
     def num_branches(self) -> int:
@@ -46,9 +50,12 @@ def requests_from_workload(workload: Workload, seed: int = 0) -> list[Request]:
     run's) seeds each beam search's draws together with its request id."""
     branches = workload.branch_output_tokens_per_request()
     beam = workload.beam_fork_probability
+    hashes = workload.prefix_hashes or [()] * workload.num_requests
+    granule = workload.hash_block_tokens if workload.prefix_hashes else 0
     return [
-        Request(i, arrival_s, prompt, s_max, outputs, beam, seed)
-        for i, (arrival_s, prompt, s_max, outputs) in enumerate(
-            zip(workload.arrival_s.tolist(), workload.prompt_tokens.tolist(), workload.s_max_tokens.tolist(), branches)
+        Request(i, arrival_s, prompt, s_max, outputs, beam, seed, tuple(prefix), granule)
+        for i, (arrival_s, prompt, s_max, outputs, prefix) in enumerate(
+            zip(workload.arrival_s.tolist(), workload.prompt_tokens.tolist(), workload.s_max_tokens.tolist(), branches,
+                hashes)
         )
     ]

@@ -59,6 +59,7 @@ REQUEST_COLUMNS = (
     "output_tokens", "num_generated", "boundary_s", "admitted_s", "prefill_compute_s", "first_token_s",
     "finish_s", "num_preemptions", "num_recompute_preemptions", "num_swap_preemptions", "num_swap_fallbacks",
     "num_computed_tokens", "num_recomputed_tokens", "swap_out_bytes", "swap_in_bytes",
+    "cached_prompt_tokens", "recompute_cached_tokens",
 )  # fmt: skip
 
 
@@ -68,13 +69,20 @@ class SequenceGroup:
     Timestamps are -1 until they happen. ``boundary_s`` is the first step boundary at or after
     arrival (scheduling delay ends there), ``admitted_s`` the start of the step that first
     allocated it, ``prefill_compute_s`` the compute time of its first prefill.
+
+    Prefix-cache counters (0 without a prefix cache): ``cached_prompt_tokens`` are prompt positions
+    served from the cache that the request had never computed itself (its hits: at first
+    admission, or past what it had computed when readmitted); ``recompute_cached_tokens`` are
+    positions it lost to a recompute preemption and got back from the cache when readmitted
+    (never hits: it had computed them). ``num_recomputed_tokens`` counts only lost positions that
+    were computed again, so lost = recomputed + recompute_cached.
     """
 
     __slots__ = (
         "request", "seqs", "status", "is_forked", "num_live", "num_lost_tokens", "beam_rng",
         "boundary_s", "admitted_s", "prefill_compute_s", "first_token_s", "finish_s",
         "num_preemptions", "num_recompute_preemptions", "num_swap_preemptions", "num_swap_fallbacks",
-        "num_recomputed_tokens", "swap_out_bytes", "swap_in_bytes",
+        "num_recomputed_tokens", "swap_out_bytes", "swap_in_bytes", "cached_prompt_tokens", "recompute_cached_tokens",
     )  # fmt: skip
 
     def __init__(self, request: Request, first_seq_id: int) -> None:
@@ -94,6 +102,7 @@ class SequenceGroup:
         self.num_preemptions = self.num_recompute_preemptions = self.num_swap_preemptions = 0
         self.num_swap_fallbacks = self.num_recomputed_tokens = 0
         self.swap_out_bytes = self.swap_in_bytes = 0
+        self.cached_prompt_tokens = self.recompute_cached_tokens = 0
 
     @property
     def request_id(self) -> int:
@@ -119,10 +128,12 @@ class SequenceGroup:
         """What the allocator is told when the group's first ``num_tokens`` are allocated."""
         request = self.request
         prompt = request.prompt_tokens
+        hashes, granule = request.prefix_hashes, request.hash_block_tokens
         if len(self.seqs) == 1:
-            return SeqShape(num_tokens, request.s_max_tokens, prompt + self.seqs[0].output_tokens - 1, 1, prompt)
+            final = prompt + self.seqs[0].output_tokens - 1
+            return SeqShape(num_tokens, request.s_max_tokens, final, 1, prompt, hashes, granule)
         longest = max(s.output_tokens for s in self.seqs if s.status is not Status.FINISHED)
-        return SeqShape(num_tokens, request.s_max_tokens, prompt + longest - 1, self.num_live, prompt)
+        return SeqShape(num_tokens, request.s_max_tokens, prompt + longest - 1, self.num_live, prompt, hashes, granule)
 
     def num_cached_positions(self) -> int:
         """Distinct token positions whose KV the group holds (the prompt counts once once forked)."""
@@ -135,11 +146,13 @@ class SequenceGroup:
     @property
     def num_computed_tokens(self) -> int:
         """Token positions computed for it, recomputations included: every position of the prompt
-        once, every generated token but each branch's last (never fed back) once, plus what
-        recompute preemptions lost and computed again (complete once the request has finished)."""
+        once but those served from the prefix cache, every generated token but each branch's last
+        (never fed back) once, plus what recompute preemptions lost and computed again (complete
+        once the request has finished)."""
         prompt = self.request.prompt_tokens
         generated = sum(max(s.num_tokens - prompt - 1, 0) for s in self.seqs)
-        return (prompt if self.admitted_s >= 0 else 0) + generated + self.num_recomputed_tokens
+        prompt_computed = prompt - self.cached_prompt_tokens if self.admitted_s >= 0 else 0
+        return prompt_computed + generated + self.num_recomputed_tokens
 
     def row(self) -> tuple:
         """Its request-table row, in :data:`REQUEST_COLUMNS` order."""
@@ -151,4 +164,5 @@ class SequenceGroup:
             self.prefill_compute_s, self.first_token_s, self.finish_s, self.num_preemptions,
             self.num_recompute_preemptions, self.num_swap_preemptions, self.num_swap_fallbacks,
             self.num_computed_tokens, self.num_recomputed_tokens, self.swap_out_bytes, self.swap_in_bytes,
+            self.cached_prompt_tokens, self.recompute_cached_tokens,
         )  # fmt: skip

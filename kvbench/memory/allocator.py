@@ -45,6 +45,10 @@ class SeqShape(NamedTuple):
     num_branches: int = 1
     #: the request's prompt (None: ``num_tokens``), for reservations sized by the output alone
     prompt_tokens: int | None = None
+    #: the prompt's content as chained ids of ``hash_block_tokens``-token granules
+    #: (:mod:`kvbench.core.prefix`): what a prefix cache identifies blocks by; () = unknown content
+    prefix_hashes: tuple[int, ...] = ()
+    hash_block_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,10 @@ class AllocatorCapabilities:
     #: implements ``project_decode`` exactly, so the engine can advance runs of decode-only steps
     #: in one computation (without it every step is simulated one by one, with identical results)
     projects_decode: bool = False
+    #: keeps full prompt blocks across requests (a prefix cache): ``allocate`` may answer that
+    #: some leading tokens are already cached, and :meth:`Allocator.num_cached_tokens` says how
+    #: many before the scheduler sizes the first chunk. Set per instance (it is an option)
+    caches_prefixes: bool = False
 
 
 class Refusal(str, enum.Enum):
@@ -166,10 +174,19 @@ class Allocator(ABC):
 
         ``keep_free_bytes`` is the scheduler's watermark: allocators that allocate on demand
         refuse when fewer than that many bytes would stay free; those that reserve the whole
-        future ignore it. Returns how many of the tokens are already cached (0: kvbench has no
-        prefix cache yet), or ``None`` (changing nothing) when it does not fit;
-        :meth:`refusal_reason` then says why.
+        future ignore it. Returns how many of the leading tokens are already cached (their KV is
+        reused, not computed: always 0 without ``caches_prefixes``; never more than
+        ``min(prompt_tokens, num_tokens - 1)``, so at least one token is computed and yields
+        logits), or ``None`` (changing nothing) when it does not fit; :meth:`refusal_reason`
+        then says why. The slots held afterwards are ``shape.num_tokens`` whatever the answer:
+        the scheduler asks for the cached tokens plus the chunk it computes now.
         """
+
+    def num_cached_tokens(self, shape: SeqShape) -> int:
+        """What :meth:`allocate` of ``shape`` would answer now, changing nothing (``caches_prefixes``):
+        the scheduler asks first, with ``shape.num_tokens`` the sequence's whole length, so that it
+        charges its first chunk only for the tokens not served from the cache."""
+        return 0
 
     @abstractmethod
     def refusal_reason(self, shape: SeqShape, keep_free_bytes: int = 0) -> Refusal:
@@ -243,15 +260,25 @@ class Allocator(ABC):
         """How many live sequences hold ``block_id`` (meaningful when ``shares_blocks``)."""
         raise NotImplementedError(f"allocator {self.name!r} does not share blocks")
 
+    def cached_block_ids(self) -> list[int]:
+        """Blocks no sequence holds that keep a prefix-cache key, the next to be evicted first
+        (``caches_prefixes``; a view for checks)."""
+        raise NotImplementedError(f"allocator {self.name!r} has no prefix cache")
+
+    def block_key(self, block_id: int) -> tuple[int, int] | None:
+        """The prefix-cache key ``block_id`` holds, or None (``caches_prefixes``; a view for checks)."""
+        raise NotImplementedError(f"allocator {self.name!r} has no prefix cache")
+
     def largest_hole_bytes(self) -> int:
         """The largest free range a single reservation could take; without placement constraints,
         every usable free byte."""
         return self.ledger().free_bytes
 
     def unallocated_bytes(self) -> int:
-        """Bytes not allocated to any sequence (usable free + externally fragmented)."""
+        """Bytes not allocated to any sequence (usable free + externally fragmented + cached but
+        evictable, which an allocation may take)."""
         led = self.ledger()
-        return led.free_bytes + led.external_bytes
+        return led.free_bytes + led.external_bytes + led.cached_bytes
 
     def project_decode(self, seq_ids: Sequence[int], max_steps: int, next_shape: SeqShape | None = None) -> DecodeProjection:
         """Up to ``max_steps`` decode steps of ``seq_ids`` (``projects_decode``); see

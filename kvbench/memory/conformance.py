@@ -19,6 +19,14 @@ to the budget, block tables of live sequences overlap only in blocks whose refer
 they are shared, a refusal changes nothing, a projection equals the steps taken one by one, and
 freeing everything gives back exactly the empty cache. :func:`run_operations` and
 :func:`check_invariants` can be used without pytest classes too. Needs pytest and hypothesis.
+
+Allocators with a prefix cache (``caches_prefixes``) subclass :class:`CachingAllocatorConformance`
+instead: the same random operations, with requests drawn from a small pool of shared prefixes and
+sometimes allocated a first chunk at a time, and on top: every hit is the longest run of cached
+keys, in whole blocks, never more than ``prompt - 1`` tokens, and what ``num_cached_tokens`` said;
+hit blocks carry the prompt's keys; evictable blocks are held by nobody and leave their queue in
+least-recently-used order (taken back by a hit, or evicted from the front); freeing everything
+leaves blocks free or cached, none lost, and every cached block can still be taken.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvbench.core.prefix import block_keys
 from kvbench.memory.allocator import Allocator, Refusal, SeqShape
 from kvbench.memory.ledger import LEDGER_FIELDS, MemoryLedger
 
@@ -59,6 +68,36 @@ OPERATIONS = st.lists(
     min_size=10,  # hypothesis favours tiny lists; short runs never reach a full cache
     max_size=50,
 )  # fmt: skip
+
+# For caching allocators, allocations also draw a prefix from the pool (index into the example's
+# ``shared_granules``) and the fraction of the prompt allocated first (the rest is appended, as a
+# scheduler computes a prompt in chunks):
+#   ("allocate", prompt_tokens, output_tokens, extra, keep_free_fraction, num_branches, prefix, first_fraction)
+CACHING_OPERATIONS = st.lists(
+    st.one_of(
+        *[st.tuples(st.just("allocate"), st.one_of(st.integers(1, 160), st.sampled_from([33, 64, 100])),
+                    st.integers(1, 160), st.integers(0, 64), st.sampled_from([0.0, 0.0, 0.05, 0.5]),
+                    st.sampled_from([1, 1, 1, 2]), st.integers(0, 3), st.sampled_from([1.0, 1.0, 0.3]))] * 2,
+        st.tuples(st.just("append"), st.integers(0, 31), st.integers(1, 40), st.sampled_from([1, 7, 40])),
+        st.tuples(st.just("fork"), st.integers(0, 31), st.one_of(st.none(), st.integers(0, 80))),
+        st.tuples(st.just("free"), st.integers(0, 31)),
+        st.tuples(st.just("free"), st.integers(0, 31)),
+        st.tuples(st.just("swap_out"), st.integers(0, 31)),
+        st.tuples(st.just("swap_in"), st.integers(0, 31), st.sampled_from([0.0, 0.05])),
+        st.tuples(st.just("project"), st.integers(1, 60)),
+        st.tuples(st.just("truncate"), st.integers(0, 31), st.integers(1, 20)),
+    ),
+    min_size=10,
+    max_size=60,
+)  # fmt: skip
+
+
+def prefix_hashes(prompt_tokens: int, granule_tokens: int, shared_granules: int, prefix: int, request: int) -> tuple[int, ...]:
+    """Chained ids of a prompt whose first ``shared_granules`` granules are prefix ``prefix``'s
+    (the same for every request drawing it) and the rest the request's own."""
+    num_granules = -(-prompt_tokens // granule_tokens)
+    return tuple((prefix + 1) * 100_000 + g if g < shared_granules else -(request * 100_000 + g) - 1
+                 for g in range(num_granules))  # fmt: skip
 
 
 def check_ledger(alloc: Allocator, next_shape: SeqShape | None = None) -> MemoryLedger:
@@ -117,7 +156,98 @@ def _snapshot(alloc: Allocator, seq_ids: list[int]) -> tuple:
         alloc.ledger(PROBE_SHAPE),
         alloc.refusal_reason(PROBE_SHAPE),
         [(alloc.num_tokens(s), alloc.block_table(s)) for s in seq_ids],
+        alloc.cached_block_ids() if alloc.capabilities.caches_prefixes else None,
     )
+
+
+def _key_map(alloc: Allocator) -> dict:
+    """Every block's prefix-cache key -> block (the allocator's cache as seen from outside)."""
+    num_blocks = alloc.budget_bytes // (alloc.block_size_tokens * alloc.kv_bytes_per_token)
+    keys = {}
+    for block_id in range(num_blocks):
+        key = alloc.block_key(block_id)
+        if key is not None:
+            assert key not in keys, f"key {key} is held by blocks {keys[key]} and {block_id}"
+            keys[key] = block_id
+    return keys
+
+
+def cache_queue(alloc: Allocator) -> list[tuple[int, tuple | None]]:
+    """The evictable queue with each block's key: what :func:`check_cache` compares against."""
+    return [(b, alloc.block_key(b)) for b in alloc.cached_block_ids()]
+
+
+def check_cache(alloc: Allocator, num_tokens: dict[int, int], before: list[tuple] | None = None) -> None:
+    """A caching allocator's evictable blocks: held by nobody, each with a key, each once; and when
+    ``before`` (:func:`cache_queue` before the last operation) is given, the queue changed in LRU
+    order: blocks that left it were taken back by a hit (now held with the same key) or evicted
+    (the others: their key was dropped, even if the block was reused at once) from its front, the
+    ones that stayed kept their order, and new ones joined at the back."""
+    cached = alloc.cached_block_ids()
+    assert len(set(cached)) == len(cached), "a block is in the evictable queue twice"
+    held = {b for s in num_tokens for b in alloc.block_table(s)}
+    for block_id in cached:
+        assert block_id not in held, f"evictable block {block_id} is in a block table"
+        assert alloc.refcount(block_id) == 0
+        assert alloc.block_key(block_id) is not None, f"evictable block {block_id} has no key"
+    led = alloc.ledger()
+    assert led.cached_bytes == len(cached) * alloc.block_size_tokens * alloc.kv_bytes_per_token
+    if before is None:
+        return
+    now = set(cached)
+    key_before = dict(before)
+    before = [b for b, _ in before]
+    left = [b for b in before if b not in now]
+    evicted = [b for b in left if b not in held or alloc.block_key(b) != key_before[b]]
+    # hits are taken back before new blocks are taken: the evicted ones are the queue's front once
+    # the revived ones are out of it
+    remaining = [b for b in before if b not in left or b in evicted]
+    assert remaining[: len(evicted)] == evicted, "a block was evicted before a less recently used one"
+    stayed = [b for b in before if b in now]
+    assert cached[: len(stayed)] == stayed, "the evictable queue lost its order"
+
+
+def run_operations(alloc: Allocator, operations: list[tuple], granule_tokens: int = 8,
+                   shared_granules: tuple[int, ...] = (0, 1, 4, 40)) -> None:  # fmt: skip
+    """Apply ``operations`` (see :data:`OPERATIONS`, :data:`CACHING_OPERATIONS`) as a scheduler
+    would, checking after each one, then free everything and check that the cache is exactly as it
+    was when empty (a caching allocator: that nothing is held and every block is free or cached).
+    ``granule_tokens`` and ``shared_granules`` (tokens per hash granule, and how many granules
+    each prefix of the pool shares) shape the prompts of caching operations."""
+    caching = alloc.capabilities.caches_prefixes
+    empty = _snapshot(alloc, [])
+    led = check_ledger(alloc)
+    assert led.token_bytes == led.reserved_future_bytes == led.internal_bytes == 0, led
+    model = _Model()
+    model.granule_tokens, model.shared_granules = granule_tokens, shared_granules
+    for op in operations:
+        queue_before = cache_queue(alloc) if caching else None
+        _apply(alloc, model, op)
+        check_invariants(alloc, model.num_tokens, model.final, not model.spares_outstanding())
+        if caching:
+            check_cache(alloc, model.num_tokens, queue_before)
+    for seq_id in model.live():
+        alloc.free(seq_id)
+    for members in model.swapped.values():  # each family fitted once, so it fits an empty cache
+        seq_ids = [s for s, _, _ in members]
+        assert alloc.swap_in(seq_ids) is not None, "a swapped family cannot come back into an empty cache"
+        for seq_id in seq_ids:
+            alloc.free(seq_id)
+    if not caching:
+        assert _snapshot(alloc, []) == empty, "freeing everything did not give back the empty cache"
+        return
+    check_cache(alloc, {})
+    led = check_ledger(alloc)
+    assert led.allocated_bytes == 0, "freeing everything left blocks held"
+    assert led.free_bytes + led.cached_bytes == empty[0].free_bytes, "a block was lost: free + cached != all"
+    # the cached blocks are not lost: one request as large as the pool takes every one of them
+    everything = SeqShape(led.free_bytes // alloc.kv_bytes_per_token + led.cached_bytes // alloc.kv_bytes_per_token,
+                          alloc.budget_bytes, 1)  # fmt: skip
+    if everything.num_tokens:
+        assert alloc.allocate(-1, everything) == 0, "cached blocks could not be taken"
+        assert alloc.cached_block_ids() == [] and alloc.ledger().free_bytes == 0
+        alloc.free(-1)
+    assert _snapshot(alloc, []) == empty, "freeing everything did not give back the empty cache"
 
 
 class _Model:
@@ -147,44 +277,41 @@ class _Model:
         return any(self.branches_left.get(f, 0) for f in set(self.family[s] for s in self.live()))
 
 
-def run_operations(alloc: Allocator, operations: list[tuple]) -> None:
-    """Apply ``operations`` (see :data:`OPERATIONS`) as a scheduler would, checking after each one,
-    then free everything and check that the cache is exactly as it was when empty."""
-    empty = _snapshot(alloc, [])
-    led = check_ledger(alloc)
-    assert led.token_bytes == led.reserved_future_bytes == led.internal_bytes == 0, led
-    model = _Model()
-    for op in operations:
-        _apply(alloc, model, op)
-        check_invariants(alloc, model.num_tokens, model.final, not model.spares_outstanding())
-    for seq_id in model.live():
-        alloc.free(seq_id)
-    for members in model.swapped.values():  # each family fitted once, so it fits an empty cache
-        seq_ids = [s for s, _, _ in members]
-        assert alloc.swap_in(seq_ids) is not None, "a swapped family cannot come back into an empty cache"
-        for seq_id in seq_ids:
-            alloc.free(seq_id)
-    assert _snapshot(alloc, []) == empty, "freeing everything did not give back the empty cache"
 
 
 def _apply(alloc: Allocator, model: _Model, op: tuple) -> None:
     live = model.live()
     kind = op[0]
     if kind == "allocate":
-        _, prompt, output, extra, keep_fraction, branches = op
+        _, prompt, output, extra, keep_fraction, branches, *caching = op
         shape = SeqShape(prompt, prompt + output + extra, prompt + output - 1, branches)
         if not alloc.fits_in_empty(shape):
             return  # the engine rejects such a request up front
+        if caching:
+            prefix, first_fraction = caching
+            hashes = prefix_hashes(prompt, model.granule_tokens, model.shared_granules[prefix], prefix, model.next_seq_id)
+            first = max(1, int(first_fraction * prompt))
+            shape = shape._replace(num_tokens=first, prompt_tokens=prompt, prefix_hashes=hashes,
+                                   hash_block_tokens=model.granule_tokens)  # fmt: skip
+            keys_before = _key_map(alloc) if alloc.capabilities.caches_prefixes else {}
         keep_free_bytes = int(keep_fraction * alloc.budget_bytes)
         before = _snapshot(alloc, live)
+        said = alloc.num_cached_tokens(shape)
+        assert _snapshot(alloc, live) == before, "num_cached_tokens changed something"
         cached = alloc.allocate(model.next_seq_id, shape, keep_free_bytes)
         if cached is None:
             assert _snapshot(alloc, live) == before, "a refused allocate changed something"
             assert isinstance(alloc.refusal_reason(shape, keep_free_bytes), Refusal)
             return
-        assert cached == 0  # no prefix caching yet
+        assert cached == said, "allocate served another number of cached tokens than num_cached_tokens said"
+        if not alloc.capabilities.caches_prefixes:
+            assert cached == 0
+        elif caching:
+            _check_hit(alloc, model.next_seq_id, shape, cached, keys_before)
+        else:
+            assert cached == 0, "a request without prefix hashes hit the cache"
         seq_id = model.next_seq_id
-        model.add(seq_id, prompt, shape.final_kv_tokens, seq_id)
+        model.add(seq_id, shape.num_tokens, shape.final_kv_tokens, seq_id)
         model.branches_left[seq_id] = branches - 1
         model.next_seq_id += 1
         return
@@ -225,10 +352,12 @@ def _apply(alloc: Allocator, model: _Model, op: tuple) -> None:
     elif kind == "truncate":  # growth taken and given back (a request preempted halfway through a step)
         tokens = model.num_tokens[seq_id]
         before = (alloc.ledger(), alloc.ledger(PROBE_SHAPE), alloc.block_table(seq_id))
+        queue = alloc.cached_block_ids() if alloc.capabilities.caches_prefixes else None
         if alloc.append(seq_id, op[2]):
             alloc.drain_copies()
             alloc.truncate(seq_id, tokens)
-            if before[2] == alloc.block_table(seq_id):  # no copy-on-write in between: exactly as before
+            # no copy-on-write in between (and no cached block evicted or key given): exactly as before
+            if before[2] == alloc.block_table(seq_id) and (queue is None or queue == alloc.cached_block_ids()):
                 assert (alloc.ledger(), alloc.ledger(PROBE_SHAPE)) == before[:2], "truncate did not undo an append"
     elif kind == "free":
         alloc.free(seq_id)
@@ -245,6 +374,22 @@ def _apply(alloc: Allocator, model: _Model, op: tuple) -> None:
         model.swapped[family] = [(s, model.num_tokens[s], model.final[s]) for s in members]
         for s in members:
             model.remove(s)
+
+
+def _check_hit(alloc: Allocator, seq_id: int, shape: SeqShape, cached: int, keys_before: dict) -> None:
+    """The hit is the longest run of the prompt's keys cached before the allocation, in whole
+    blocks, never the whole prompt (one token is computed for its logits)."""
+    size = alloc.block_size_tokens
+    assert 0 <= cached < max(min(shape.prompt_tokens, shape.num_tokens), 1), (cached, shape)
+    assert cached % size == 0, "a hit is not a whole number of blocks"
+    keys = block_keys(shape.prompt_tokens, shape.prefix_hashes, shape.hash_block_tokens, size)
+    num_hits = cached // size
+    table = alloc.block_table(seq_id)
+    assert [keys_before.get(k) for k in keys[:num_hits]] == table[:num_hits], "hit blocks are not the cached ones"
+    assert [alloc.block_key(b) for b in table[:num_hits]] == keys[:num_hits]
+    max_blocks = min(shape.prompt_tokens, shape.num_tokens - 1) // size
+    if num_hits < min(max_blocks, len(keys)):
+        assert keys[num_hits] not in keys_before, "a cached block of the prefix was not reused"
 
 
 def _fork(alloc: Allocator, model: _Model, parent_id: int, child_extra: int | None) -> None:
@@ -391,6 +536,14 @@ class AllocatorConformance:
         assert not many.append(1, one.max_sequence_tokens(shape))  # all or nothing
         assert one.ledger(PROBE_SHAPE) == many.ledger(PROBE_SHAPE)
 
+    def test_a_request_without_prefix_hashes_never_hits(self, allocator_factory: AllocatorFactory) -> None:
+        alloc = allocator_factory(1_000_000, 100)
+        shape = SeqShape(64, 200, 100)
+        assert alloc.num_cached_tokens(shape) == 0
+        for seq_id in range(3):
+            assert alloc.allocate(seq_id, shape) == 0
+            alloc.free(seq_id)
+
     def test_swap_out_then_in_restores_tokens_and_ledger(self, allocator_factory: AllocatorFactory) -> None:
         alloc = allocator_factory(1_000_000, 100)
         if not alloc.capabilities.can_swap:
@@ -407,3 +560,42 @@ class AllocatorConformance:
         assert alloc.swap_in([1, 2]) == transfer
         assert alloc.ledger(PROBE_SHAPE) == before
         assert (alloc.num_tokens(1), alloc.num_tokens(2)) == (37, 40)
+
+
+class CachingAllocatorConformance(AllocatorConformance):
+    """Tests every allocator with a prefix cache must pass (on top of :class:`AllocatorConformance`).
+    Override :meth:`allocator_factory`; it must build allocators with the prefix cache on."""
+
+    def test_factory_builds_a_prefix_cache(self, allocator_factory: AllocatorFactory) -> None:
+        assert allocator_factory(10_000, 10).capabilities.caches_prefixes
+
+    def test_random_operations_with_shared_prefixes(self, allocator_factory: AllocatorFactory) -> None:
+        @settings(max_examples=self.max_examples, deadline=None)
+        @given(
+            kv_bytes_per_token=st.sampled_from([1, 64]),
+            budget_tokens=st.integers(self.min_budget_tokens, self.max_budget_tokens),
+            granule_tokens=st.sampled_from([4, 8, 16, 64]),
+            shared_granules=st.tuples(st.just(0), st.integers(1, 4), st.integers(1, 12), st.just(1000)),
+            operations=CACHING_OPERATIONS,
+        )
+        def run(kv_bytes_per_token: int, budget_tokens: int, granule_tokens: int, shared_granules: tuple,
+                operations: list) -> None:  # fmt: skip
+            alloc = allocator_factory(budget_tokens * kv_bytes_per_token, kv_bytes_per_token)
+            run_operations(alloc, operations, granule_tokens, shared_granules)
+
+        run()
+
+    def test_freeing_everything_leaves_blocks_cached_not_lost(self, allocator_factory: AllocatorFactory) -> None:
+        alloc = allocator_factory(100_000, 100)
+        size = alloc.block_size_tokens
+        prompt = 4 * size + 1
+        shape = SeqShape(prompt, 2 * prompt, prompt + 9, 1, prompt, prefix_hashes(prompt, size, 1000, 0, 0), size)
+        assert alloc.allocate(1, shape) == 0
+        alloc.free(1)
+        led = check_ledger(alloc)
+        assert led.allocated_bytes == 0
+        assert led.cached_bytes == 4 * size * alloc.kv_bytes_per_token  # the four full prompt blocks
+        assert led.free_bytes + led.cached_bytes + led.external_bytes == alloc.budget_bytes
+        assert alloc.num_cached_tokens(shape) == 4 * size  # capped below the prompt: 4 blocks of 4 full + 1
+        assert alloc.allocate(2, shape) == 4 * size
+        check_cache(alloc, {2: prompt})

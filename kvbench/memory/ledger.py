@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 
 @dataclass(frozen=True)
 class MemoryLedger:
-    """The budget split into five parts that sum to ``budget_bytes``.
+    """The budget split into six parts that sum to ``budget_bytes``.
 
     - ``token_bytes``: slots holding a token's K/V state (a block shared by several sequences
       counts once).
@@ -20,7 +20,12 @@ class MemoryLedger:
       unused tail of a paged sequence's last block, a shared partly filled block's tail).
     - ``external_bytes``: free slots that the next waiting request cannot use (holes smaller than
       its reservation, budget left over below one slot or block).
-    - ``free_bytes``: the remaining, usable free slots.
+    - ``free_bytes``: the remaining, usable free slots (holding nothing).
+    - ``cached_bytes``: blocks no sequence holds that still keep a finished or preempted
+      request's prompt KV for a later request to reuse (a prefix cache's evictable blocks). An
+      allocation may take them (evicting the least recently used first), so for admission they
+      count as free; they are reported apart so that "free" never hides what a cache keeps. 0 for
+      allocators without a prefix cache.
     """
 
     budget_bytes: int
@@ -29,6 +34,9 @@ class MemoryLedger:
     internal_bytes: int
     external_bytes: int
     free_bytes: int
+    #: last, with a default, so that the five-part constructor calls of allocators without a
+    #: prefix cache stay valid (they report 0)
+    cached_bytes: int = 0
 
     @classmethod
     def from_slots(
@@ -41,6 +49,7 @@ class MemoryLedger:
         future_slots: int,
         external_bytes: int,
         free_bytes: int,
+        cached_bytes: int = 0,
     ) -> MemoryLedger:
         """Build a ledger from slot counts: allocated slots that hold no token and will never be
         filled are internal fragmentation."""
@@ -51,6 +60,7 @@ class MemoryLedger:
             internal_bytes=(allocated_slots - token_slots - future_slots) * kv_bytes_per_token,
             external_bytes=external_bytes,
             free_bytes=free_bytes,
+            cached_bytes=cached_bytes,
         )
 
     @property
@@ -63,5 +73,5 @@ class MemoryLedger:
         return self.token_bytes + self.reserved_future_bytes + self.internal_bytes
 
 
-#: the ledger's parts in the order they stack up to the budget
+#: the ledger's parts in the order they stack up to the budget (cached last: it sits on top of free)
 LEDGER_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(MemoryLedger) if f.name != "budget_bytes")

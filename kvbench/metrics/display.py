@@ -43,6 +43,8 @@ _ROWS: list[tuple[str, str, str]] = [
     ("mean_concurrency_saturated", "mean concurrency when saturated (sequences)", "{:.1f}"),
     ("utilization_saturated", "KV utilization when saturated (% of budget)", _PCT),
     ("utilization_mean", "KV utilization mean (% of budget)", _PCT),
+    ("block_utilization_saturated", "KV blocks allocated when saturated, a server's gauge (% of budget)", _PCT),
+    ("block_utilization_mean", "KV blocks allocated mean, a server's gauge (% of budget)", _PCT),
     ("saturated_s", "time saturated (s)", "{:.3f}"),
     ("breakdown_period", "memory breakdown over steps", "str"),
     *[(f"frac_{name}", f"  {name.replace('_', ' ')} (% of budget)", _PCT) for name in (f.removesuffix('_bytes') for f in LEDGER_FIELDS)],
@@ -57,6 +59,13 @@ _ROWS: list[tuple[str, str, str]] = [
     ("swap_pool_peak_bytes", "host swap pool peak", "bytes"),
     ("swap_break_even_kv_tokens", "swap beats recompute above (KV tokens)", "{:,.0f}"),
     ("num_copies", "copy-on-write / fork copies", "int"),
+    ("prefix_hit_rate", "prefix cache hit rate (% of admitted prompt tokens)", _PCT),
+    ("prefix_cached_prompt_tokens", "prompt tokens served from the prefix cache", "int"),
+    ("prefix_recompute_cached_tokens", "tokens served from cache on re-admission after preemption (not hits)", "int"),
+    ("prefix_hit_rate_infinite", "prefix hit rate ceiling, infinite cache (% of prompt tokens)", _PCT),
+    ("prefix_hit_rate_belady", "prefix hit rate, Belady's optimal eviction, offline (% of prompt tokens)", _PCT),
+    ("prefix_hit_rate_lru_offline", "prefix hit rate, LRU, offline (% of prompt tokens)", _PCT),
+    ("prefix_note", "prefix cache note", "str"),
 ]
 
 
@@ -158,7 +167,8 @@ def headline_rows(summary: Summary, *, slo_given: bool | None = None) -> list[tu
     (recompute tax, preemption cost, swaps and copies when zero; goodput when no SLO was given).
     ``slo_given=None`` (not known) shows goodput when some finished request missed an SLO.
     """
-    return [*_request_rows(summary, slo_given), *_memory_rows(summary), *_preemption_rows(summary)]
+    return [*_request_rows(summary, slo_given), *_memory_rows(summary), *_prefix_rows(summary),
+            *_preemption_rows(summary)]  # fmt: skip
 
 
 def _request_rows(s: Summary, slo_given: bool | None) -> list[tuple[str, str]]:
@@ -172,6 +182,10 @@ def _request_rows(s: Summary, slo_given: bool | None) -> list[tuple[str, str]]:
     if slo_given or (slo_given is None and attainment is not None and attainment < 1):
         goodput = f"{_fixed(2)(_get(s, 'goodput_requests_per_s'))} ({_pct(attainment)} % of finished)"
         rows.append(("goodput, vLLM's (req/s meeting every SLO)", goodput))
+    if _get(s, "num_trace_requests_dropped") or _get(s, "num_trace_requests_clipped"):
+        # a trace replay's too_long policy left requests out or shortened them: the numbers are of the rest
+        rows.append(("trace rows read / dropped / clipped (too long)",
+                     _joined(s, ("num_trace_rows_read", "num_trace_requests_dropped", "num_trace_requests_clipped"), _count)))  # fmt: skip
     ttft_parts = _joined(s, ("sched_delay_mean_s", "queue_mean_s", "prefill_mean_s"), _ms, " + ")
     return rows + [
         ("TTFT p50 / p99 (ms)", _joined(s, ("ttft_p50_s", "ttft_p99_s"), _ms)),
@@ -187,6 +201,10 @@ def _memory_rows(s: Summary) -> list[tuple[str, str]]:
         ("mean concurrency: run / (sat.) (seqs)", _joined(s, ("mean_concurrency", "mean_concurrency_saturated"), _fixed(1))),
         ("KV utilization: run / (sat.) (% of KV budget)", _joined(s, ("utilization_mean", "utilization_saturated"), _pct)),
     ]  # fmt: skip
+    if _get(s, "block_utilization_mean") is not None:
+        # the block-granular figure a server's usage gauge shows, beside the token slots above
+        blocks = _joined(s, ("block_utilization_mean", "block_utilization_saturated"), _pct)
+        rows.append(("  in allocated blocks, a server's gauge (%)", blocks))
     if (saturated_s := _get(s, "saturated_s")) is not None:
         share = _get(s, "saturated_fraction")
         rows.append(("time saturated (s)", f"{saturated_s:,.2f}" + ("" if share is None else f" ({_pct(share)} % of run)")))
@@ -195,7 +213,9 @@ def _memory_rows(s: Summary) -> list[tuple[str, str]]:
     if any(value is not None for value in parts.values()):
         # what the budget holds on one row, what fragmentation loses on the next
         lost = ("internal", "external")
-        held = ", ".join(f"{name.replace('_', ' ')} {_pct(v)}" for name, v in parts.items() if name not in lost)
+        # a prefix cache's part is said only when it holds something (0 for allocators without one)
+        held = ", ".join(f"{name.replace('_', ' ')} {_pct(v)}" for name, v in parts.items()
+                         if name not in lost and (name != "cached" or v))  # fmt: skip
         rows.append((f"memory {period} (% of KV budget)", held))
         rows.append((f"fragmentation {period} (% of KV budget)", ", ".join(f"{n} {_pct(parts.get(n))}" for n in lost)))
     if (unfilled := _get(s, "mean_tail_waste_tokens_per_seq")) is not None:
@@ -204,6 +224,25 @@ def _memory_rows(s: Summary) -> list[tuple[str, str]]:
         per_token = _get(s, "kv_bytes_per_token")
         tokens = f" ({int(budget / per_token):,d} tokens)" if per_token else ""
         rows.append(("KV budget", format_bytes(budget) + tokens))
+    return rows
+
+
+def _prefix_rows(s: Summary) -> list[tuple[str, str]]:
+    """The prefix cache's hits, the offline bounds beside them and, at 0 hits, why; none without a trace
+    that says what requests share."""
+    rows = []
+    bounds = ("prefix_hit_rate_infinite", "prefix_hit_rate_belady", "prefix_hit_rate_lru_offline")
+    has_bounds = any(key in s for key in bounds)  # the trace says what requests share
+    # the request table may carry the hit columns for every allocator: a 0 says something only
+    # where the trace shares prefixes (the bounds are there) or the cache served something
+    if "prefix_hit_rate" in s and (has_bounds or _get(s, "prefix_hit_rate") or _get(s, "prefix_recompute_cached_tokens")):
+        rows.append(("prefix cache hits (% of prompt tokens)", _pct(_get(s, "prefix_hit_rate"))))
+    if has_bounds:
+        rows.append(("  offline: ceiling / Belady / LRU (%)", _joined(s, bounds, _pct)))
+    if _get(s, "prefix_recompute_cached_tokens"):
+        rows.append(("  re-admitted from cache (tokens, not hits)", _count(_get(s, "prefix_recompute_cached_tokens"))))
+    if isinstance(note := s.get("prefix_note"), str) and note:
+        rows.append(("  note", note))
     return rows
 
 

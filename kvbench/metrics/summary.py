@@ -17,6 +17,10 @@ from kvbench.memory.ledger import LEDGER_FIELDS
 from kvbench.metrics.slo_config import SloConfig  # re-exported: it lived here
 
 PERCENTILES = (50, 90, 99)
+#: the ledger parts held by sequences, block-granular: what a serving engine's usage gauge counts
+#: as used (vLLM: 1 - free blocks / all blocks, where cached-but-evictable blocks count as free).
+#: The other parts (external, free, and cached when the allocator caches prefixes) are not held.
+ALLOCATED_FIELDS = ("token_bytes", "reserved_future_bytes", "internal_bytes")
 
 
 Summary = dict[str, float | int | str]
@@ -55,10 +59,19 @@ def summarize(
     - Preemptions are counted by mechanism; ``num_swap_fallbacks`` are swaps that could not be
       done (host pool full) and were recomputed instead.
 
+    Prefix caching (when the request table has the columns; 0 without a prefix cache):
+    ``prefix_hit_rate`` = prompt tokens served from cache that the request had never computed
+    itself (``cached_prompt_tokens``) / prompt tokens, both over admitted requests; tokens a
+    preempted request lost and got back from the cache when re-admitted are not hits (they were
+    its own work) and are reported on their own as ``prefix_recompute_cached_tokens``.
+
     Steps (rows are spans of steps; time-weighted by ``duration_s``, which is exact because a
     span's ledger columns are its time-weighted means): concurrency is ``num_running``;
-    utilization is ``token_bytes / budget_bytes`` (``utilization_mean`` over the whole run,
-    ``utilization_saturated`` while memory binds); ``min_concurrency_saturated`` is the fewest
+    utilization is ``token_bytes / budget_bytes``, KV slots holding a token (``utilization_mean``
+    over the whole run, ``utilization_saturated`` while memory binds); ``block_utilization_*`` is
+    the same over the blocks allocated to sequences (the :data:`ALLOCATED_FIELDS`: tokens,
+    reserved future and internal fragmentation), the figure a serving engine's usage gauge shows;
+    the difference is slots booked but not (yet) holding a token. ``min_concurrency_saturated`` is the fewest
     sequences running while memory binds (the sustained floor beside the peak). "Saturated" steps
     are those where memory binds:
     the allocator refused the head of the waiting queue, or a running request had to be preempted
@@ -166,6 +179,20 @@ def _request_summary(requests: pd.DataFrame, slo: SloConfig) -> Summary:
     for key in ("num_preemptions", "num_recompute_preemptions", "num_swap_preemptions", "num_swap_fallbacks",
                 "swap_out_bytes", "swap_in_bytes"):  # fmt: skip
         out[key] = int(_col(requests, key, np.int64).sum())
+    out.update(_prefix_summary(requests, was_admitted))
+    return out
+
+
+def _prefix_summary(requests: pd.DataFrame, was_admitted: np.ndarray) -> Summary:
+    """Prefix-cache hits, from the request table's columns when it has them (a caching allocator)."""
+    out: Summary = {}
+    if "cached_prompt_tokens" in requests:
+        cached_tokens = int(_col(requests, "cached_prompt_tokens", np.int64)[was_admitted].sum())
+        prompt_tokens = int(_col(requests, "prompt_tokens", np.int64)[was_admitted].sum())
+        out["prefix_cached_prompt_tokens"] = cached_tokens
+        out["prefix_hit_rate"] = cached_tokens / prompt_tokens if prompt_tokens else math.nan
+    if "recompute_cached_tokens" in requests:
+        out["prefix_recompute_cached_tokens"] = int(_col(requests, "recompute_cached_tokens", np.int64).sum())
     return out
 
 
@@ -176,6 +203,7 @@ def _step_summary(steps: pd.DataFrame, budget_bytes: int, kv_bytes_per_token: in
     saturated_s = float(duration_s[is_saturated].sum())
     total_s = float(duration_s.sum())
     utilization = _col(steps, "token_bytes") / budget_bytes
+    block_utilization = sum(_col(steps, field) for field in ALLOCATED_FIELDS) / budget_bytes
 
     # The breakdown is meant for the saturated regime; a run that never got there still gets one.
     period = is_saturated if saturated_s > 0 else np.ones(len(steps), dtype=bool)
@@ -191,6 +219,8 @@ def _step_summary(steps: pd.DataFrame, budget_bytes: int, kv_bytes_per_token: in
         "min_concurrency_saturated": int(num_running[is_saturated].min()) if is_saturated.any() else math.nan,
         "utilization_mean": _weighted_mean(utilization, duration_s),
         "utilization_saturated": _weighted_mean(utilization[is_saturated], duration_s[is_saturated]),
+        "block_utilization_mean": _weighted_mean(block_utilization, duration_s),
+        "block_utilization_saturated": _weighted_mean(block_utilization[is_saturated], duration_s[is_saturated]),
         "saturated_s": saturated_s,
         "saturated_fraction": saturated_s / total_s if total_s > 0 else math.nan,
         "breakdown_period": "saturated" if saturated_s > 0 else "all",

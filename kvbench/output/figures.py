@@ -7,16 +7,27 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kvbench.memory.ledger import LEDGER_FIELDS
 from kvbench.output.atomic import write_file
 
+#: how each ledger part is drawn (stacked in :data:`LEDGER_FIELDS` order); a part not named here is
+#: drawn grey under its field name
 LEDGER = (
     ("token_bytes", "token states", "#2b8cbe"),
     ("reserved_future_bytes", "reserved (future tokens)", "#a6bddb"),
     ("internal_bytes", "internal fragmentation", "#e34a33"),
     ("external_bytes", "external fragmentation", "#fdbb84"),
     ("free_bytes", "free", "#f0f0f0"),
+    ("cached_bytes", "cached prefix blocks (evictable)", "#74c476"),
 )
 MAX_POINTS = 4000
+PREFIX_FIGURE = "prefix_cache.png"
+#: the offline bounds drawn over the cumulative hit rate: (summary key, label, line style)
+_BOUNDS = (
+    ("prefix_hit_rate_infinite", "ceiling (infinite cache)", ":"),
+    ("prefix_hit_rate_belady", "Belady (optimal eviction)", "--"),
+    ("prefix_hit_rate_lru_offline", "LRU (offline model)", "-."),
+)
 
 
 def pyplot():
@@ -29,19 +40,44 @@ def pyplot():
     return plt
 
 
+def ledger_stack(steps: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """The ledger parts to stack, bottom up: ``(column, label, colour)`` for each field of
+    :data:`LEDGER_FIELDS` the step table has; the prefix cache's part only where it ever holds
+    something (it is 0 throughout for allocators without a cache: no legend entry for nothing)."""
+    drawn = {col: (label, color) for col, label, color in LEDGER}
+    stack = []
+    for col in LEDGER_FIELDS:
+        if col not in steps or (col == "cached_bytes" and not steps[col].gt(0).any()):
+            continue
+        label, color = drawn.get(col, (col.removesuffix("_bytes").replace("_", " "), "#bdbdbd"))
+        stack.append((col, label, color))
+    return stack
+
+
+def _thinned(frame: pd.DataFrame) -> pd.DataFrame:
+    """At most about :data:`MAX_POINTS` rows, evenly spaced: keeps the file small (the Parquet table
+    has every row)."""
+    return frame.iloc[:: int(np.ceil(len(frame) / MAX_POINTS))] if len(frame) > MAX_POINTS else frame
+
+
+def _title(summary: dict) -> str:
+    return (f"{summary['model']} on {summary['hardware']}: {summary['allocator']} "
+            f"(block {summary['block_size_tokens']}), {summary['workload']}")  # fmt: skip
+
+
 def plot_memory_timeline(steps: pd.DataFrame, summary: dict, path: Path) -> Path:
     """Stacked memory ledger (fraction of the KV budget) and batch size over simulated time."""
     plt = pyplot()
-    if len(steps) > MAX_POINTS:  # keep the file small; the Parquet table has every step
-        steps = steps.iloc[:: int(np.ceil(len(steps) / MAX_POINTS))]
+    steps = _thinned(steps)
     budget = float(summary["kv_budget_bytes"])
     t_s = steps["start_s"].to_numpy()
+    stack = ledger_stack(steps)
     fig, ax = plt.subplots(figsize=(9, 4.5))
     ax.stackplot(
         t_s,
-        *[steps[col].to_numpy() / budget * 100 for col, _, _ in LEDGER],
-        labels=[label for _, label, _ in LEDGER],
-        colors=[color for _, _, color in LEDGER],
+        *[steps[col].to_numpy() / budget * 100 for col, _, _ in stack],
+        labels=[label for _, label, _ in stack],
+        colors=[color for _, _, color in stack],
         step="post",
     )
     ax.set_xlabel("simulated time (s)")
@@ -52,10 +88,60 @@ def plot_memory_timeline(steps: pd.DataFrame, summary: dict, path: Path) -> Path
     ax2.set_ylabel("sequences in the batch")
     ax2.set_ylim(bottom=0)
     ax.legend(loc="upper left", bbox_to_anchor=(1.1, 1.0), fontsize=8)
-    ax.set_title(
-        f"{summary['model']} on {summary['hardware']}: {summary['allocator']} "
-        f"(block {summary['block_size_tokens']}), {summary['workload']}"
-    )
+    ax.set_title(_title(summary))
+    fig.tight_layout()
+    write_file(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    plt.close(fig)
+    return path
+
+
+def cumulative_hit_rate(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """``(admission times (s), hit rate so far)``: after each admission, prompt tokens served from
+    the prefix cache / prompt tokens, over the requests admitted until then. A request's hits are
+    placed at its first admission (the request table keeps no time for a re-admission's), so the
+    last value is the summary's ``prefix_hit_rate``."""
+    admitted = requests[requests["admitted_s"].to_numpy(dtype=float) >= 0]
+    admitted = admitted.sort_values("admitted_s", kind="stable")
+    cached = np.cumsum(admitted["cached_prompt_tokens"].to_numpy(dtype=np.int64))
+    prompt = np.cumsum(admitted["prompt_tokens"].to_numpy(dtype=np.int64))
+    with np.errstate(invalid="ignore", divide="ignore"):  # zero-token prompts so far: no rate yet
+        rate = np.where(prompt > 0, cached / np.maximum(prompt, 1), np.nan)
+    return admitted["admitted_s"].to_numpy(dtype=float), rate
+
+
+def plot_prefix_cache(requests: pd.DataFrame, steps: pd.DataFrame, summary: dict, path: Path) -> Path | None:
+    """The prefix cache over simulated time: the cumulative hit rate (with the offline ceiling,
+    Belady and LRU bounds when the summary has them) above the cached blocks' share of the KV
+    budget. None, and no file, when there is nothing to draw: no hit column, or (the request table
+    may carry one for every allocator) no hit, no cached block and no offline bound."""
+    if "cached_prompt_tokens" not in requests or not len(requests):
+        return None
+    cached_any = "cached_bytes" in steps and bool(steps["cached_bytes"].gt(0).any())
+    bounds_given = any(key in summary for key, _, _ in _BOUNDS)
+    if not (cached_any or bounds_given or requests["cached_prompt_tokens"].gt(0).any()):
+        return None
+    plt = pyplot()
+    t_s, rate = cumulative_hit_rate(requests)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
+    top.step(t_s, rate * 100, where="post", color="#2b8cbe", label="hit rate so far (admitted prompt tokens)")
+    for key, label, style in _BOUNDS:
+        value = summary.get(key)
+        if isinstance(value, (int, float)) and np.isfinite(value):
+            top.axhline(value * 100, color="black", linestyle=style, linewidth=1, label=f"{label}: {value * 100:.1f} %")
+    top.set_ylabel("prefix hits (% of prompt tokens)")
+    top.set_ylim(0, 100)
+    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    if "cached_bytes" in steps and len(steps):
+        thin = _thinned(steps)
+        budget = float(summary["kv_budget_bytes"])
+        bottom.fill_between(thin["start_s"].to_numpy(), thin["cached_bytes"].to_numpy() / budget * 100, step="post",
+                            color={col: color for col, _, color in LEDGER}["cached_bytes"])  # fmt: skip
+    else:
+        bottom.text(0.5, 0.5, "no cached_bytes in the step table", transform=bottom.transAxes, ha="center")
+    bottom.set_ylabel("cached, evictable\n(% of KV budget)")
+    bottom.set_ylim(bottom=0)
+    bottom.set_xlabel("simulated time (s)")
+    top.set_title(_title(summary))
     fig.tight_layout()
     write_file(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)

@@ -32,6 +32,9 @@ REPORT_WIDTH = 100
 #: the comparison frame's column holding a swept key's value for each job (``swept.allocator``)
 SWEPT_PREFIX = "swept."
 COMPARISON_NOTES = "% KV: of the KV budget; floor: fewest seqs running while saturated; unfilled: KV booked, unwritten"
+#: added to the notes where the prefix-cache group shows
+PREFIX_NOTES = ("prefix hits: % of prompt tokens served from cache; ceiling: an infinite cache's, Belady: optimal "
+                "eviction in the KV budget (both offline, from the trace)")
 
 
 def report_console() -> Console:
@@ -134,6 +137,8 @@ _MEMORY = (
     Column("mean_concurrency_saturated", "mean\n(sat.)", "seqs", "{:,.1f}"),
     Column("utilization_mean", "util.", "% KV", "pct"),
     Column("utilization_saturated", "util.\n(sat.)", "% KV", "pct"),
+    # the block-granular figure a server's usage gauge shows, beside the token slots of "util."
+    Column("block_utilization_mean", "blocks\nalloc.", "% KV", "pct"),
     Column("frac_internal", "int.\nfrag.", "% KV", "pct"),
     Column("frac_external", "ext.\nfrag.", "% KV", "pct"),
     Column("mean_tail_waste_tokens_per_seq", "unfilled\n/seq", "tokens", "{:,.1f}"),
@@ -154,6 +159,13 @@ _PREEMPTION = (
     Column("recompute_tax", "re-\ncomp.\ntax", "% tok.", "pct", phrase="recompute tax {}"),
 )
 
+_PREFIX = (
+    Column("prefix_hit_rate", "prefix\nhits", "% tok.", "pct", phrase="prefix-cache hits {}"),
+    Column("prefix_hit_rate_infinite", "ceil-\ning", "% tok.", "pct", phrase="prefix-cache ceiling {}"),
+    Column("prefix_hit_rate_belady", "Belady", "% tok.", "pct", phrase="Belady bound {}"),
+    Column("frac_cached", "cached", "% KV", "pct", phrase="cached prefix blocks {}"),
+)
+
 
 def _slo_given(rows: pd.DataFrame) -> bool:
     return "slo" in rows and rows["slo"].fillna("").astype(str).str.len().gt(0).any()
@@ -163,11 +175,21 @@ def _preempted(rows: pd.DataFrame) -> bool:
     return bool(rows.get("num_preemptions", pd.Series(dtype=float)).fillna(0).gt(0).any())
 
 
+def _prefix_cached(rows: pd.DataFrame) -> bool:
+    """Whether the prefix-cache group says something: some job's trace shares prefixes (its summary
+    has the offline bounds) or its cache served or kept something. Every job's summary may carry a
+    hit rate (0 without a cache), so its presence alone does not tell."""
+    number = lambda key: pd.to_numeric(rows.get(key, pd.Series(dtype=float)), errors="coerce")
+    return bool(number("prefix_hit_rate_infinite").notna().any() or number("prefix_hit_rate").gt(0).any()
+                or number("frac_cached").gt(0).any())  # fmt: skip
+
+
 #: (title, columns, shown for these rows?): the comparison's metric groups, in order
 COLUMN_GROUPS: tuple[tuple[str, tuple[Column, ...], Callable[[pd.DataFrame], bool]], ...] = (
     ("memory", _MEMORY, lambda rows: True),
     ("throughput and latency", _LATENCY, lambda rows: True),
     ("preemption", _PREEMPTION, _preempted),
+    ("prefix cache", _PREFIX, _prefix_cached),
 )
 
 
@@ -383,7 +405,8 @@ def print_comparison(sweep_dir: Path, console: Console | None = None) -> pd.Data
         console.print(table)
     for _, row in frame[frame["failed"]].iterrows():
         console.print(f"[red]{row['status']}[/red] {row['label']}: {row['error']}", highlight=False)
-    console.print(f"[dim]{METRIC_DEFINITIONS}\n{COMPARISON_NOTES}[/dim]", highlight=False)
+    notes = COMPARISON_NOTES + (f"\n{PREFIX_NOTES}" if _prefix_cached(ok) else "")
+    console.print(f"[dim]{METRIC_DEFINITIONS}\n{notes}[/dim]", highlight=False)
     write_frame(frame, sweep_dir, "comparison")
     if (~frame["failed"]).any():
         from kvbench.output.figures import plot_comparison

@@ -28,7 +28,7 @@ SUMMARY_JSON = "summary.json"
 #: table left by an earlier run with other options (``output.steps=true``) cannot mix in
 RESULT_FILES = (
     *(f"{table}.{ext}" for table in TABLES for ext in ("parquet", "csv")),
-    SUMMARY_JSON, "config.json", "memory.png", FAILED, COMPLETE,
+    SUMMARY_JSON, "config.json", "memory.png", "prefix_cache.png", FAILED, COMPLETE,
 )  # fmt: skip
 
 
@@ -70,10 +70,13 @@ def write_run(result: RunResult, out_dir: Path, *, steps: bool = True, figures: 
     write_json(out_dir / "config.json", result.config)
     written += [SUMMARY_JSON, "config.json"]
     if figures and len(result.steps):
-        from kvbench.output.figures import plot_memory_timeline
+        from kvbench.output.figures import plot_memory_timeline, plot_prefix_cache
 
         plot_memory_timeline(result.steps, result.summary, out_dir / "memory.png")
         written.append("memory.png")
+        # hit rate over time and cached bytes: only when the run cached prefixes or could have
+        if plot_prefix_cache(result.requests, result.steps, result.summary, out_dir / "prefix_cache.png"):
+            written.append("prefix_cache.png")
     mark_complete(out_dir, written)
     result.out_dir = out_dir
     return out_dir

@@ -84,10 +84,14 @@ def check_run(engine: Engine, requests: list[Request], record: RunRecord) -> Non
     assert (r["num_preemptions"] == preemptions).all()
     assert (r["num_swap_fallbacks"] <= r["num_recompute_preemptions"]).all()
     assert (r["swap_out_bytes"] == r["swap_in_bytes"]).all(), "every swapped-out byte came back"
-    assert ((r["num_recomputed_tokens"] > 0) == (r["num_recompute_preemptions"] > 0)).all()
-    # every position computed at least once, recomputations on top
+    # a recompute preemption loses positions: each is computed again or served back by a prefix cache
+    lost = r["num_recomputed_tokens"] + r["recompute_cached_tokens"]
+    assert ((lost > 0) == (r["num_recompute_preemptions"] > 0)).all()
+    assert (r["cached_prompt_tokens"] < r["prompt_tokens"]).all() or not len(r), "a whole prompt came from the cache"
+    # every position computed at least once (but prompt positions served from a prefix cache), recomputations on top
     floor = [q.prompt_tokens + sum(o - 1 for o in q.branch_output_tokens) for q in requests]
-    assert (r["num_computed_tokens"] - r["num_recomputed_tokens"] >= np.array(floor, dtype=np.int64)).all()
+    computed_once = r["num_computed_tokens"] - r["num_recomputed_tokens"] + r["cached_prompt_tokens"]
+    assert (computed_once >= np.array(floor, dtype=np.int64)).all()
     steps = record.steps
     assert steps["num_preemptions"].sum() == r["num_preemptions"].sum()
     assert steps["num_computed_tokens"].sum() == r["num_computed_tokens"].sum()
@@ -100,25 +104,37 @@ def check_run(engine: Engine, requests: list[Request], record: RunRecord) -> Non
     assert engine.scheduler.host_pool.used_bytes == 0, "swap space was not given back"
 
 
-#: a small request: (arrival gap in seconds, prompt, output per branch, branches, beam-search re-fork probability)
+#: a small request: (arrival gap in seconds, prompt, output per branch, branches, beam-search re-fork
+#: probability, which prefix of a pool of three it starts with: 4, 12 or 40 shared tokens)
 REQUESTS = st.lists(
     st.tuples(st.sampled_from([0.0, 0.0, 0.01, 0.5]), st.integers(1, 40), st.integers(1, 30),
-              st.sampled_from([1, 1, 1, 2, 3]), st.sampled_from([0.0, 0.0, 0.5])),
+              st.sampled_from([1, 1, 1, 2, 3]), st.sampled_from([0.0, 0.0, 0.5]), st.integers(0, 2)),
     min_size=1, max_size=10,
 )  # fmt: skip
+
+#: tokens per prefix-hash granule of the suite's requests, and how many granules each prefix shares
+HASH_BLOCK_TOKENS = 4
+SHARED_GRANULES = (1, 3, 10)
 
 
 def make_requests(rows: list[tuple]) -> list[Request]:
     requests, arrival_s = [], 0.0
-    for i, (gap_s, prompt, output, branches, beam) in enumerate(rows):
+    for i, (gap_s, prompt, output, branches, beam, *prefix) in enumerate(rows):
         arrival_s += gap_s
-        requests.append(Request(i, arrival_s, prompt, prompt + output, (output,) * branches, beam if branches > 1 else 0.0, 7))
+        hashes = ()
+        if prefix:  # chained ids: shared up to the prefix's length, the request's own after
+            granules = -(-prompt // HASH_BLOCK_TOKENS)
+            hashes = tuple((prefix[0] + 1) * 1000 + g if g < SHARED_GRANULES[prefix[0]] else -(i * 1000 + g) - 1
+                           for g in range(granules))  # fmt: skip
+        requests.append(Request(i, arrival_s, prompt, prompt + output, (output,) * branches, beam if branches > 1 else 0.0,
+                                7, hashes, HASH_BLOCK_TOKENS if hashes else 0))  # fmt: skip
     return requests
 
 
-#: the allocators the suite runs on, by their registered names, with their options
+#: the allocators the suite runs on: a label -> its registered name and options
 ALLOCATORS = {
     "paged": {"block_size_tokens": 8},
+    "paged_prefix_caching": {"name": "paged", "block_size_tokens": 8, "prefix_caching": True},
     "naive": {"s_max_tokens": 72},
     "per_request": {"reserve": "oracle", "placement": "first_fit", "granule_tokens": 8},
 }
@@ -132,10 +148,11 @@ def allocators(budget_tokens: int) -> dict[str, Allocator]:
 
     kv = TINY_MODEL.kv_bytes_per_token
     made = {}
-    for name, options in ALLOCATORS.items():
-        cls = lookup("allocator", name)
-        made[name] = cls(plugin_config(cls, {"name": name, **options}, "allocator"),
-                         budget_bytes=budget_tokens * kv, kv_bytes_per_token=kv)  # fmt: skip
+    for label, options in ALLOCATORS.items():
+        options = {"name": label, **options}
+        cls = lookup("allocator", options["name"])
+        made[label] = cls(plugin_config(cls, options, "allocator"), budget_bytes=budget_tokens * kv,
+                          kv_bytes_per_token=kv)  # fmt: skip
     return made
 
 

@@ -12,7 +12,11 @@ mechanisms are shared and live here:
   does not fit the host pool falls back to recompute;
 - *admit* the head of the waiting queue (first come first served: nobody overtakes a refused
   head), keeping the watermark free unless nothing is running;
-- *resume* swapped requests, oldest preempted first.
+- *resume* swapped requests, oldest preempted first;
+- *reuse cached prefixes* (allocators that ``caches_prefixes``): before a request's first
+  allocation the scheduler asks how many leading tokens the cache holds; the sequence starts with
+  that many computed, the allocation covers them plus the chunk computed now, and the step (and
+  the prompt-token budget) is charged only for the uncached tokens.
 
 Tokens are counted as vLLM v1 does: every sequence has ``num_tokens`` and
 ``num_computed_tokens``; a step computes some of the difference, and a sequence whose tokens are
@@ -114,6 +118,10 @@ class Scheduler:
         self.watermark_bytes = 0 if reserves else int(self.config.watermark_fraction * allocator.budget_bytes)
         self._headroom_bytes = 0
         self._refused: tuple[SeqShape, Refusal] | None = None  # why the last admission failed
+        self._caches_prefixes = allocator.capabilities.caches_prefixes
+        # the cache hit counted by the admission in progress, to take back if it is refused:
+        # (group, lost positions served back from the cache, new prompt positions served)
+        self._admission_hit: tuple[SequenceGroup, int, int] | None = None
         self._work: _Work | None = None  # the request whose tokens are being scheduled
         self._step = 0
 
@@ -270,7 +278,7 @@ class Scheduler:
                     break
             else:
                 budget = None
-                if token_budget is not None and used and used + self._admission_tokens(group) > token_budget:
+                if token_budget is not None and used and used + self._uncached_admission_tokens(group) > token_budget:
                     break
             tokens = self._admit_group(plan, group, budget)
             if tokens is None:
@@ -305,12 +313,17 @@ class Scheduler:
 
     def _admit_group(self, plan: StepPlan, group: SequenceGroup, budget: int | None) -> int | None:
         self._headroom_bytes = self.watermark_bytes if self.num_running_seqs else 0
+        self._admission_hit = None
         seqs = group.seqs
         if len(seqs) == 1:
             tokens = self._compute_one(plan, group, seqs[0], budget, None)
+        elif self._caches_prefixes and self._is_readmission(group) and not self._forked_fits(group):
+            tokens = None  # refused before touching the cache (see _forked_fits)
         else:
             tokens = self._compute(plan, group, budget, None)
         if tokens is None:
+            if self._admission_hit is not None:  # a fan-out whose branches did not fit: not admitted
+                self._undo_hit(*self._admission_hit)
             shape, reason = self._refused
             self._release(group)
             self.allocator.drain_copies()  # copies of an admission that did not happen
@@ -336,12 +349,14 @@ class Scheduler:
         remaining = budget
         if group.needs_fork():  # the shared prompt first, on the first live branch
             root = group.root()
+            if root.status is Status.WAITING and self._caches_prefixes:
+                root.num_computed_tokens = self._cache_hit(group, group.request.prompt_tokens)
             n = group.request.prompt_tokens - root.num_computed_tokens
             if remaining is not None:
                 n = min(n, remaining)
             if n > 0:
                 if not self._grow(plan, work, group, root, n, index):
-                    return self._drop()
+                    return self._drop(index is None)
                 remaining = None if remaining is None else remaining - n
             if root.num_computed_tokens < group.request.prompt_tokens:
                 return self._commit(plan, group, work)
@@ -349,13 +364,15 @@ class Scheduler:
         for seq in group.seqs:
             if seq.status is Status.FINISHED or seq.status is Status.SWAPPED:
                 continue
+            if seq.status is Status.WAITING and self._caches_prefixes and not group.needs_fork():
+                seq.num_computed_tokens = self._cache_hit(group, seq.num_tokens)  # a readmitted last branch
             n = seq.num_pending_tokens
             if remaining is not None:
                 n = min(n, remaining)
             if n <= 0 or (seq.status is Status.WAITING and group.needs_fork()):
                 continue
             if not self._grow(plan, work, group, seq, n, index):
-                return self._drop()
+                return self._drop(index is None)
             remaining = None if remaining is None else remaining - n
         if group.request.beam_fork_probability and group.is_forked:
             plan.has_beam_search = True
@@ -364,18 +381,85 @@ class Scheduler:
         return self._commit(plan, group, work)
 
     def _allocate(self, group: SequenceGroup, seq: Sequence, n: int) -> bool:
-        """A request's first allocation (admission): refused rather than preempting anyone."""
-        shape = group.shape(n)
-        if self.allocator.allocate(seq.seq_id, shape, self._headroom_bytes) is None:
+        """A request's first allocation (admission): refused rather than preempting anyone. The
+        sequence already counts the tokens the cache said it holds (:meth:`_cache_hit`); the
+        allocation covers them and the ``n`` computed now."""
+        cached = seq.num_computed_tokens
+        shape = group.shape(cached + n)
+        answer = self.allocator.allocate(seq.seq_id, shape, self._headroom_bytes)
+        if answer is None:
             self._refused = shape, self.allocator.refusal_reason(shape, self._headroom_bytes)
             return False
+        if answer != cached:
+            raise RuntimeError(f"allocator {self.allocator.name!r} served {answer} cached tokens of request "
+                               f"{group.request_id}, having said {cached}")  # fmt: skip
         seq.status = Status.RUNNING
+        if cached:
+            self._count_hit(group, cached)
         return True
+
+    @staticmethod
+    def _is_readmission(group: SequenceGroup) -> bool:
+        """A fan-out preempted after its branches had emitted tokens: re-admitting it allocates
+        the prompt, then grows every branch (a first admission only allocates the prompt)."""
+        prompt = group.request.prompt_tokens
+        return any(seq.num_tokens > prompt for seq in group.live_seqs())
+
+    def _forked_fits(self, group: SequenceGroup) -> bool:
+        """Whether a re-admitted fan-out (its branches past the prompt, preempted since) surely fits: every live
+        branch's tokens in blocks of its own, plus one block each for a copy-on-write, within what
+        the allocator has not allocated (cached blocks included) less the watermark.
+
+        Re-admitting it allocates the shared prompt first, then each branch; when a branch does not
+        fit, the admission is taken back. Under a prefix cache taking back is not neutral: the
+        prompt's allocation has reused and evicted cached blocks. An admission that is refused must
+        change nothing (the event-driven loop skips the steps where it is retried), so a prefix
+        cache only starts a re-admission that cannot fail. The bound counts the prompt's full blocks
+        once and every branch's own blocks plus one, so it may refuse one that would have fitted:
+        it waits for memory instead. With nothing running it is not applied (nothing would free
+        memory, and no decode run is skipped meanwhile)."""
+        if not self.num_running_seqs:  # nothing runs: nothing to skip, and waiting would wait forever
+            return True
+        alloc = self.allocator
+        size = alloc.block_size_tokens
+        shared = group.request.prompt_tokens // size  # the prompt's full blocks, held once
+        blocks = shared + sum(-(-seq.num_tokens // size) - shared + 1 for seq in group.live_seqs())
+        if alloc.unallocated_bytes() - self._headroom_bytes >= blocks * size * alloc.kv_bytes_per_token:
+            return True
+        shape = group.shape(self._first_allocation_tokens(group))
+        self._refused = shape, Refusal.NO_MEMORY
+        return False
+
+    def _cache_hit(self, group: SequenceGroup, num_tokens: int) -> int:
+        """Leading tokens of a sequence of ``num_tokens`` the prefix cache would serve if it were
+        allocated now (never all of them: one is computed, for its logits)."""
+        if not group.request.prefix_hashes:
+            return 0
+        return self.allocator.num_cached_tokens(group.shape(num_tokens))
+
+    def _count_hit(self, group: SequenceGroup, cached: int) -> None:
+        """Positions served from the cache: those a recompute preemption lost come back without
+        being computed again (not hits), the rest are prompt positions never computed (hits)."""
+        restored = min(cached, group.num_lost_tokens)
+        group.num_lost_tokens -= restored
+        group.num_recomputed_tokens -= restored
+        group.recompute_cached_tokens += restored
+        group.cached_prompt_tokens += cached - restored
+        self._admission_hit = (group, restored, cached - restored)
+
+    def _undo_hit(self, group: SequenceGroup, restored: int, new: int) -> None:
+        group.num_lost_tokens += restored
+        group.num_recomputed_tokens += restored
+        group.recompute_cached_tokens -= restored
+        group.cached_prompt_tokens -= new
+        self._admission_hit = None
 
     def _compute_one(self, plan: StepPlan, group: SequenceGroup, seq: Sequence, budget: int | None,
                      index: int | None) -> int | None:  # fmt: skip
         """:meth:`_compute` for the common request of one sequence: its work goes straight into
         the plan (nothing to fork, and a refused growth took nothing, so nothing to take back)."""
+        if seq.status is Status.WAITING and self._caches_prefixes:
+            seq.num_computed_tokens = self._cache_hit(group, seq.num_tokens)  # 0 until now: it held nothing
         context = seq.num_computed_tokens
         n = seq.num_tokens - context
         if budget is not None and n > budget:
@@ -474,9 +558,12 @@ class Scheduler:
         group.num_lost_tokens -= sum(c.num_recomputed_tokens for c in work.chunks)
         return len(work.decodes) + sum(c.num_new_tokens for c in work.chunks)
 
-    def _drop(self) -> None:
+    def _drop(self, refused_admission: bool = False) -> None:
         """The request could not run: preempted (its growth was taken back by then) or refused at
-        admission (the caller releases it)."""
+        admission (the caller releases it). A refused admission's growth is taken back first, so
+        that blocks it filled are not left keyed in a prefix cache: their KV was never computed."""
+        if refused_admission and self._work is not None:
+            self._take_back(self._work)
         self._work = None
 
     # --- preemption ------------------------------------------------------------------------------
@@ -582,10 +669,21 @@ class Scheduler:
         prompt = group.request.prompt_tokens
         return prompt + sum(s.num_tokens - prompt for s in group.live_seqs())
 
+    def _uncached_admission_tokens(self, group: SequenceGroup) -> int:
+        """:meth:`_admission_tokens` less what the prefix cache would serve now."""
+        tokens = self._admission_tokens(group)
+        if self._caches_prefixes:
+            tokens -= self._cache_hit(group, self._first_allocation_tokens(group))
+        return tokens
+
+    def _first_allocation_tokens(self, group: SequenceGroup) -> int:
+        """The length of the sequence a (re)admission allocates first: the prompt for a fan-out
+        still to fork, otherwise the live branch's whole length."""
+        return group.request.prompt_tokens if group.needs_fork() else group.root().num_tokens
+
     def _head_shape(self) -> SeqShape | None:
         """The waiting head's first allocation: what decides which free bytes are fragmented."""
         if not self.waiting:
             return None
         group = self.waiting[0]
-        root = group.root()
-        return group.shape(group.request.prompt_tokens if group.needs_fork() else root.num_tokens)
+        return group.shape(self._first_allocation_tokens(group))

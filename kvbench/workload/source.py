@@ -32,9 +32,16 @@ class Workload:
     #: > 0: the branches are a beam search re-forked at every step with this probability per beam
     #: (see :class:`kvbench.core.request.Request`); 0: parallel sampling
     beam_fork_probability: float = 0.0
+    #: per request, one id per granule of ``hash_block_tokens`` prompt tokens, chained over the
+    #: prefix (equal ids: equal prompt prefixes; see kvbench.core.prefix); None: content unknown,
+    #: nothing is shared between requests
+    prefix_hashes: list[tuple[int, ...]] | None = None
+    hash_block_tokens: int = 0
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
+        if self.prefix_hashes is not None and len(self.prefix_hashes) != n:
+            raise ValueError(f"workload column prefix_hashes has {len(self.prefix_hashes)} rows, expected {n}")
         for name in ("prompt_tokens", "output_tokens", "s_max_tokens", "num_branches"):
             column = getattr(self, name)
             if column is not None and len(column) != n:

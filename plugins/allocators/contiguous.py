@@ -252,7 +252,7 @@ class ContiguousAllocator(Allocator):
             "token_bytes": led.token_bytes + step_bytes,
             "reserved_future_bytes": led.reserved_future_bytes - step_bytes,
         }
-        for name in ("internal_bytes", "external_bytes", "free_bytes"):
+        for name in ("internal_bytes", "external_bytes", "free_bytes", "cached_bytes"):  # no prefix cache: 0
             ledgers[name] = np.full(num_steps, getattr(led, name), dtype=np.int64)
         return DecodeProjection(num_steps, ledgers)
 

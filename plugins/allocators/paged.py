@@ -8,16 +8,43 @@ a shared, partly filled block copies it first (copy-on-write).
 ``append`` is the simulator's hot path, so every ledger total is kept up to date incrementally and
 ``ledger()`` is O(1); ``project_decode`` answers "how many decode steps until a block runs out, and
 what does the ledger look like meanwhile" in closed form, so that the engine can skip those steps.
+
+Prefix caching (``prefix_caching=true``, vLLM's automatic prefix caching, v1's block pool):
+
+- a full prompt block is identified by :func:`kvbench.core.prefix.block_keys` (its granule's chained
+  id and its end). It gets its key when it becomes full while the prompt is computed, so a request
+  admitted later, even in the same step, can hit it while the first one still runs (as vLLM v1
+  caches blocks when it schedules them). A key is held by one block at most: a block that fills
+  with a key some other block already holds stays private (it is recomputed content, e.g. the last
+  block of a fully cached prompt), and is freed as an ordinary block.
+- ``allocate`` reuses every cached block of the longest cached run of the prompt's keys, up to
+  ``min(prompt, num_tokens - 1)`` tokens, in whole blocks (as vLLM: a fully cached prompt still
+  computes its last token to get logits, so its last full block is computed again). A live hit
+  block gains a reference; an evictable one is taken back out of the evictable queue.
+- a block with a key that nobody holds any more is not free but *cached*: it keeps its key and
+  joins the back of an LRU queue (an ``OrderedDict``: O(1) append, removal and pop of the front,
+  like v1's ``FreeKVCacheBlockQueue``). A sequence's blocks join it last block first, so a
+  prefix's tail is evicted before its head (a head evicted first would strand the rest).
+- new blocks come from truly free blocks first, then by evicting the front of the LRU queue
+  (its key is dropped). Admission, the watermark and decode projections count both as available.
+- swapping moves every distinct block of the family once, keyed or not (its host copy must be
+  complete whatever happens on the device meanwhile). On the device a keyed block is released as
+  by ``free``: kept for its other holders, or cached and evictable, so other requests keep hitting
+  it. Swapped back in, the family gets fresh private blocks; one re-takes its key only if no
+  other block holds that key by then (a block shared across requests is thus never moved for
+  another family: each family's swap is its own copy).
 """
 
 from __future__ import annotations
 
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kvbench import hookimpl
+from kvbench.core.prefix import BlockKey, block_keys
 from kvbench.errors import require
 from kvbench.memory.allocator import (
     NO_PROJECTION,
@@ -38,6 +65,9 @@ class PagedConfig:
     #: tokens per KV block (vLLM's block_size): a power of two from 8 to 256; small blocks waste
     #: less tail, large blocks give the attention kernel longer contiguous runs
     block_size_tokens: int = 16
+    #: keep full prompt blocks across requests and reuse the longest cached prefix (vLLM's
+    #: enable_prefix_caching); needs a workload whose requests carry prefix hashes
+    prefix_caching: bool = False
 
     def validate(self) -> None:
         size = self.block_size_tokens
@@ -47,6 +77,8 @@ class PagedConfig:
             size,
             "use a power of two from 8 to 256",
         )
+        require(isinstance(self.prefix_caching, bool), "allocator.prefix_caching", self.prefix_caching,
+                "use true or false")  # fmt: skip
 
 
 class PagedAllocator(Allocator):
@@ -83,10 +115,27 @@ class PagedAllocator(Allocator):
         self._shared_tail_holders: dict[int, set[int]] = {}
         self._num_token_slots = 0  # physical slots holding a token (a shared block counted once)
         self._num_future_slots = 0
-        # swapped-out families: their block-table structure, to rebuild with the same sharing
-        self._swapped: dict[tuple[int, ...], list[tuple[int, list[int], int, int]]] = {}
+        # swapped-out families: their block-table structure, to rebuild with the same sharing, and
+        # the keys of their blocks (position -> key) and of their prompts (seq -> keys, next index)
+        self._swapped: dict[tuple[int, ...], tuple[list[tuple[int, list[int], int, int]], dict[int, BlockKey],
+                                                    dict[int, tuple[list[BlockKey], int | None]]]] = {}  # fmt: skip
         #: copy-on-write block copies made by ``append`` so far
         self.num_cow_copies = 0
+        # --- the prefix cache (all empty when prefix_caching is off) ---
+        self._caching = bool(self.config.prefix_caching)
+        if self._caching:
+            self.capabilities = replace(type(self).capabilities, caches_prefixes=True)
+        self._cached_block_id: dict[BlockKey, int] = {}  # key -> the one block holding it, live or evictable
+        self._block_key: dict[int, BlockKey] = {}  # block -> its key
+        # blocks with a key that no sequence holds, least recently freed first (evicted from the front)
+        self._evictable: OrderedDict[int, None] = OrderedDict()
+        self._prompt_keys: dict[int, list[BlockKey]] = {}  # seq -> its prompt's full-block keys
+        # seq -> index of its first full prompt block not yet considered for a key; only while some
+        # are left, so that a decoding sequence costs ``append`` one failed dict lookup at most
+        self._pending_keys: dict[int, int] = {}
+        self._keys_memo: tuple = ((), -1, -1, [])  # the last block_keys call (a refused head is asked every step)
+        #: blocks evicted from the prefix cache so far (their keys dropped)
+        self.num_evicted_blocks = 0
 
     # --- sizing ----------------------------------------------------------------------------------
 
@@ -107,42 +156,82 @@ class PagedAllocator(Allocator):
         return shared + shape.num_branches * own <= self.num_blocks
 
     def reservation_tokens(self, shape: SeqShape) -> int:
-        """Slots of the blocks covering the prompt (nothing is reserved for the future)."""
-        return self._blocks_for(shape.num_tokens) * self._block_size_tokens
+        """Slots of the new blocks covering the prompt: cached blocks it would hit are not new
+        (nothing is reserved for the future)."""
+        num_hits = len(self._hits(shape)) if self._caching else 0
+        return (self._blocks_for(shape.num_tokens) - num_hits) * self._block_size_tokens
 
     def refcount(self, block_id: int) -> int:
-        """How many live sequences hold ``block_id`` in their block table (0 when it is free).
+        """How many live sequences hold ``block_id`` in their block table (0 when it is free or
+        cached and evictable).
 
         A view for checks, not a hot path: a block with one holder is found by elimination."""
         if block_id in self._shared_refs:
             return self._shared_refs[block_id]
         never_used = block_id >= self.num_blocks - self._num_fresh
-        return 0 if never_used or block_id in self._free_block_ids else 1
+        return 0 if never_used or block_id in self._evictable or block_id in self._free_block_ids else 1
+
+    def num_cached_tokens(self, shape: SeqShape) -> int:
+        """Tokens of the longest cached prefix ``allocate`` would reuse now, in whole blocks."""
+        return len(self._hits(shape)) * self._block_size_tokens if self._caching else 0
+
+    def cached_block_ids(self) -> list[int]:
+        """The evictable cached blocks, least recently used (evicted next) first: a view for checks."""
+        return list(self._evictable)
+
+    def block_key(self, block_id: int) -> BlockKey | None:
+        """The prefix-cache key ``block_id`` holds, or None: a view for checks."""
+        return self._block_key.get(block_id)
 
     # --- verbs -----------------------------------------------------------------------------------
 
     def allocate(self, seq_id: int, shape: SeqShape, keep_free_bytes: int = 0) -> int | None:
-        """Take ``ceil(num_tokens / block_size)`` blocks; ``None`` when they, plus the watermark,
-        are not free. Branches reserve nothing: forks share."""
+        """Take ``ceil(num_tokens / block_size)`` blocks, the cached ones of the longest cached
+        prefix first; ``None`` when the new ones (and evictable hits taken back), plus the
+        watermark, are not available. Branches reserve nothing: forks share. Returns the tokens
+        in hit blocks."""
         if seq_id in self._tables:
             raise ValueError(f"sequence {seq_id} is already allocated")
         num_tokens = shape.num_tokens
         num_blocks = -(-num_tokens // self._block_size_tokens)
-        num_free_after = len(self._free_block_ids) + self._num_fresh - num_blocks
-        if num_free_after < 0 or num_free_after * self.block_bytes < keep_free_bytes:
-            return None
-        self._tables[seq_id] = self._take_blocks(num_blocks)
+        if not self._caching:
+            if not self._can_take(num_blocks, keep_free_bytes):
+                return None
+            self._tables[seq_id] = self._take_blocks(num_blocks)
+            num_hit_tokens = 0
+        else:
+            hits = self._hits(shape)
+            num_revived = sum(1 for block_id in hits if block_id in self._evictable)
+            # an evictable hit leaves the available pool as surely as a new block does
+            if not self._can_take(num_blocks - len(hits) + num_revived, keep_free_bytes):
+                return None
+            self._reference(hits)  # before taking new blocks: an eviction must not take a hit
+            self._tables[seq_id] = hits + self._take_blocks(num_blocks - len(hits))
+            num_hit_tokens = len(hits) * self._block_size_tokens
+            # revived blocks hold tokens again; live hits are already counted (shared blocks count once)
+            self._num_token_slots += num_revived * self._block_size_tokens - num_hit_tokens
+            keys = self._keys_for(shape)  # remembered by _hits
+            if len(keys) > len(hits):
+                self._prompt_keys[seq_id] = keys
+                self._pending_keys[seq_id] = len(hits)
         self._num_tokens[seq_id] = num_tokens
         self._final_kv_tokens[seq_id] = shape.final_kv_tokens
         self._num_token_slots += num_tokens
-        # its own last block's unfilled slots are its reserved future, up to its final length
+        # its own last block's unfilled slots are its reserved future, up to its final length (the
+        # last block is never a hit: at least one token is computed)
         future = min(num_blocks * self._block_size_tokens - num_tokens, max(shape.final_kv_tokens - num_tokens, 0))
         self._future_tokens[seq_id] = future
         self._num_future_slots += future
-        return 0
+        if seq_id in self._pending_keys:
+            self._key_full_blocks(seq_id)
+        return num_hit_tokens
 
     def refusal_reason(self, shape: SeqShape, keep_free_bytes: int = 0) -> Refusal:
-        num_free_after = self._num_free_blocks() - self._blocks_for(shape.num_tokens)
+        num_needed = self._blocks_for(shape.num_tokens)
+        if self._caching:
+            hits = self._hits(shape)
+            num_needed += sum(1 for block_id in hits if block_id in self._evictable) - len(hits)
+        num_free_after = self._num_free_blocks() - num_needed
         return Refusal.NO_MEMORY if num_free_after < 0 else Refusal.WATERMARK
 
     def append(self, seq_id: int, num_tokens: int = 1) -> bool:
@@ -159,6 +248,8 @@ class PagedAllocator(Allocator):
                 used = future if future < num_tokens else num_tokens
                 self._future_tokens[seq_id] = future - used
                 self._num_future_slots -= used
+            if self._pending_keys and seq_id in self._pending_keys:  # a prompt block may be full now
+                self._key_full_blocks(seq_id)
             return True
         return self._append_blocks(seq_id, tokens, offset, num_tokens)
 
@@ -171,7 +262,7 @@ class PagedAllocator(Allocator):
             num_new_blocks = self._blocks_for(offset + num_tokens)
         else:
             num_new_blocks = self._blocks_for(num_tokens - (size - offset if offset else 0))
-        if num_new_blocks > len(self._free_block_ids) + self._num_fresh:
+        if num_new_blocks > self._num_free_blocks():
             return False
         if shared_tail:
             self._copy_on_write(seq_id, table, offset)
@@ -180,6 +271,8 @@ class PagedAllocator(Allocator):
         self._num_tokens[seq_id] = tokens + num_tokens
         self._num_token_slots += num_tokens
         self._refresh_future(seq_id)
+        if self._pending_keys and seq_id in self._pending_keys:
+            self._key_full_blocks(seq_id)
         return True
 
     def truncate(self, seq_id: int, num_tokens: int) -> None:
@@ -193,6 +286,16 @@ class PagedAllocator(Allocator):
         cut = table[keep - 1 : keep] if num_tokens % self._block_size_tokens else []
         if not 0 <= num_tokens < tokens or any(b in self._shared_refs for b in table[keep:] + cut):
             raise ValueError(f"cannot truncate sequence {seq_id} from {tokens} to {num_tokens} tokens")
+        if self._block_key:
+            # the tokens taken back were never computed: blocks they filled lose their keys (no
+            # other sequence holds them, checked above), and are keyed again when refilled
+            for block_id in table[keep:] + cut:
+                self._drop_key(block_id)
+            keys = self._prompt_keys.get(seq_id)
+            if keys is not None:
+                first_unkeyed = min(self._pending_keys.get(seq_id, len(keys)), num_tokens // self._block_size_tokens)
+                if first_unkeyed < len(keys):
+                    self._pending_keys[seq_id] = first_unkeyed
         self._free_block_ids.extend(reversed(table[keep:]))
         del table[keep:]
         self._num_tokens[seq_id] = num_tokens
@@ -220,53 +323,74 @@ class PagedAllocator(Allocator):
             self._refresh_future(parent_id)  # the parent's tail is now shared too
 
     def free(self, seq_id: int) -> None:
-        """Drop one reference to each block; blocks nobody holds go back to the pool."""
+        """Drop one reference to each block; blocks nobody holds go back to the pool, or, when
+        they hold a prefix-cache key, to the back of the evictable queue (last block first)."""
         table = self._tables.pop(seq_id)
         num_tokens = self._num_tokens.pop(seq_id)
         del self._final_kv_tokens[seq_id]
         self._num_future_slots -= self._future_tokens.pop(seq_id)
+        if self._prompt_keys:
+            self._prompt_keys.pop(seq_id, None)
+            self._pending_keys.pop(seq_id, None)
         size = self._block_size_tokens
         shared = self._shared_refs
+        keyed = self._block_key
         if not shared or not any(map(shared.__contains__, table)):
             # the common case: every block is ours alone (reversed: a later allocation pops them in order)
-            self._free_block_ids.extend(reversed(table))
+            if not keyed:
+                self._free_block_ids.extend(reversed(table))
+            else:
+                self._release_blocks(reversed(table))
             self._num_token_slots -= num_tokens
         else:
             last_index = len(table) - 1
+            released = []
             for index, block_id in enumerate(table):
                 holders = shared.get(block_id, 1) - 1
                 if holders == 0:
-                    self._free_block_ids.append(block_id)
+                    released.append(block_id)
                     # all holders of a block see the same tokens in it, so its fill is ours
                     self._num_token_slots -= size if index < last_index else num_tokens - last_index * size
                 elif holders == 1:
                     del shared[block_id]
                 else:
                     shared[block_id] = holders
+            if not keyed:
+                self._free_block_ids.extend(released)
+            else:
+                # unkeyed ones in table order as before; keyed ones join the LRU queue tail first
+                self._free_block_ids.extend(b for b in released if b not in keyed)
+                self._evictable.update((b, None) for b in reversed(released) if b in keyed)
         if num_tokens % size:
             self._release_tail(table[-1], seq_id)
 
     def swap_out(self, seq_ids: Sequence[int]) -> Transfer:
         """Copy the family's blocks to the host, each shared block once, one copy per block (as
-        vLLM's swap does), and free them; remember each table as positions in that list."""
+        vLLM's swap does), and free them; remember each table as positions in that list. Blocks
+        with a prefix-cache key are copied too and stay on the device for their other holders
+        or as cached blocks (see the module docstring)."""
         family = tuple(seq_ids)
         positions: dict[int, int] = {}
         structure = []
         for seq_id in family:
             table = [positions.setdefault(block_id, len(positions)) for block_id in self._tables[seq_id]]
             structure.append((seq_id, table, self._num_tokens[seq_id], self._final_kv_tokens[seq_id]))
+        keyed = self._block_key
+        position_keys = {p: keyed[b] for b, p in positions.items() if b in keyed}
+        prompt_keys = {s: (self._prompt_keys[s], self._pending_keys.get(s)) for s in family if s in self._prompt_keys}
         for seq_id in family:
             self.free(seq_id)
-        if any(block_id in self._shared_refs for block_id in positions):
+        # only prefix-cache hits share a block across requests; anything else shared is a bug
+        if any(block_id in self._shared_refs and block_id not in keyed for block_id in positions):
             raise RuntimeError(f"swap_out of {family}: a block is shared with a sequence outside the set")
-        self._swapped[family] = structure
+        self._swapped[family] = (structure, position_keys, prompt_keys)
         return Transfer(len(positions) * self.block_bytes, len(positions))
 
     def swap_in(self, seq_ids: Sequence[int], keep_free_bytes: int = 0) -> Transfer | None:
         """Take fresh blocks for the family (``None`` when they and the watermark are not free) and
         rebuild its tables with the same sharing."""
         family = tuple(seq_ids)
-        structure = self._swapped[family]
+        structure, position_keys, prompt_keys = self._swapped[family]
         num_blocks = 1 + max((max(table, default=-1) for _, table, _, _ in structure), default=-1)
         if not self._can_take(num_blocks, keep_free_bytes):
             return None
@@ -293,6 +417,14 @@ class PagedAllocator(Allocator):
                 self._shared_tail_holders[block_id] = tail_holders
         for seq_id, _, _, _ in structure:
             self._refresh_future(seq_id)
+        for p, key in position_keys.items():  # a key nobody took meanwhile serves hits again
+            if key not in self._cached_block_id:
+                self._cached_block_id[key] = blocks[p]
+                self._block_key[blocks[p]] = key
+        for seq_id, (keys, pending) in prompt_keys.items():
+            self._prompt_keys[seq_id] = keys
+            if pending is not None:
+                self._pending_keys[seq_id] = pending
         return Transfer(num_blocks * self.block_bytes, num_blocks)
 
     # --- views -----------------------------------------------------------------------------------
@@ -305,9 +437,11 @@ class PagedAllocator(Allocator):
         return list(self._tables[seq_id])
 
     def ledger(self, next_shape: SeqShape | None = None) -> MemoryLedger:
-        """O(1) from running totals; ``next_shape`` does not matter (any free block serves anyone)."""
+        """O(1) from running totals; ``next_shape`` does not matter (any free block serves anyone).
+        Free is truly free blocks; cached is evictable blocks holding a prefix-cache key."""
         num_free_blocks = len(self._free_block_ids) + self._num_fresh
-        allocated_slots = (self.num_blocks - num_free_blocks) * self._block_size_tokens
+        num_cached_blocks = len(self._evictable)
+        allocated_slots = (self.num_blocks - num_free_blocks - num_cached_blocks) * self._block_size_tokens
         return MemoryLedger.from_slots(
             budget_bytes=self.budget_bytes,
             kv_bytes_per_token=self.kv_bytes_per_token,
@@ -316,12 +450,24 @@ class PagedAllocator(Allocator):
             future_slots=self._num_future_slots,
             external_bytes=self._remainder_bytes,
             free_bytes=num_free_blocks * self.block_bytes,
+            cached_bytes=num_cached_blocks * self.block_bytes,
         )
 
+    def largest_hole_bytes(self) -> int:
+        """Any available block serves anyone: truly free and evictable cached ones."""
+        return self._num_free_blocks() * self.block_bytes
+
     def footprint(self, seq_ids: Sequence[int]) -> Footprint:
-        """Every distinct block of the set (blocks are shared only within a family)."""
-        num_blocks = len({block_id for seq_id in seq_ids for block_id in self._tables[seq_id]})
-        return Footprint(num_blocks * self.block_bytes, Transfer(num_blocks * self.block_bytes, num_blocks))
+        """Every distinct block of the set is moved by a swap; evicting the set frees those no
+        sequence outside it holds (without prefix caching blocks are shared only within a family,
+        so that is all of them)."""
+        if not self._block_key:
+            num_blocks = len({block_id for seq_id in seq_ids for block_id in self._tables[seq_id]})
+            return Footprint(num_blocks * self.block_bytes, Transfer(num_blocks * self.block_bytes, num_blocks))
+        holders = Counter(block_id for seq_id in seq_ids for block_id in self._tables[seq_id])
+        num_held = sum(1 for block_id, n in holders.items() if self._shared_refs.get(block_id, 1) == n)
+        num_blocks = len(holders)
+        return Footprint(num_held * self.block_bytes, Transfer(num_blocks * self.block_bytes, num_blocks))
 
     def project_decode(self, seq_ids: Sequence[int], max_steps: int, next_shape: SeqShape | None = None) -> DecodeProjection:
         """Exact in closed form, in O(sequences + steps).
@@ -361,12 +507,15 @@ class PagedAllocator(Allocator):
         token_slots = len(seq_ids) * steps
         kv = self.kv_bytes_per_token
         led = self.ledger(next_shape)
+        # new blocks come from truly free ones first, then by evicting cached ones
+        from_free = np.minimum(new_blocks[:num_steps], len(self._free_block_ids) + self._num_fresh)
         return DecodeProjection(num_steps, {
             "token_bytes": led.token_bytes + kv * token_slots,
             "reserved_future_bytes": led.reserved_future_bytes + kv * (new_slots - token_slots - internal_slots),
             "internal_bytes": led.internal_bytes + kv * internal_slots,
             "external_bytes": np.full(num_steps, led.external_bytes, dtype=np.int64),
-            "free_bytes": led.free_bytes - self.block_bytes * new_blocks[:num_steps],
+            "free_bytes": led.free_bytes - self.block_bytes * from_free,
+            "cached_bytes": led.cached_bytes - self.block_bytes * (new_blocks[:num_steps] - from_free),
         })  # fmt: skip
 
     # --- internals -------------------------------------------------------------------------------
@@ -375,10 +524,11 @@ class PagedAllocator(Allocator):
         return -(-num_tokens // self._block_size_tokens)
 
     def _num_free_blocks(self) -> int:
-        return len(self._free_block_ids) + self._num_fresh
+        """Blocks an allocation can take: truly free ones and evictable cached ones."""
+        return len(self._free_block_ids) + self._num_fresh + len(self._evictable)
 
     def _can_take(self, num_blocks: int, keep_free_bytes: int) -> bool:
-        num_free_after = len(self._free_block_ids) + self._num_fresh - num_blocks
+        num_free_after = self._num_free_blocks() - num_blocks
         return num_free_after >= 0 and num_free_after * self.block_bytes >= keep_free_bytes
 
     def _take_blocks(self, num_blocks: int) -> list[int]:
@@ -390,14 +540,92 @@ class PagedAllocator(Allocator):
             del free[-num_blocks:]
             taken.reverse()  # pop order: the same blocks one-by-one pops would give
             return taken
-        # every given-back block (in pop order), then never-used ones
+        # every given-back block (in pop order), then never-used ones, then evicted cached ones
         taken = free[::-1]
         free.clear()
-        num_new = num_blocks - len(taken)
+        num_new = min(num_blocks - len(taken), self._num_fresh)
         first_fresh = self.num_blocks - self._num_fresh
         taken.extend(range(first_fresh, first_fresh + num_new))
         self._num_fresh -= num_new
+        for _ in range(num_blocks - len(taken)):
+            block_id, _ = self._evictable.popitem(last=False)  # the least recently used
+            self._drop_key(block_id)
+            self.num_evicted_blocks += 1
+            taken.append(block_id)
         return taken
+
+    # --- prefix-cache internals ------------------------------------------------------------------
+
+    def _keys_for(self, shape: SeqShape) -> list[BlockKey]:
+        """The prompt's full-block keys, remembered for the last prompt asked about."""
+        hashes, granule = shape.prefix_hashes, shape.hash_block_tokens
+        prompt = shape.num_tokens if shape.prompt_tokens is None else shape.prompt_tokens
+        memo_hashes, memo_granule, memo_prompt, memo_keys = self._keys_memo
+        if hashes is memo_hashes and granule == memo_granule and prompt == memo_prompt:
+            return memo_keys
+        keys = block_keys(prompt, hashes, granule, self._block_size_tokens)
+        self._keys_memo = (hashes, granule, prompt, keys)
+        return keys
+
+    def _hits(self, shape: SeqShape) -> list[int]:
+        """Blocks of the longest cached prefix of ``shape``'s prompt, at most
+        ``min(prompt, num_tokens - 1)`` tokens' worth (one token is always computed)."""
+        keys = self._keys_for(shape)
+        if not keys:
+            return []
+        prompt = shape.num_tokens if shape.prompt_tokens is None else shape.prompt_tokens
+        max_blocks = min(prompt, shape.num_tokens - 1) // self._block_size_tokens
+        cached = self._cached_block_id
+        hits = []
+        for key in keys[:max_blocks]:
+            block_id = cached.get(key)
+            if block_id is None:
+                break
+            hits.append(block_id)
+        return hits
+
+    def _reference(self, block_ids: list[int]) -> None:
+        """One more holder for each hit block: an evictable one leaves the LRU queue."""
+        shared, evictable = self._shared_refs, self._evictable
+        for block_id in block_ids:
+            if block_id in evictable:
+                del evictable[block_id]
+            else:
+                shared[block_id] = shared.get(block_id, 1) + 1
+
+    def _release_blocks(self, block_ids) -> None:
+        """Blocks nobody holds any more: keyed ones to the back of the LRU queue, in the order
+        given, the others back to the free pool."""
+        keyed, evictable, free = self._block_key, self._evictable, self._free_block_ids
+        for block_id in block_ids:
+            if block_id in keyed:
+                evictable[block_id] = None
+            else:
+                free.append(block_id)
+
+    def _drop_key(self, block_id: int) -> None:
+        key = self._block_key.pop(block_id, None)
+        if key is not None:
+            del self._cached_block_id[key]
+
+    def _key_full_blocks(self, seq_id: int) -> None:
+        """Give the sequence's newly full prompt blocks their keys (a key another block already
+        holds leaves the block private)."""
+        keys = self._prompt_keys[seq_id]
+        start = self._pending_keys[seq_id]
+        end = min(len(keys), self._num_tokens[seq_id] // self._block_size_tokens)
+        if end <= start:
+            return
+        table, cached, keyed = self._tables[seq_id], self._cached_block_id, self._block_key
+        for index in range(start, end):
+            key, block_id = keys[index], table[index]
+            if key not in cached and block_id not in keyed:
+                cached[key] = block_id
+                keyed[block_id] = key
+        if end == len(keys):
+            del self._pending_keys[seq_id]
+        else:
+            self._pending_keys[seq_id] = end
 
     def _copy_on_write(self, seq_id: int, table: list[int], offset: int) -> None:
         shared_id = table[-1]

@@ -94,9 +94,11 @@ class RequestTable:
     lines: np.ndarray  #: each row's line in the file, for error messages
 
 
-def read_requests(path: Path, limit: int | None = None, *, sorted_arrivals: bool = True) -> RequestTable:
-    """Read and check the request CSV at ``path`` (its first ``limit`` rows when given); the arrival
-    column must be sorted when ``sorted_arrivals`` (a source that replaces the arrivals does not care)."""
+def read_requests(path: Path, limit: int | None = None, *, sorted_arrivals: bool = True, skip: int = 0,
+                  fields: tuple[str, ...] = tuple(COLUMNS)) -> RequestTable:  # fmt: skip
+    """Read and check the request CSV at ``path``: ``limit`` rows (all when None) after the first
+    ``skip``; the arrival column must be sorted when ``sorted_arrivals`` (a source that replaces the
+    arrivals does not care). Only ``fields`` are read (a length file's other columns are ignored)."""
     if not path.is_file():
         raise ConfigError(f"{_KEY}.path={str(path)!r}: no such file; give the path to a request CSV")
     with path.open(newline="", encoding="utf-8") as handle:
@@ -105,25 +107,26 @@ def read_requests(path: Path, limit: int | None = None, *, sorted_arrivals: bool
             header = next(reader, None)
             if not header:
                 raise ConfigError(f"{path}: the file is empty; it needs a header row naming its columns and one row per request")
-            where = _locate_columns(path, [name.strip() for name in header])
+            where = _locate_columns(path, [name.strip() for name in header], fields)
             values: dict[str, list] = {field: [] for field in where}
             lines: list[int] = []
             for row in reader:
                 if not row:  # a blank line (often the last one) holds no request
                     continue
-                if limit is not None and len(lines) == limit:
+                if limit is not None and len(lines) == skip + limit:
                     break
                 lines.append(reader.line_num)
                 for field, (index, name) in where.items():
-                    values[field].append(_cell(path, reader.line_num, row, index, name, field))
+                    values[field].append(parse_cell(path, reader.line_num, row, index, name, field))
         except (UnicodeDecodeError, csv.Error) as exc:  # not text, or broken quoting: not a CSV we can read
             raise ConfigError(f"{path}: near line {reader.line_num + 1}, not readable as UTF-8 CSV ({exc}); "
                               "save it as CSV text") from None
     if not lines:
         raise ConfigError(f"{path}: the file has a header but no requests; add one row per request")
-    if limit is not None and len(lines) < limit:
-        raise ConfigError(f"{_KEY}.num_requests={limit} is more than the {len(lines)} requests in {path}; "
-                          "lower it or use null for every row")  # fmt: skip
+    check_window(path, len(lines), skip, limit)
+    # the skipped rows were checked like the others: a bad row above the window is still a bad file
+    values = {field: column[skip:] for field, column in values.items()}
+    lines = lines[skip:]
     arrival_s = np.array(values["arrival_s"], dtype=np.float64) if "arrival_s" in values else None
     if arrival_s is not None and sorted_arrivals:
         _check_sorted(path, arrival_s, lines, where["arrival_s"])
@@ -132,10 +135,22 @@ def read_requests(path: Path, limit: int | None = None, *, sorted_arrivals: bool
                         arrival_s, s_max, np.array(lines, dtype=np.int64))  # fmt: skip
 
 
-def _locate_columns(path: Path, header: list[str]) -> dict[str, tuple[int, str]]:
-    """field -> (index, column name) for each field the header holds; a required one missing is an error."""
+def check_window(path: Path, num_rows: int, skip: int, limit: int | None) -> None:
+    """Refuse a start offset or a request limit the ``num_rows`` rows read cannot satisfy."""
+    if skip >= num_rows:
+        raise ConfigError(f"{_KEY}.start_offset={skip} skips every one of the {num_rows} requests in {path}; "
+                          "lower it")  # fmt: skip
+    if limit is not None and num_rows - skip < limit:
+        after = f" after start_offset={skip}" if skip else ""
+        raise ConfigError(f"{_KEY}.num_requests={limit} is more than the {num_rows - skip} requests{after} in {path}; "
+                          "lower it or use null for every row")  # fmt: skip
+
+
+def _locate_columns(path: Path, header: list[str], fields: tuple[str, ...]) -> dict[str, tuple[int, str]]:
+    """field -> (index, column name) for each of ``fields`` the header holds; a required one missing is an error."""
     where = {}
-    for field, names in COLUMNS.items():
+    for field in fields:
+        names = COLUMNS[field]
         present = [name for name in names if name in header]
         if len(present) > 1:
             raise ConfigError(f"{path}: columns {' and '.join(present)} both give {field}; keep one of them")
@@ -147,7 +162,7 @@ def _locate_columns(path: Path, header: list[str]) -> dict[str, tuple[int, str]]
     return where
 
 
-def _cell(path: Path, line: int, row: list[str], index: int, name: str, field: str) -> float | int:
+def parse_cell(path: Path, line: int, row: list[str], index: int, name: str, field: str) -> float | int:
     """One checked value: arrival a finite float >= 0, token counts integers >= 1."""
     where = f"{path}:{line}:{index + 1}"
     if index >= len(row):

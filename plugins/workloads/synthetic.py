@@ -12,6 +12,11 @@ mode of per-request S_max the lecture's exercise 2 describes (under-guessers are
 over-guessers waste their reservation). Fixed lengths are never clipped: they must fit the
 smallest declared S_max, or the config is rejected.
 
+Shared prefixes. ``shared_prefix_tokens > 0`` gives every request the same first prompt tokens (a
+system prompt) and fills the workload's prefix hashes, one id per ``hash_block_tokens`` prompt
+tokens (see :func:`shared_prefix_hashes`), so a prefix-caching allocator can reuse them; 0 leaves
+the hashes empty, and nothing changes for existing runs.
+
 Reproducibility. Random numbers are drawn in a fixed order (arrival gaps, S_max classes, prompt
 lengths, output lengths) from the generator the engine passes in; ``all_at_once`` arrivals, a
 one-class mix and fixed lengths draw nothing. One seed therefore gives one workload.
@@ -84,6 +89,12 @@ class SyntheticConfig:
     #: beam (its own continuation dropped). An assumption, not a measurement (kvbench has no token
     #: model): sweep it. 0 makes a beam search share only its prompt, as parallel sampling does.
     beam_fork_probability: float = 0.5
+    #: every request's first shared_prefix_tokens prompt tokens are the same across requests (a
+    #: system prompt); a shorter prompt is shared whole. 0: no content ids, nothing is shared
+    shared_prefix_tokens: int = 0
+    #: the granule of the prefix hashes, in prompt tokens (kvbench.core.prefix); used when
+    #: shared_prefix_tokens > 0
+    hash_block_tokens: int = 8
 
     def declared_s_max_tokens(self) -> list[int]:
         """Every S_max a request of this workload can declare."""
@@ -110,6 +121,10 @@ class SyntheticConfig:
         require(self.fan_out in FAN_OUTS, f"{_KEY}.fan_out", self.fan_out, f"choose one of {', '.join(FAN_OUTS)}")
         require(math.isfinite(self.beam_fork_probability) and 0 <= self.beam_fork_probability <= 1,
                 f"{_KEY}.beam_fork_probability", self.beam_fork_probability, "use a probability in [0, 1]")  # fmt: skip
+        require(self.shared_prefix_tokens >= 0, f"{_KEY}.shared_prefix_tokens", self.shared_prefix_tokens,
+                "use an integer >= 0 (0: no shared prefix)")  # fmt: skip
+        require(self.hash_block_tokens >= 1, f"{_KEY}.hash_block_tokens", self.hash_block_tokens,
+                "use an integer >= 1 (the prefix-hash granule in tokens)")  # fmt: skip
         validate_arrivals(self.arrival, self.rate_per_s, _KEY)
         if self.arrival == "poisson":
             # the clock is a float64 in seconds, whose resolution falls as it grows: at 1e9 s (32
@@ -204,6 +219,7 @@ class SyntheticWorkload(WorkloadSource):
 
         # Stable, so requests with equal arrival times keep their generation order.
         order = np.argsort(arrival_s, kind="stable")
+        shared = cfg.shared_prefix_tokens
         return Workload(
             arrival_s=arrival_s[order],
             prompt_tokens=prompt_tokens[order],
@@ -212,7 +228,30 @@ class SyntheticWorkload(WorkloadSource):
             num_branches=None if branches == 1 else np.full(n, branches, dtype=np.int64),
             branch_output_tokens=None if branch_output_tokens is None else branch_output_tokens[order].reshape(-1),
             beam_fork_probability=cfg.beam_fork_probability if beam else 0.0,
+            prefix_hashes=shared_prefix_hashes(prompt_tokens[order], shared, cfg.hash_block_tokens) if shared else None,
+            hash_block_tokens=cfg.hash_block_tokens if shared else 0,
         )
+
+
+def shared_prefix_hashes(prompt_tokens: np.ndarray, shared_tokens: int, granule_tokens: int) -> list[tuple[int, ...]]:
+    """Each prompt's granule ids when every prompt starts with the same ``shared_tokens`` tokens.
+
+    A granule whose tokens all lie in the shared prefix gets the id ``g`` (its index), the same in
+    every request: it is the same text, and so is every block ending in it. That holds for a last,
+    partial granule too (a prompt shorter than the prefix is shared whole). Every other granule
+    holds some of the request's own tokens and gets a fresh id, numbered after the shared ones so
+    that no two differ-in-content granules collide; no random numbers are drawn.
+    """
+    next_id = -(-shared_tokens // granule_tokens)  # the shared ids are 0 .. ceil(shared / granule) - 1
+    hashes = []
+    for prompt in prompt_tokens.tolist():
+        granules = -(-prompt // granule_tokens)
+        # granule g ends at min((g + 1) * granule, prompt): shared iff that end is within the prefix
+        num_shared = granules if prompt <= shared_tokens else shared_tokens // granule_tokens
+        own = granules - num_shared
+        hashes.append((*range(num_shared), *range(next_id, next_id + own)))
+        next_id += own
+    return hashes
 
 
 def _lognormal_tokens(

@@ -20,7 +20,8 @@ def error_line(*overrides: str) -> str:
 
 def test_an_unknown_option_lists_the_group_s_options():
     assert error_line("allocator=pagd") == (
-        "allocator='pagd' is not a known allocator; choose one of: naive, orca_max, orca_oracle, orca_pow2, paged, per_request"
+        "allocator='pagd' is not a known allocator; choose one of: "
+        "naive, orca_max, orca_oracle, orca_pow2, paged, paged_cached, per_request"
     )
 
 

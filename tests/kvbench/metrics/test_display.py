@@ -97,3 +97,39 @@ def test_the_definitions_fit_two_lines_of_a_100_column_terminal():
     console = Console(width=100, record=True, file=io.StringIO())
     console.print(METRIC_DEFINITIONS)
     assert len(console.export_text().splitlines()) <= 2
+
+
+def test_token_slots_and_allocated_blocks_sit_side_by_side():
+    rows = dict(headline_rows(_summary(block_utilization_mean=0.9234, block_utilization_saturated=0.99)))
+    assert rows["KV utilization: run / (sat.) (% of KV budget)"] == "87.9 / 98.1"
+    assert rows["  in allocated blocks, a server's gauge (%)"] == "92.3 / 99.0"
+
+
+def test_prefix_rows_show_hits_bounds_and_why_zero():
+    assert not any("prefix" in label for label, _ in headline_rows(_summary()))
+    note = "hit rate 0: prompts share at most 8 tokens, less than one 16-token block (only full blocks are cached)"
+    rows = dict(headline_rows(_summary(prefix_hit_rate=0.0, prefix_recompute_cached_tokens=1234,
+                                       prefix_hit_rate_infinite=0.0, prefix_hit_rate_belady=0.0,
+                                       prefix_hit_rate_lru_offline=0.0, prefix_note=note)))  # fmt: skip
+    assert rows["prefix cache hits (% of prompt tokens)"] == "0.0"
+    assert rows["  offline: ceiling / Belady / LRU (%)"] == "0.0 / 0.0 / 0.0"
+    assert rows["  re-admitted from cache (tokens, not hits)"] == "1,234"
+    assert rows["  note"] == note
+    hit = dict(headline_rows(_summary(prefix_hit_rate=0.3125, prefix_recompute_cached_tokens=0,
+                                      prefix_hit_rate_infinite=0.5, prefix_hit_rate_belady=0.4375,
+                                      prefix_hit_rate_lru_offline=0.375)))  # fmt: skip
+    assert hit["prefix cache hits (% of prompt tokens)"] == "31.2"
+    assert hit["  offline: ceiling / Belady / LRU (%)"] == "50.0 / 43.8 / 37.5"
+    assert "  note" not in hit and "  re-admitted from cache (tokens, not hits)" not in hit
+    # the bounds alone (caching off): what caching could reach, no hit row
+    off = dict(headline_rows(_summary(prefix_hit_rate_infinite=0.5, prefix_hit_rate_belady=0.4375)))
+    assert off["  offline: ceiling / Belady / LRU (%)"] == "50.0 / 43.8 / n/a"
+    assert "prefix cache hits (% of prompt tokens)" not in off
+    assert dict(format_summary(_summary(prefix_hit_rate=0.3125)))["prefix cache hit rate (% of admitted prompt tokens)"] == "31.2"
+
+
+def test_a_trace_s_dropped_and_clipped_requests_are_said_only_when_there_are_some():
+    base = {"num_trace_rows_read": 300, "num_trace_requests_clipped": 0}
+    shown = dict(headline_rows({**base, "num_trace_requests_dropped": 49}))
+    assert shown["trace rows read / dropped / clipped (too long)"] == "300 / 49 / 0"
+    assert "trace rows read / dropped / clipped (too long)" not in dict(headline_rows({**base, "num_trace_requests_dropped": 0}))

@@ -245,3 +245,46 @@ def test_metric_definitions_say_what_the_numbers_mean():
     assert "\n" not in METRIC_DEFINITIONS
     for phrase in ("queueing included", "one-token requests excluded", "vLLM", "every SLO"):
         assert phrase in METRIC_DEFINITIONS
+
+
+# --- prefix caching and block-granular utilization -------------------------------------------------
+
+
+def _with_prefix_columns(cached=(4, 2, 0, 2, 0), recompute_cached=(0, 4, 0, 0, 0)) -> pd.DataFrame:
+    """The request table as a caching allocator writes it (columns added by hand here)."""
+    req = requests()
+    req["cached_prompt_tokens"] = list(cached)
+    req["recompute_cached_tokens"] = list(recompute_cached)
+    return req
+
+
+def test_prefix_hit_rate_counts_first_admission_hits_over_admitted_prompts():
+    s = run(req=_with_prefix_columns())
+    # admitted prompts 8 + 4 + 2 + 4 = 18 (r4, 16 tokens, never admitted); hits 4 + 2 + 0 + 2
+    assert s["prefix_cached_prompt_tokens"] == 8
+    assert s["prefix_hit_rate"] == 8 / 18
+    # r1's 4 tokens found again in cache after its preemption are its own work: not hits
+    assert s["prefix_recompute_cached_tokens"] == 4
+
+
+def test_without_the_prefix_columns_no_prefix_keys():
+    s = run(req=requests().drop(columns=["cached_prompt_tokens", "recompute_cached_tokens"], errors="ignore"))
+    assert not any(key.startswith("prefix_") for key in s)
+    empty = run(req=_with_prefix_columns().iloc[:0], stp=steps().iloc[:0])
+    assert math.isnan(empty["prefix_hit_rate"]) and empty["prefix_recompute_cached_tokens"] == 0
+
+
+def test_block_utilization_counts_every_allocated_slot_and_token_utilization_only_filled_ones():
+    s = run()
+    # allocated = token + reserved future + internal: 768, 896, 512, 0 of 1024 bytes
+    assert s["block_utilization_mean"] == (0.75 * 0.5 + 0.875 * 1.5 + 0.5 * 0.5 + 0 * 1.5) / 4
+    assert s["block_utilization_saturated"] == (0.875 * 1.5 + 0.5 * 0.5) / 2
+    assert s["block_utilization_mean"] > s["utilization_mean"]
+
+
+def test_cached_evictable_blocks_are_not_allocated():
+    # a ledger with a cached part: 256 token bytes held, 512 cached for later requests, 256 free
+    stp = steps([(0, 0.0, 1.0, 1, 0, 0, 1, 0, False, 256, 0, 0, 0, 256, 0, 0)])
+    stp["cached_bytes"] = 512.0
+    s = run(stp=stp)
+    assert s["block_utilization_mean"] == s["utilization_mean"] == 0.25

@@ -155,3 +155,53 @@ def test_failed_and_interrupted_jobs_keep_their_rows(sweep, tmp_path):
     assert list(frame["status"]) == ["ok", "incomplete", "ok"]
     assert all("incomplete" in row for row in rows_of(lines, "per_request"))
     assert any(line.startswith("incomplete allocator=per_request:") for line in lines)
+
+
+def _with_prefix_cache(source, copy, values: dict[str, list]) -> None:
+    """A copy of a sweep whose finished jobs' summaries gain prefix-cache numbers (as a caching
+    allocator's runs would write them), job by job in order."""
+    shutil.copytree(source, copy)
+    finished = [d for d in sorted(copy.iterdir(), key=lambda p: p.name) if (d / "summary.parquet").is_file()]
+    for i, job_dir in enumerate(finished):
+        summary = pd.read_parquet(job_dir / "summary.parquet")
+        for key, column in values.items():
+            summary[key] = column[i]
+        summary.to_parquet(job_dir / "summary.parquet")
+
+
+@pytest.mark.parametrize("width", [100, 80])
+def test_the_prefix_cache_group_shows_when_a_job_cached_and_fits(block_preemption_sweep, tmp_path, width):
+    copy = tmp_path / "prefix"
+    # four finished jobs (block 16 and 64, recompute and swap): hits, ceiling, Belady, cached
+    _with_prefix_cache(block_preemption_sweep, copy, {
+        "prefix_hit_rate": [0.3125, 0.25, 0.0, 0.0], "prefix_hit_rate_infinite": [0.5, 0.5, 0.0, 0.0],
+        "prefix_hit_rate_belady": [0.4375, 0.4375, 0.0, 0.0], "frac_cached": [0.125, 0.0625, 0.0, 0.0],
+    })  # fmt: skip
+    lines, _ = printed(print_comparison, copy, width=width)
+    assert_fits(lines, width)
+    text = " ".join(line.strip() for line in lines)
+    assert "prefix cache" in text and "Belady: optimal eviction" in text
+    header = " ".join(line for line in lines if line.startswith("┃"))
+    assert "Belady" in header and "cached" in header and "% tok." in header
+    # block 16, recompute: 31.2 % hits of a 50.0 % ceiling, Belady 43.8 %, 12.5 % of the KV budget cached
+    cells = [cell for row in rows_of(lines, "16") for cell in row]
+    for shown in ("31.2", "50.0", "43.8", "12.5", "25.0", "6.2"):
+        assert shown in cells, (shown, cells)
+
+
+def test_without_prefix_caching_no_prefix_group(allocator_sweep):
+    lines, _ = printed(print_comparison, allocator_sweep)
+    assert not any("prefix" in line or "Belady" in line for line in lines)
+
+
+def test_a_zero_hit_run_summary_says_why_and_fits(block_preemption_sweep):
+    summary = pd.read_parquet(block_preemption_sweep / "1" / "summary.parquet").iloc[0].to_dict()
+    note = "hit rate 0: prompts share at most 8 tokens, less than one 16-token block (only full blocks are cached)"
+    summary.update(prefix_hit_rate=0.0, prefix_recompute_cached_tokens=0, prefix_hit_rate_infinite=0.0,
+                   prefix_hit_rate_belady=0.0, prefix_hit_rate_lru_offline=0.0, prefix_note=note)
+    lines, _ = printed(print_summary, summary, None, width=100)
+    assert_fits(lines)
+    assert len(lines) <= 40, "\n".join(lines)
+    text = " ".join(line.strip("│ ") for line in lines)
+    assert "prefix cache hits" in text and "ceiling / Belady / LRU" in text
+    assert "less than one" in text and "16-token" in text

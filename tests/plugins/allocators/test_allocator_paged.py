@@ -14,7 +14,7 @@ from kvbench import hookspecs
 from kvbench.app.config import plugin_config
 from kvbench.errors import ConfigError
 from kvbench.memory.allocator import Refusal, SeqShape
-from kvbench.memory.conformance import OPERATIONS, AllocatorConformance
+from kvbench.memory.conformance import OPERATIONS, AllocatorConformance, CachingAllocatorConformance
 from kvbench_plugins.allocators import paged
 from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
 
@@ -233,3 +233,11 @@ def test_blocks_given_back_are_reused_last_in_first_out_before_fresh_ones():
     assert alloc.refcount(0) == alloc.refcount(5) == 0 and alloc.refcount(2) == 1
     alloc.allocate(3, SeqShape(48, 100, 100))
     assert alloc.block_table(3) == [0, 1, 3]  # the freed blocks in their old order, then a fresh one
+
+
+class TestPagedWithPrefixCachingConforms(CachingAllocatorConformance):
+    @pytest.fixture(params=[8, 16])
+    def allocator_factory(self, request):
+        return lambda budget_bytes, kv_bytes_per_token: PagedAllocator(
+            PagedConfig(block_size_tokens=request.param, prefix_caching=True),
+            budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)

@@ -234,3 +234,50 @@ def test_poisson_arrivals_must_stay_where_the_float64_clock_resolves_a_step():
 def test_non_finite_options_are_refused(key):
     with pytest.raises(ConfigError, match=rf"workload.{key}=inf is invalid: use a finite number"):
         make(arrival="poisson", **{"rate_per_s": 1.0, key: float("inf")})
+
+
+# -- shared prefixes ------------------------------------------------------------------------------
+
+
+def test_no_shared_prefix_gives_no_hashes():
+    w = generate(num_requests=3)
+    assert w.prefix_hashes is None and w.hash_block_tokens == 0
+
+
+def test_granules_inside_the_shared_prefix_are_common_and_the_rest_unique():
+    # 20 prompt tokens, a 10-token prefix, granule 4: granules 0 and 1 (tokens 0..7) are shared;
+    # granule 2 (8..11) holds 2 tokens of the request's own, so it is unique, as are 3 and 4
+    w = generate(num_requests=3, prompt_tokens=20, output_tokens=4, shared_prefix_tokens=10, hash_block_tokens=4)
+    assert w.hash_block_tokens == 4
+    assert w.prefix_hashes == [(0, 1, 3, 4, 5), (0, 1, 6, 7, 8), (0, 1, 9, 10, 11)]
+
+
+def test_a_prompt_shorter_than_the_prefix_is_shared_whole():
+    # the drawn prompts are at most 9 tokens, all inside the 12-token prefix: every granule shared,
+    # a last partial one included
+    w = generate(num_requests=50, lengths="lognormal", prompt_tokens=5, prompt_sigma=0.5, max_prompt_tokens=9,
+                 shared_prefix_tokens=12, hash_block_tokens=4)  # fmt: skip
+    for prompt, hashes in zip(w.prompt_tokens.tolist(), w.prefix_hashes):
+        assert hashes == tuple(range(-(-prompt // 4)))
+
+
+def test_a_prefix_shorter_than_one_granule_shares_nothing():
+    w = generate(num_requests=2, prompt_tokens=16, output_tokens=4, shared_prefix_tokens=7, hash_block_tokens=8)
+    assert w.prefix_hashes == [(1, 2), (3, 4)]  # id 0 would be the (absent) shared granule
+
+
+def test_shared_prefix_draws_nothing_and_keeps_the_rest_of_the_workload():
+    plain = generate(seed=5, num_requests=200, lengths="lognormal", arrival="poisson", rate_per_s=4.0)
+    shared = generate(seed=5, num_requests=200, lengths="lognormal", arrival="poisson", rate_per_s=4.0,
+                      shared_prefix_tokens=64)  # fmt: skip
+    for column in ("arrival_s", "prompt_tokens", "output_tokens", "s_max_tokens"):
+        assert np.array_equal(getattr(plain, column), getattr(shared, column))
+    ids = [i for hashes in shared.prefix_hashes for i in hashes[8:]]  # beyond the 64 shared tokens
+    assert len(ids) == len(set(ids)) and min(ids) >= 8
+
+
+@pytest.mark.parametrize(("options", "key"), [({"shared_prefix_tokens": -1}, "workload.shared_prefix_tokens"),
+                                              ({"hash_block_tokens": 0}, "workload.hash_block_tokens")])  # fmt: skip
+def test_bad_shared_prefix_options(options, key):
+    with pytest.raises(ConfigError, match=key):
+        make(**options)
