@@ -66,6 +66,22 @@ def check_memory(workload_source) -> None:
         )
 
 
+def check_real_model_memory(model) -> None:
+    """Refuse ``mode=real`` for a model whose weights cannot be built here: transformers creates
+    them in float32 (4 bytes per parameter) before kvbench casts them to the run's dtype, so about
+    ``4 + dtype bytes`` per parameter are held at once."""
+    available = _available_memory_bytes()
+    if available is None:
+        return
+    needed = model.num_params * (4 + model.dtype_bytes)
+    if needed > available:
+        raise ConfigError(
+            f"mode=real builds {model.name}'s {model.num_params / 1e9:,.2f}e9 parameters, about {needed / 1e9:,.1f} GB "
+            f"while initialising, more than the {available / 1e9:,.1f} GB this machine has available: pick a "
+            "smaller model (model=tiny-llama) or a machine with more memory"
+        )
+
+
 def check_top_level_keys(cfg: DictConfig) -> None:
     """Refuse a top-level key the schema does not have: Hydra's ``+foo=1`` adds one, silently."""
     known = [f.name for f in dataclasses.fields(KvbenchConfig)]

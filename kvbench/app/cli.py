@@ -38,6 +38,7 @@ ConfigStore.instance().store(name="kvbench_schema", node=KvbenchConfig)
 #: ``kvbench <subcommand> ...``: the module whose ``main()`` runs it (it reads ``sys.argv[1:]``)
 SUBCOMMANDS = {
     "bench-kernels": "kvbench.kernels.bench",
+    "calibrate": "kvbench.exec.fit",
     "compare": "kvbench.compare.cli",
     "slo-batch": "kvbench.slo.batch",
     "slo-search": "kvbench.slo.search",

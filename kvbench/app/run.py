@@ -7,14 +7,26 @@ from dataclasses import dataclass
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from kvbench.app.checks import calibration_dir_path, check_memory, check_seed, check_top_level_keys
-from kvbench.app.config import MODES, OutputConfig, WandbConfig, plugin_config, to_dataclass
+from kvbench.app.checks import (
+    calibration_dir_path,
+    check_memory,
+    check_real_model_memory,
+    check_seed,
+    check_top_level_keys,
+)
+from kvbench.app.config import (
+    MODES,
+    OutputConfig,
+    WandbConfig,
+    plugin_config,
+    to_dataclass,
+)
 from kvbench.app.progress import progress_bar
 from kvbench.app.provenance import provenance
 from kvbench.core.request import requests_from_workload
 from kvbench.engine import Engine
 from kvbench.errors import ConfigError, require
-from kvbench.exec.calibration import DecodeEfficiency
+from kvbench.exec.calibration import DecodeEfficiency, load_calibration
 from kvbench.exec.costmodel import CostModel
 from kvbench.exec.sim import SimExecutor
 from kvbench.memory.allocator import Allocator
@@ -41,6 +53,8 @@ class RunSetup:
     cost: CostModel
     scheduler: Scheduler
     workload_source: object
+    #: the model's config fields (what mode=real builds its model from)
+    model_config: ModelConfig
     slo: SloConfig
     output: OutputConfig
     wandb: WandbConfig
@@ -58,22 +72,26 @@ def setup(cfg: DictConfig) -> RunSetup:
     check_top_level_keys(cfg)
     require(cfg.mode in MODES, "mode", cfg.mode, f"choose one of {', '.join(MODES)}")
     check_seed(cfg.seed)
-    if cfg.mode == "real":
-        raise ConfigError(
-            "mode='real' is not available yet: the real executor (a transformer forward pass on a CUDA GPU) "
-            "is not built; use mode=sim"
-        )
-    model = model_spec(to_dataclass(ModelConfig, cfg.model, "model"))
+    model_config = to_dataclass(ModelConfig, cfg.model, "model")
+    model = model_spec(model_config)
     hardware = to_dataclass(HardwareSpec, cfg.hardware, "hardware")
     budget_bytes = hardware.kv_budget(model.weight_bytes)
     allocator = _instantiate("allocator", cfg.allocator, budget_bytes=budget_bytes, kv_bytes_per_token=model.kv_bytes_per_token)
     kernel = _instantiate("kernel", cfg.kernel)
+    if cfg.mode == "real":
+        reason = type(kernel).unavailable_reason(_real_device())
+        if reason:
+            raise ConfigError(f"mode={cfg.mode!r} cannot run here: {reason}; pick kernel=torch")
+        check_real_model_memory(model)
     calibration_dir = calibration_dir_path(cfg.get("calibration_dir"))
     where = {} if calibration_dir is None else {"calibration_dir": calibration_dir}  # older plugins: no keyword
     efficiency = kernel.decode_efficiency(
         hardware.name, allocator.block_size_tokens, allocator.capabilities.contiguous_layout, **where
     )
-    cost = CostModel(model, hardware, efficiency.efficiency)
+    # the same file's fitted prefill efficiency and per-step overhead (kvbench calibrate), if any
+    fitted = load_calibration(hardware.name, kernel.name, allocator.block_size_tokens,
+                              allocator.capabilities.contiguous_layout, calibration_dir)  # fmt: skip
+    cost = CostModel(model, hardware, efficiency.efficiency, fitted.prefill_flops_efficiency, fitted.step_overhead_s)
     policy = _instantiate("preemption", cfg.preemption)
     host_pool = HostSwapPool(int(hardware.host_swap_bytes))
     scheduler = _instantiate("scheduler", cfg.scheduler, allocator=allocator, policy=policy, cost=cost, host_pool=host_pool)
@@ -89,6 +107,7 @@ def setup(cfg: DictConfig) -> RunSetup:
         cost=cost,
         scheduler=scheduler,
         workload_source=workload_source,
+        model_config=model_config,
         slo=to_dataclass(SloConfig, cfg.slo, "slo"),
         output=to_dataclass(OutputConfig, cfg.output, "output"),
         wandb=to_dataclass(WandbConfig, cfg.wandb, "wandb"),
@@ -122,20 +141,36 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
     s = setup(cfg)
     workload = s.workload_source.generate(np.random.default_rng(int(cfg.seed)))
     _check_positions(workload, s.model)
-    with progress_bar(workload.num_requests, "simulating", enabled=bool(cfg.progress)) as advance:
-        engine = Engine(s.scheduler, SimExecutor(s.cost), event_driven=bool(cfg.event_driven), on_finished=advance)
-        requests = requests_from_workload(workload, int(cfg.seed))
+    requests = requests_from_workload(workload, int(cfg.seed))
+    real = cfg.mode == "real"
+    executor = _real_executor(s, requests, int(cfg.seed)) if real else SimExecutor(s.cost)
+    with progress_bar(workload.num_requests, "running" if real else "simulating", enabled=bool(cfg.progress)) as advance:
+        # a real step's tokens depend on the previous step's: real mode takes steps one by one
+        engine = Engine(s.scheduler, executor, event_driven=bool(cfg.event_driven) and not real, on_finished=advance)
         record = engine.run(requests)
+    if real:
+        from kvbench.exec.real import prediction_error
+
+        # one list of generated token ids per branch (a fan-out's branches in seq_id order)
+        first_seq_ids = np.cumsum([0] + [r.num_branches for r in requests[:-1]])
+        record.requests["output_token_ids"] = [
+            [executor.generated(int(first) + b) for b in range(r.num_branches)] for first, r in zip(first_seq_ids, requests)
+        ]
     summary = labels(cfg, s, choices)
     summary.update(
         kv_budget_bytes=s.budget_bytes,
         kv_bytes_per_token=s.model.kv_bytes_per_token,
         weight_bytes=s.model.weight_bytes,
         decode_efficiency=s.efficiency.efficiency,
+        prefill_flops_efficiency=s.cost.prefill_flops_per_s / s.hardware.dense_flops_per_s,
+        step_overhead_s=s.cost.step_overhead_s,
         calibration=s.efficiency.source,
     )
     summary.update(summarize(record.requests, record.steps, budget_bytes=s.budget_bytes,
                              kv_bytes_per_token=s.model.kv_bytes_per_token, slo=s.slo))  # fmt: skip
+    if real:
+        predicted_s, measured_s = zip(*executor.step_times_s) if executor.step_times_s else ((), ())
+        summary.update(prediction_error(predicted_s, measured_s))
     summary.update(_refusal_summary(record.refusals))
     summary.update(_trace_summary(s.workload_source))
     if not s.allocator.capabilities.contiguous_layout:
@@ -158,6 +193,26 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
         steps=record.steps,
         refusals=record.refusals,
     )
+
+
+def _real_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _real_executor(s: RunSetup, requests, seed: int):
+    """The model (random weights from ``seed``) and the executor of a ``mode=real`` run."""
+    from kvbench.exec.real import RealExecutor
+    from kvbench.exec.real.model import build_model
+    from kvbench.specs.model import resolve_architecture
+
+    if s.model_config.config_path:
+        raise ConfigError("mode=real builds its model from model.hf_config only for now: leave model.config_path null")
+    hf_config = dict(s.model_config.hf_config)
+    resolve_architecture(s.model_config)  # the same checks as sim, one line each
+    model = build_model(hf_config, s.model_config.dtype, seed, _real_device())
+    return RealExecutor(model, s.allocator, s.kernel, s.cost, seed=seed, requests=requests)
 
 
 def _check_positions(workload, model: ModelSpec) -> None:

@@ -119,6 +119,9 @@ class StepResult:
     copy_s: float = 0.0
     #: the part of ``prefill_s`` spent recomputing KV lost to preemption
     recompute_s: float = 0.0
+    #: ``mode=real``: the cost model's time for the same plan (the durations are then measured);
+    #: None in ``sim``, where the durations are the prediction
+    predicted_s: float | None = None
 
     def step_starts_s(self) -> np.ndarray:
         """Start time of each step (the first is ``start_s``), accumulated in step order."""

@@ -5,8 +5,18 @@ A file ``kvbench/calibrations/<hardware>/<kernel>.json`` looks like::
     {
       "hardware": "h100-sxm", "kernel": "triton",
       "measured_on": "NVIDIA H200 ...", "command": "kvbench bench-kernels ...",
-      "efficiency": {"contiguous": 0.91, "8": 0.62, "16": 0.78, "32": 0.85, ...}
+      "efficiency": {"contiguous": 0.91, "8": 0.62, "16": 0.78, "32": 0.85, ...},
+      "provenance": {"command": "kvbench calibrate ...", "commit": "<git commit>", "date": "..."},
+      "prefill_flops_efficiency": 0.55, "step_overhead_s": 4e-05          (optional: kvbench calibrate)
     }
+
+Keys: the folder is the hardware config's name, the file the kernel plugin's name, and each
+efficiency entry a layout: a block size in tokens (paged) or ``"contiguous"`` (one block per
+sequence). An efficiency applies to the KV bytes the decode kernel reads, never to the weight
+reads (other kernels read those): the decode time is ``weight bytes / bandwidth + KV bytes /
+(bandwidth * efficiency)`` (kvbench/exec/costmodel.py). ``prefill_flops_efficiency`` (replaces the
+hardware config's) and ``step_overhead_s`` (a fixed cost per step) are fitted from a real run by
+``kvbench calibrate`` (kvbench/exec/fit.py) and read by :func:`load_calibration`.
 
 where each efficiency is the kernel's achieved bytes/s divided by the hardware config's HBM
 bandwidth, so that the simulator's decode time ``bytes / (bandwidth * efficiency)`` reproduces the
@@ -46,20 +56,30 @@ UNCALIBRATED = DecodeEfficiency(1.0, "uncalibrated")
 
 
 def _read(path: Path) -> dict[str, float]:
-    """The file's validated efficiency table. Cached per (path, modification time, size), so a file
+    """The file's validated efficiency table."""
+    return _read_doc(path)["efficiency"]
+
+
+def _read_doc(path: Path) -> dict:
+    """The file's validated contents: ``efficiency`` and the optional fitted terms. Cached per (path, modification time, size), so a file
     rewritten on disk (by ``kvbench bench-kernels``, or a test) is read again, not served stale."""
     stat = path.stat()
     return _read_cached(path, stat.st_mtime_ns, stat.st_size)
 
 
 @functools.lru_cache(maxsize=64)
-def _read_cached(path: Path, mtime_ns: int, size_bytes: int) -> dict[str, float]:
+def _read_cached(path: Path, mtime_ns: int, size_bytes: int) -> dict:
     try:
         doc = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ConfigError(f"calibration file {path} is not valid JSON: line {exc.lineno}: {exc.msg}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"calibration file {path} is not UTF-8 text: write it with kvbench bench-kernels") from None
+    return _validate(doc, path)
+
+
+def _validate(doc, path: Path) -> dict:
+    """The validated efficiency table and fitted terms of a file's parsed contents ``doc``."""
     if not isinstance(doc, dict):
         raise ConfigError(f"calibration file {path} holds a JSON {type(doc).__name__}, not an object with an "
                           '"efficiency" table: see kvbench/exec/calibration.py for the format')  # fmt: skip
@@ -78,7 +98,18 @@ def _read_cached(path: Path, mtime_ns: int, size_bytes: int) -> dict[str, float]
                 "the achieved bandwidth over the hardware config's hbm_bandwidth_bytes_per_s "
                 "(above 1: that bandwidth is too low for this GPU)"
             )
-    return {key: float(value) for key, value in table.items()}
+    out: dict = {"efficiency": {key: float(value) for key, value in table.items()}}
+    for key, low, high, hint in (("prefill_flops_efficiency", 0.0, 1.0, "a fraction in (0, 1]"),
+                                 ("step_overhead_s", -1.0, 1.0, "seconds in [0, 1]")):  # fmt: skip
+        if key not in doc:
+            continue
+        value = doc[key]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = number and math.isfinite(value) and (low < value <= high if key != "step_overhead_s" else 0 <= value <= high)
+        if not ok:
+            raise ConfigError(f"calibration file {path}: {key}={value!r} is invalid: use {hint}")
+        out[key] = float(value)
+    return out
 
 
 def calibration_path(hardware_name: str, kernel_name: str, calibration_dir: Path | str | None = None) -> Path:
@@ -117,3 +148,59 @@ def load_decode_efficiency(
             t = (math.log2(block_size_tokens) - math.log2(b0)) / (math.log2(b1) - math.log2(b0))
             return DecodeEfficiency(e0 + t * (e1 - e0), f"{rel}[log2-interpolated {b0}..{b1}]")
     return UNCALIBRATED
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Everything a calibration file says about one (hardware, kernel, layout) point."""
+
+    decode: DecodeEfficiency
+    #: the fitted fraction of peak FLOP/s a prefill achieves; None: the hardware config's
+    prefill_flops_efficiency: float | None = None
+    #: the fitted fixed cost of one step (launches, sampling, Python); 0.0 when not fitted
+    step_overhead_s: float = 0.0
+
+
+def load_calibration(
+    hardware_name: str,
+    kernel_name: str,
+    block_size_tokens: int,
+    contiguous: bool = False,
+    calibration_dir: Path | str | None = None,
+) -> Calibration:
+    """The decode efficiency (as :func:`load_decode_efficiency`) with the file's fitted prefill
+    efficiency and per-step overhead, when it has them."""
+    decode = load_decode_efficiency(hardware_name, kernel_name, block_size_tokens, contiguous, calibration_dir)
+    path = calibration_path(hardware_name, kernel_name, calibration_dir)
+    if not path.is_file():
+        return Calibration(decode)
+    doc = _read_doc(path)
+    return Calibration(decode, doc.get("prefill_flops_efficiency"), doc.get("step_overhead_s", 0.0))
+
+
+def write_calibration(
+    path: Path,
+    hardware_name: str,
+    kernel_name: str,
+    efficiency: dict[str, float],
+    provenance: dict[str, str | None],
+    **fitted: float,
+) -> Path:
+    """Write (or update) a calibration file: entries of ``efficiency`` replace the same layouts in
+    an existing file, other layouts are kept; ``provenance`` (command, commit, date) and the
+    ``fitted`` terms (prefill_flops_efficiency, step_overhead_s) replace the file's."""
+    from kvbench.output.atomic import write_json
+
+    doc: dict = {"hardware": hardware_name, "kernel": kernel_name, "efficiency": {}}
+    if path.is_file():
+        old = json.loads(path.read_text())
+        if isinstance(old, dict):
+            doc.update(old)
+            doc["efficiency"] = dict(old.get("efficiency") or {})
+    doc["efficiency"].update({str(k): float(v) for k, v in efficiency.items()})
+    doc["provenance"] = dict(provenance)
+    doc.update({k: float(v) for k, v in fitted.items()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _validate(doc, path)  # what is written must be readable: a fit outside (0, 1] fails here, in one line
+    write_json(path, doc)
+    return path

@@ -33,8 +33,13 @@ from kvbench.specs.model import ModelSpec
 class CostModel:
     model: ModelSpec
     hardware: HardwareSpec
-    #: fraction of HBM bandwidth the decode kernel achieves (1.0 when uncalibrated)
+    #: fraction of HBM bandwidth the decode kernel achieves on the KV it reads (1.0 when uncalibrated)
     decode_efficiency: float = 1.0
+    #: a calibration's fitted prefill fraction of peak FLOP/s; None: the hardware config's
+    prefill_flops_efficiency: float | None = None
+    #: a calibration's fitted fixed cost per step (kernel launches, sampling, host work); the
+    #: executor adds it once per step (:meth:`step_overhead_total_s`), 0.0 when uncalibrated
+    step_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         # hoisted constants: these run once per simulated step
@@ -42,7 +47,12 @@ class CostModel:
         object.__setattr__(
             self, "_quadratic_flops", 4.0 * self.model.num_layers * self.model.num_heads * self.model.head_dim
         )
-        object.__setattr__(self, "_flops_per_s", self.hardware.achieved_prefill_flops_per_s)
+        flops_per_s = (
+            self.hardware.achieved_prefill_flops_per_s
+            if self.prefill_flops_efficiency is None
+            else self.hardware.dense_flops_per_s * self.prefill_flops_efficiency
+        )
+        object.__setattr__(self, "_flops_per_s", flops_per_s)
         object.__setattr__(self, "_weights_s", self.model.weight_bytes / self.hardware.hbm_bandwidth_bytes_per_s)
         object.__setattr__(
             self, "_kv_bytes_per_s", self.hardware.hbm_bandwidth_bytes_per_s * self.decode_efficiency
@@ -68,6 +78,24 @@ class CostModel:
         reads one more slot per sequence. Element k equals ``decode_time_s`` of step k exactly."""
         kv_read_tokens = first_kv_read_tokens + num_decodes * np.arange(num_steps, dtype=np.int64)
         return self._weights_s + kv_read_tokens * self.model.kv_bytes_per_token / self._kv_bytes_per_s
+
+    def decode_kv_time_s(self, kv_read_bytes: float) -> float:
+        """The attention kernel's part of a decode step: reading ``kv_read_bytes`` of KV at the
+        calibrated fraction of HBM bandwidth (what a calibration's efficiency scales, alone)."""
+        return kv_read_bytes / self._kv_bytes_per_s
+
+    @property
+    def weights_time_s(self) -> float:
+        """The weight-read part of one decode step, at full HBM bandwidth (never calibrated)."""
+        return self._weights_s
+
+    @property
+    def prefill_flops_per_s(self) -> float:
+        """The FLOP/s a prefill achieves here: the calibration's fit, else the hardware config's."""
+        return self._flops_per_s
+
+    def step_overhead_total_s(self, num_steps: int) -> float:
+        return num_steps * self.step_overhead_s
 
     # --- moving KV -----------------------------------------------------------------------------------
 

@@ -186,6 +186,10 @@ def _request_rows(s: Summary, slo_given: bool | None) -> list[tuple[str, str]]:
         # a trace replay's too_long policy left requests out or shortened them: the numbers are of the rest
         rows.append(("trace rows read / dropped / clipped (too long)",
                      _joined(s, ("num_trace_rows_read", "num_trace_requests_dropped", "num_trace_requests_clipped"), _count)))  # fmt: skip
+    if _get(s, "sim_step_error_median") is not None:
+        # a real run: how far the cost model's price of each step was from the measured time
+        rows.append(("sim's step-time error p50 / p90 (% of measured)",
+                     _joined(s, ("sim_step_error_median", "sim_step_error_p90"), _pct)))  # fmt: skip
     ttft_parts = _joined(s, ("sched_delay_mean_s", "queue_mean_s", "prefill_mean_s"), _ms, " + ")
     return rows + [
         ("TTFT p50 / p99 (ms)", _joined(s, ("ttft_p50_s", "ttft_p99_s"), _ms)),

@@ -36,6 +36,9 @@ STEP_COLUMNS: tuple[str, ...] = (
     "kv_read_bytes", "num_computed_tokens", "num_recomputed_tokens",
     *LEDGER_FIELDS, "token_bytes_max", "allocated_bytes_max",
 )  # fmt: skip
+#: step-table columns of a real run only (``StepResult.predicted_s`` set): the measured time
+#: (``duration_s`` again, named for what it is) and the cost model's time for the same plan
+MEASURED_COLUMNS: tuple[str, ...] = ("measured_s", "predicted_s")
 REFUSAL_COLUMNS = (
     "step", "time_s", "num_steps", "request_id", "reason", "reservation_bytes", "free_bytes", "largest_hole_bytes",
 )
@@ -70,6 +73,7 @@ class Recorder:
         self._open_mergeable = False
         self._open_refusal: list | None = None
         self._wall_start_s = time.perf_counter()
+        self._measured = False  # a real run's results carry predictions: MEASURED_COLUMNS are written
 
     def record(self, plan: StepPlan, result: StepResult, any_seq_finished: bool) -> None:
         """One plan (a step, or a run of quiet steps) and what the executor said it took."""
@@ -84,6 +88,9 @@ class Recorder:
             row["kv_read_bytes"] += float(kv_read_tokens * self.kv_bytes_per_token)
             row["duration_s"] = _accumulate(row["duration_s"], durations)
             row["decode_s"] = _accumulate(row["decode_s"], durations)
+            if result.predicted_s is not None:
+                row["measured_s"] = _accumulate(row["measured_s"], durations)
+                row["predicted_s"] += result.predicted_s
             if self._open_refusal is not None:
                 self._open_refusal[2] += num_steps
             self._add_ledgers(plan, durations)
@@ -130,7 +137,8 @@ class Recorder:
         tables (pandas) comes after, as writing its outputs does in other simulators."""
         self._flush()
         sim_wall_s = time.perf_counter() - self._wall_start_s
-        steps = pd.DataFrame(self._columns, columns=list(STEP_COLUMNS))
+        columns = list(STEP_COLUMNS) + (list(MEASURED_COLUMNS) if self._measured else [])
+        steps = pd.DataFrame(self._columns, columns=columns)
         steps = steps.astype({name: np.float64 for name in LEDGER_FIELDS})  # span means; one schema for every run
         refusals = pd.DataFrame(self._refusals, columns=list(REFUSAL_COLUMNS))
         columns = zip(*map(SequenceGroup.row, groups)) if groups else [[]] * len(REQUEST_COLUMNS)
@@ -169,6 +177,10 @@ class Recorder:
         }  # fmt: skip
         for name in LEDGER_FIELDS:
             row[name] = getattr(led, name)
+        if result.predicted_s is not None:
+            self._measured = True
+            row["measured_s"] = row["duration_s"]
+            row["predicted_s"] = result.predicted_s
         return row
 
     def _refusal_row(self, plan: StepPlan) -> list | None:
@@ -189,4 +201,7 @@ class Recorder:
                 row[name] = self._open_ledger[name] / row["duration_s"]
         for name in STEP_COLUMNS:
             self._columns[name].append(row[name])
+        if self._measured:
+            for name in MEASURED_COLUMNS:
+                self._columns.setdefault(name, []).append(row[name])
         self._open = None

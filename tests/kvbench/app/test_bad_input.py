@@ -154,3 +154,15 @@ def test_names_that_become_paths_are_checked(name):
 def test_calibration_dir_that_does_not_exist_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"calibration_dir='.*missing' is invalid: no such folder"):
         setup(compose([f"calibration_dir={tmp_path / 'missing'}"])[0])
+
+
+def test_real_mode_refuses_a_model_too_big_to_build_here(monkeypatch):
+    from kvbench.app.checks import check_real_model_memory
+    from kvbench.specs.model import ModelSpec
+
+    seven_b = ModelSpec("llama2-7b", 32, 32, 32, 128, 2, 6_738_415_616)
+    monkeypatch.setattr(checks_module, "_available_memory_bytes", lambda: 24 * 10**9)
+    with pytest.raises(ConfigError, match=r"about 40.4 GB while initialising, more than the 24.0 GB .*model=tiny-llama"):
+        check_real_model_memory(seven_b)
+    monkeypatch.setattr(checks_module, "_available_memory_bytes", lambda: 64 * 10**9)
+    check_real_model_memory(seven_b)  # fits there

@@ -56,7 +56,9 @@ def test_a_single_run_writes_parquet_csv_config_and_figure(tmp_path):
         (["workload.arrival=poisson", "workload.rate_per_s=-2"], ["workload.rate_per_s=-2", "positive"]),
         (["allocator=naive", "workload.prompt_tokens=5000"], ["5000", "S_max"]),
         (["workload.rat=3"], ["workload.rat=3", "rate_per_s"]),
-        (["mode=real"], ["mode='real'"]),
+        # refused either way on a CPU: triton needs a GPU, or (under the Triton interpreter, which some
+        # tests switch on for the whole process) Llama-2-7B's weights do not fit this machine
+        (["mode=real"], ["mode=", "real"]),
         (["seed=abc"], ["seed=abc", "Integer"]),
     ],
 )

@@ -133,3 +133,9 @@ def test_a_trace_s_dropped_and_clipped_requests_are_said_only_when_there_are_som
     shown = dict(headline_rows({**base, "num_trace_requests_dropped": 49}))
     assert shown["trace rows read / dropped / clipped (too long)"] == "300 / 49 / 0"
     assert "trace rows read / dropped / clipped (too long)" not in dict(headline_rows({**base, "num_trace_requests_dropped": 0}))
+
+
+def test_a_real_run_shows_the_sim_s_step_time_error():
+    shown = dict(headline_rows({"sim_step_error_median": 0.125, "sim_step_error_p90": 0.5}))
+    assert shown["sim's step-time error p50 / p90 (% of measured)"] == "12.5 / 50.0"
+    assert not any("step-time error" in label for label, _ in headline_rows({"num_requests": 3}))
