@@ -202,16 +202,24 @@ def _real_device() -> str:
 
 
 def _real_executor(s: RunSetup, requests, seed: int):
-    """The model (random weights from ``seed``) and the executor of a ``mode=real`` run."""
+    """The model and the executor of a ``mode=real`` run: the real weights of a local folder when
+    ``model.config_path`` names one that holds them, else random weights drawn from ``seed``."""
+    import json
+    from pathlib import Path
+
     from kvbench.exec.real import RealExecutor
-    from kvbench.exec.real.model import build_model
+    from kvbench.exec.real.model import build_model, has_weights, load_model
     from kvbench.specs.model import resolve_architecture
 
-    if s.model_config.config_path:
-        raise ConfigError("mode=real builds its model from model.hf_config only for now: leave model.config_path null")
-    hf_config = dict(s.model_config.hf_config)
     resolve_architecture(s.model_config)  # the same checks as sim, one line each
-    model = build_model(hf_config, s.model_config.dtype, seed, _real_device())
+    folder = Path(s.model_config.config_path).expanduser() if s.model_config.config_path else None
+    if folder is not None and folder.is_file():
+        folder = folder.parent
+    if folder is not None and has_weights(folder):
+        model = load_model(folder, s.model_config.dtype, _real_device())
+    else:
+        hf_config = json.loads((folder / "config.json").read_text()) if folder else dict(s.model_config.hf_config)
+        model = build_model(hf_config, s.model_config.dtype, seed, _real_device())
     return RealExecutor(model, s.allocator, s.kernel, s.cost, seed=seed, requests=requests)
 
 

@@ -36,6 +36,32 @@ def build_model(hf_config: dict, dtype_name: str, seed: int, device: str = "cpu"
     return model.to(device=device, dtype=DTYPES[dtype_name]).eval()
 
 
+def has_weights(folder) -> bool:
+    """Whether a model folder holds weights transformers can load (safetensors or PyTorch bins)."""
+    from pathlib import Path
+
+    folder = Path(folder)
+    return any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin"))
+
+
+def load_model(folder, dtype_name: str, device: str = "cpu"):
+    """``LlamaForCausalLM`` with the real weights of a local folder (``save_pretrained``'s layout:
+    config.json and safetensors or bins), never downloading anything, in eval mode."""
+    from transformers import LlamaForCausalLM
+
+    if dtype_name not in DTYPES:
+        raise ConfigError(f"model.dtype={dtype_name!r} is invalid for mode=real: choose one of {', '.join(DTYPES)}")
+    try:
+        model = LlamaForCausalLM.from_pretrained(str(folder), torch_dtype=DTYPES[dtype_name], local_files_only=True,
+                                                 attn_implementation="eager")  # fmt: skip
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"model.config_path={str(folder)!r}: transformers cannot load its weights "
+                          f"({str(exc).strip().splitlines()[0]})") from None  # fmt: skip
+    if model.config.model_type != "llama":
+        raise ConfigError(f"mode=real runs Llama models only, got {model.config.model_type!r} in {folder}")
+    return model.to(device=device).eval()
+
+
 class LlamaRunner:
     """kvbench's forward over a ``LlamaForCausalLM``'s weights, reading and writing a :class:`KVCache`."""
 

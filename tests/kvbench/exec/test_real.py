@@ -135,3 +135,20 @@ def test_prediction_error():
     assert err["sim_step_error_p90"] == pytest.approx(0.5)
     with pytest.raises(ValueError):
         prediction_error([1.0], [0.0])
+
+
+def test_real_weights_from_a_local_folder_are_the_ones_used(tmp_path):
+    """model.config_path naming a save_pretrained folder: its weights, not the seed's, generate."""
+    from kvbench.exec.real.model import build_model
+
+    hf_config = dict(_run("allocator=paged").config["model"]["hf_config"])
+    saved = build_model(hf_config, "float32", seed=123)  # weights no seed of the run would draw
+    saved.save_pretrained(tmp_path / "tiny")
+    result = run([*WORKLOAD, "allocator=paged", f"model.config_path={tmp_path / 'tiny'}"])
+    for row, ids in zip(result.requests.itertuples(), result.requests["output_token_ids"]):
+        prompt = torch.tensor([prompt_token_ids(SEED, int(row.request_id), int(row.prompt_tokens), saved.config.vocab_size)])
+        with torch.inference_mode():
+            gen = saved.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                                 max_new_tokens=int(row.output_tokens), pad_token_id=0)  # fmt: skip
+        assert list(ids[0]) == gen[0, prompt.shape[1] :].tolist()
+    assert _tokens(result) != _tokens(_run("allocator=paged"))  # not the seeded random weights
