@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -16,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_the_gpu_script_dry_run_passes_its_steps_on_cpu(tmp_path):
-    pytest.importorskip("triton")
+    if importlib.util.find_spec("triton") is None:  # found, not imported: see test_kernel_triton.py's NOTE
+        pytest.skip("the triton package is not installed")
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable}
     start = time.perf_counter()
