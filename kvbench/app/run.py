@@ -26,7 +26,7 @@ from kvbench.app.provenance import provenance
 from kvbench.core.request import requests_from_workload
 from kvbench.engine import Engine
 from kvbench.errors import ConfigError, require
-from kvbench.exec.calibration import DecodeEfficiency, load_calibration
+from kvbench.exec.calibration import DecodeEfficiency, load_fitted_terms
 from kvbench.exec.costmodel import CostModel
 from kvbench.exec.sim import SimExecutor
 from kvbench.memory.allocator import Allocator
@@ -89,9 +89,8 @@ def setup(cfg: DictConfig) -> RunSetup:
         hardware.name, allocator.block_size_tokens, allocator.capabilities.contiguous_layout, **where
     )
     # the same file's fitted prefill efficiency and per-step overhead (kvbench calibrate), if any
-    fitted = load_calibration(hardware.name, kernel.name, allocator.block_size_tokens,
-                              allocator.capabilities.contiguous_layout, calibration_dir)  # fmt: skip
-    cost = CostModel(model, hardware, efficiency.efficiency, fitted.prefill_flops_efficiency, fitted.step_overhead_s)
+    prefill_flops_efficiency, step_overhead_s = load_fitted_terms(hardware.name, kernel.name, calibration_dir)
+    cost = CostModel(model, hardware, efficiency.efficiency, prefill_flops_efficiency, step_overhead_s)
     policy = _instantiate("preemption", cfg.preemption)
     host_pool = HostSwapPool(int(hardware.host_swap_bytes))
     scheduler = _instantiate("scheduler", cfg.scheduler, allocator=allocator, policy=policy, cost=cost, host_pool=host_pool)

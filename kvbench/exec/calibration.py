@@ -161,6 +161,18 @@ class Calibration:
     step_overhead_s: float = 0.0
 
 
+def load_fitted_terms(
+    hardware_name: str, kernel_name: str, calibration_dir: Path | str | None = None
+) -> tuple[float | None, float]:
+    """A calibration file's fitted prefill FLOP efficiency (None: not fitted, the hardware config's
+    applies) and per-step overhead in seconds (0.0: not fitted); (None, 0.0) without a file."""
+    path = calibration_path(hardware_name, kernel_name, calibration_dir)
+    if not path.is_file():
+        return None, 0.0
+    doc = _read_doc(path)
+    return doc.get("prefill_flops_efficiency"), doc.get("step_overhead_s", 0.0)
+
+
 def load_calibration(
     hardware_name: str,
     kernel_name: str,
@@ -171,11 +183,7 @@ def load_calibration(
     """The decode efficiency (as :func:`load_decode_efficiency`) with the file's fitted prefill
     efficiency and per-step overhead, when it has them."""
     decode = load_decode_efficiency(hardware_name, kernel_name, block_size_tokens, contiguous, calibration_dir)
-    path = calibration_path(hardware_name, kernel_name, calibration_dir)
-    if not path.is_file():
-        return Calibration(decode)
-    doc = _read_doc(path)
-    return Calibration(decode, doc.get("prefill_flops_efficiency"), doc.get("step_overhead_s", 0.0))
+    return Calibration(decode, *load_fitted_terms(hardware_name, kernel_name, calibration_dir))
 
 
 def write_calibration(
