@@ -27,7 +27,23 @@ def test_wheel_ships_conf_plugins_and_entry_points(tmp_path):
             "kvbench_plugins/schedulers/chunked.py", "kvbench_plugins/preemption/swap.py"} <= names
     assert "kvbench/sched/scheduler.py" in names and "kvbench/core/step.py" in names
     assert "kvbench/kernels/triton_decode.py" in names
+    assert "kvbench/paper/data/vllm_paper_reference.json" in names
     [entry_points] = [n for n in names if n.endswith("entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "[kvbench]" in text and "paged = kvbench_plugins.allocators.paged" in text
     assert "kvbench = kvbench.app.cli:main" in text
+
+
+def test_every_package_of_the_source_tree_is_listed_in_pyproject():
+    """A folder left out of pyproject's ``packages`` imports fine from an editable install and is
+    missing from a real one (a stale ``build/`` folder can even hide it from a local wheel)."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    found = {
+        ".".join(("kvbench_plugins", *init.parent.relative_to(ROOT / "plugins").parts)).rstrip(".")
+        if init.is_relative_to(ROOT / "plugins") else ".".join(init.parent.relative_to(ROOT).parts)
+        for init in [*ROOT.glob("kvbench/**/__init__.py"), *ROOT.glob("plugins/**/__init__.py")]
+    }  # fmt: skip
+    assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"

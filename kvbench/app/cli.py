@@ -40,6 +40,7 @@ SUBCOMMANDS = {
     "bench-kernels": "kvbench.kernels.bench",
     "calibrate": "kvbench.exec.fit",
     "compare": "kvbench.compare.cli",
+    "paper": "kvbench.paper.cli",
     "slo-batch": "kvbench.slo.batch",
     "slo-search": "kvbench.slo.search",
 }
