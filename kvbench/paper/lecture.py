@@ -56,6 +56,7 @@ TABLE_ENTRY_BYTES = 8
 #: the block sizes of the block-size sweep (the paged allocator takes powers of two from 8 to 256)
 SWEEP_BLOCKS = (8, 16, 32, 64, 128, 256)
 
+
 def _about(n: _Numbers) -> str:
     return (
         "The lecture that opens Part II of the course: the naive reserve-to-S_max allocator, "
@@ -69,8 +70,8 @@ def _about(n: _Numbers) -> str:
         f"kvbench's is {n.seq} x {n.kv:,} B = {n.seq * n.kv / GB:.4f} GB). Its 'GQA-8' is Llama-2-7B with "
         f"{n.gqa_model.num_kv_heads} KV heads; kvbench counts that model's parameters from its architecture "
         f"({n.gqa_model.num_params / 1e9:.2f}e9: the K and V projections shrink "
-        f"{n.model.num_kv_heads // n.gqa_model.num_kv_heads}x), where the lecture keeps the MHA model's 6.74e9 "
-        "for its FLOPs."
+        f"{n.model.num_kv_heads // n.gqa_model.num_kv_heads}x), where the lecture keeps the MHA model's "
+        f"{n.model.num_params / 1e9:.2f}e9 for its FLOPs."
     )
 
 
