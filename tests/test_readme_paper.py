@@ -66,15 +66,12 @@ def test_each_number_quoted_is_the_papers(phrase, paragraph, rows):
 
 
 def test_numbers_quoted_from_kvbench_specs(paragraph):
-    from kvbench.api import compose
-    from kvbench.app.run import setup
+    from kvbench.paper import configs
 
-    gqa8 = setup(compose(["model.hf_config.num_key_value_heads=8"])[0]).model
-    mha = setup(compose([])[0]).model
+    gqa8 = configs.built(["model.hf_config.num_key_value_heads=8"]).model
+    mha = configs.built().model
     assert f"keeps the MHA model's {mha.num_params / 1e9:.2f}e9 parameters (GQA-8 has {gqa8.num_params / 1e9:.2f}e9)" in paragraph
-    from kvbench.paper import vllm_model as vm
-
-    kv66 = vm.model("opt-66b").kv_bytes_per_token
+    kv66 = configs.model("opt-66b").kv_bytes_per_token
     assert f"9.7K slots need {9700 * kv66 / 2**30:.1f} GiB" in paragraph
-    layers = vm.model("opt-13b").num_layers
+    layers = configs.model("opt-13b").num_layers
     assert f"({2 * layers} copies per block for OPT-13B)" in paragraph

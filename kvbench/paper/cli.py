@@ -95,7 +95,8 @@ def _body(argv: list[str]) -> int:
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out {out_dir} is a file, not a folder")
     parent = out_dir.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
+    if not args.check:
+        parent.mkdir(parents=True, exist_ok=True)  # the staging folder is made beside the target
 
     started = time.perf_counter()
     staging = Path(tempfile.mkdtemp(prefix=".paper-", dir=None if args.check else parent))

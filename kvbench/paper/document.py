@@ -27,11 +27,15 @@ class Table:
 
 @dataclass(frozen=True)
 class Figure:
-    """A figure a section shows: ``figures/<name>.png``."""
+    """A figure a section shows (``path`` is under the paper's ``figures/``)."""
 
-    name: str
     caption: str
     path: Path
+
+    @property
+    def name(self) -> str:
+        """The figure's file stem (``lecture_swap_vs_recompute``)."""
+        return self.path.stem
 
 
 @dataclass

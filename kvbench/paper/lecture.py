@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvbench.memory.allocator import Transfer
+from kvbench.paper.configs import built, composed
 from kvbench.paper.document import Figure, Section, Source, Table
 from kvbench.paper.lecture_figures import (
     allocator_timeline_figure,
@@ -29,7 +30,6 @@ from kvbench.paper.lecture_setup import (
     LONG,
     POS_128K,
     blocks_for,
-    built,
     fill,
     fill_description,
     fits_fan_out,
@@ -124,10 +124,8 @@ class _Numbers:
     """kvbench's inputs and the closed forms several sections reuse."""
 
     def __init__(self, runs: Runs) -> None:
-        from kvbench.api import compose
-
         self.runs = runs
-        cfg, _ = compose([])
+        cfg = composed()
         self.num_requests = int(cfg.workload.num_requests)  # 1,000
         self.prompt = int(cfg.workload.prompt_tokens)  # 512
         self.output = int(cfg.workload.output_tokens)  # 128
@@ -774,9 +772,7 @@ def _exercise1(n: _Numbers) -> _Section:
 
 
 def _exercise2(n: _Numbers) -> _Section:
-    from kvbench.api import compose
-
-    cfg, _ = compose(["workload=exercise2_mix", *LONG])
+    cfg = composed(["workload=exercise2_mix", *LONG])
     mix = [(int(c.s_max_tokens), float(c.fraction)) for c in cfg.workload.s_max_mix]
     s = _Section("Exercise 2: per-request S_max and external fragmentation", "Exercise 2",
                  "Requests declare S_max in {" + ", ".join(f"{sm:,}" for sm, _ in mix) + "} at "
@@ -1024,7 +1020,7 @@ def _figures(n: _Numbers, sections: list[_Section], figures_dir: Path) -> None:
     by_where = {s.where: s.section for s in sections}
     path = break_even_figure(n, figures_dir / "lecture_swap_vs_recompute.png")
     by_where["§10.5"].figures.append(Figure(
-        name="lecture_swap_vs_recompute", path=path,
+        path=path,
         caption=f"Swap round trip (per byte, and with {n.hw.host_transfer_overhead_s * 1e6:g} us per {n.block}-token "
                 "block) and recompute time against the sequence's KV tokens, MHA and GQA-8, at "
                 f"{n.cost_32.hardware.host_link_bytes_per_s / GB:g} and {n.link / GB:g} GB/s; the dots mark the break-even lengths "
@@ -1034,7 +1030,7 @@ def _figures(n: _Numbers, sections: list[_Section], figures_dir: Path) -> None:
     path, frame = block_size_figure(n, sweep, capacity, n.naive_run, n.naive_fill,
                                     figures_dir / "lecture_concurrency_vs_block_size.png")
     by_where["§10.3"].figures.append(Figure(
-        name="lecture_concurrency_vs_block_size", path=path,
+        path=path,
         caption="Concurrency against block size on the lecture's chat workload: the allocator's ceiling for "
                 f"{n.seq}-token sequences, the runs' peak, sustained floor and mean while memory binds; naive for "
                 "reference (" + ", ".join(_run(["allocator=paged", f"allocator.block_size_tokens={b}"])
@@ -1048,12 +1044,12 @@ def _figures(n: _Numbers, sections: list[_Section], figures_dir: Path) -> None:
     results = {name: n.runs(o) for name, o in allocators.items()}
     path = allocator_timeline_figure(results, figures_dir / "lecture_batch_over_time.png")
     by_where["§10.2"].figures.append(Figure(
-        name="lecture_batch_over_time", path=path,
+        path=path,
         caption=f"Running sequences over time for each allocator on the lecture's chat workload ({n.num_requests:,} "
                 f"requests of {n.prompt} + {n.output} tokens at t = 0): " + " ; ".join(_run(o) for o in allocators.values())))  # fmt: skip
     path = memory_breakdown_figure({name: r.summary for name, r in results.items()}, n.budget,
                                    figures_dir / "lecture_memory_breakdown.png")
     by_where["§10.2"].figures.append(Figure(
-        name="lecture_memory_breakdown", path=path,
+        path=path,
         caption=f"Where the {n.budget / GB:g} GB KV budget goes while memory binds (time-weighted), per allocator, on the "
                 "lecture's chat workload."))  # fmt: skip

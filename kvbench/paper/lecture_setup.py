@@ -1,8 +1,6 @@
-"""The objects behind the lecture's closed forms: kvbench's ModelSpec, HardwareSpec, CostModel and
-fresh allocators, built from a composed config exactly as a run builds them
-(:func:`kvbench.app.run.setup`), so a number here and a run with the same overrides share every
-input.
-"""
+"""Fresh allocators behind the lecture's capacities (filled until they refuse, as ``kvbench
+slo-batch`` does), built from a composed config exactly as a run builds them; the specs and cost
+model come from :mod:`kvbench.paper.configs`."""
 
 from __future__ import annotations
 
@@ -10,8 +8,9 @@ import math
 from collections.abc import Sequence
 from functools import cache
 
-from kvbench.app.run import RunSetup, setup
+from kvbench.app.run import setup
 from kvbench.memory.allocator import SeqShape
+from kvbench.paper.configs import composed
 from kvbench.slo.batch import memory_ceiling
 
 #: Llama-2-7B with grouped-query attention of 8 KV heads (the lecture's "GQA-8")
@@ -23,25 +22,8 @@ POS_128K = ("model.hf_config.max_position_embeddings=131072",)
 
 
 @cache
-def _setup(overrides: tuple[str, ...]) -> RunSetup:
-    from kvbench.api import compose
-
-    cfg, _ = compose(list(overrides))
-    return setup(cfg)
-
-
-def built(overrides: Sequence[str] = ()) -> RunSetup:
-    """The run's objects for ``kvbench <overrides>`` (memoized: only read its specs and cost
-    model; use :func:`fill` for allocators, which are stateful)."""
-    return _setup(tuple(overrides))
-
-
-@cache
 def _fill(overrides: tuple[str, ...], context_tokens: int, s_max_tokens: int) -> tuple[int, float]:
-    from kvbench.api import compose
-
-    cfg, _ = compose(list(overrides))
-    fresh = setup(cfg).allocator  # a new, empty allocator every time
+    fresh = setup(composed(overrides)).allocator  # a new, empty allocator every time
     return memory_ceiling(fresh, context_tokens, s_max_tokens)
 
 
@@ -59,10 +41,7 @@ def fill_description(overrides: Sequence[str], context_tokens: int, s_max_tokens
 
 def fits_fan_out(overrides: Sequence[str], prompt: int, output: int, branches: int) -> bool:
     """Whether a fresh allocator admits one request of ``branches`` completions off ``prompt``."""
-    from kvbench.api import compose
-
-    cfg, _ = compose(list(overrides))
-    allocator = setup(cfg).allocator
+    allocator = setup(composed(overrides)).allocator
     shape = SeqShape(num_tokens=prompt, s_max_tokens=prompt + output, final_kv_tokens=prompt + output - 1,
                      num_branches=branches, prompt_tokens=prompt)  # fmt: skip
     return bool(allocator.fits_in_empty(shape))

@@ -174,11 +174,10 @@ def index_markdown(sources: list[Source]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def write_paper(sources: list[Source], runs_table: pd.DataFrame, out_dir: Path) -> list[Path]:
+def write_paper(sources: list[Source], runs_table: pd.DataFrame, out_dir: Path) -> None:
     """Write every text and table file of the paper into ``out_dir`` (figures are already there)."""
     data_dir = out_dir / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
     names = Counter(t.name for s in sources for sec in s.sections for t in sec.tables)
     clashes = [name for name, n in names.items() if n > 1 or name in {s.name for s in sources} or name == "runs"]
     if clashes:
@@ -187,15 +186,10 @@ def write_paper(sources: list[Source], runs_table: pd.DataFrame, out_dir: Path) 
     if any(n > 1 for n in keys.values()):
         raise ValueError(f"row keys used twice: {[k for k, n in keys.items() if n > 1]}")
     for source in sources:
-        written.append(write_text(out_dir / f"{source.name}.md", source_markdown(source)))
-        frame = pd.DataFrame([row.record() for row in source.rows])
-        write_frame(with_provenance(frame), data_dir, source.name)
-        written += [data_dir / f"{source.name}.parquet", data_dir / f"{source.name}.csv"]
+        write_text(out_dir / f"{source.name}.md", source_markdown(source))
+        write_frame(with_provenance(pd.DataFrame([row.record() for row in source.rows])), data_dir, source.name)
         for section in source.sections:
             for table in section.tables:
                 write_frame(with_provenance(table.frame.assign(command=table.run)), data_dir, table.name)
-                written += [data_dir / f"{table.name}.parquet", data_dir / f"{table.name}.csv"]
     write_frame(with_provenance(runs_table), data_dir, "runs")
-    written += [data_dir / "runs.parquet", data_dir / "runs.csv"]
-    written.append(write_text(out_dir / "README.md", index_markdown(sources)))
-    return written
+    write_text(out_dir / "README.md", index_markdown(sources))

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from functools import cache
 from importlib import resources
-from pathlib import Path
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -19,11 +17,13 @@ from omegaconf import OmegaConf
 from kvbench.app.config import to_dataclass
 from kvbench.exec.costmodel import CostModel
 from kvbench.memory.allocator import Transfer
+from kvbench.paper import configs
 from kvbench.specs.hardware import HardwareSpec
-from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
+from kvbench.specs.model import ModelSpec
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 GIB, MIB, KIB = 2**30, 2**20, 2**10
+#: the paper's single-GPU setting (Table 1's OPT-13B on one A100-40GB)
+BASE = ("model=opt-13b", "hardware=a100-40gb")
 
 
 def reference() -> dict:
@@ -31,36 +31,32 @@ def reference() -> dict:
     return json.loads(resources.files("kvbench.paper").joinpath("data/vllm_paper_reference.json").read_text())
 
 
-def _conf(group: str, name: str):
-    path = CONF / group / f"{name}.yaml"
-    if path.is_file():
-        return OmegaConf.load(path)
-    return OmegaConf.load(resources.files("kvbench.conf").joinpath(f"{group}/{name}.yaml"))  # installed wheel
-
-
-@cache
 def model(name: str) -> ModelSpec:
-    return model_spec(to_dataclass(ModelConfig, _conf("model", name), "model"))
+    return configs.model(name)
 
 
-@cache
 def hardware(name: str) -> HardwareSpec:
-    return to_dataclass(HardwareSpec, _conf("hardware", name), "hardware")
+    return to_dataclass(HardwareSpec, configs.composed([f"hardware={name}"]).hardware, "hardware")
 
 
-@cache
 def workload(name: str) -> dict:
-    return dict(OmegaConf.to_container(_conf("workload", name)))
+    return dict(OmegaConf.to_container(configs.composed([f"workload={name}"]).workload))
 
 
 def embedding_params(name: str) -> int:
     """Parameters of the token embedding table: vocabulary x embedding width (OPT's projection width)."""
-    arch = dict(_conf("model", name).hf_config)
+    arch = configs.composed([f"model={name}"]).model.hf_config
     return int(arch["vocab_size"]) * int(arch.get("word_embed_proj_dim") or arch["hidden_size"])
 
 
-def cost(model_name: str = "opt-13b", hardware_name: str = "a100-40gb") -> CostModel:
-    return CostModel(model(model_name), hardware(hardware_name))
+def cost() -> CostModel:
+    """The cost model a run of the paper's setting prices its steps with."""
+    return configs.built(BASE).cost
+
+
+def granule_tokens(allocator: str = "orca_max") -> int:
+    """An Orca baseline's allocation unit in tokens (its buddy allocator's smallest block)."""
+    return int(configs.composed([f"allocator={allocator}"]).allocator.granule_tokens)
 
 
 def median_for_mean(mean: float, sigma: float) -> int:
@@ -71,13 +67,13 @@ def median_for_mean(mean: float, sigma: float) -> int:
 # --- Fig. 2: the memory breakdown of contiguous reservations -------------------------------------
 
 
-def buddy_slots(tokens: np.ndarray, granule: int = 16) -> np.ndarray:
+def buddy_slots(tokens: np.ndarray, granule: int) -> np.ndarray:
     """Slots of a buddy-placed reservation of ``tokens``: granules rounded up to a power of two."""
     granules = np.maximum(1, -(-tokens // granule))
     return granule * (1 << np.ceil(np.log2(granules)).astype(np.int64))
 
 
-def reservation_slots(policy: str, prompt: np.ndarray, output: np.ndarray, s_max: int, granule: int = 16) -> np.ndarray:
+def reservation_slots(policy: str, prompt: np.ndarray, output: np.ndarray, s_max: int, granule: int) -> np.ndarray:
     """Slots each request reserves under Orca (Max), (Pow2) and (Oracle), buddy placement."""
     if policy == "max":
         tokens = np.full_like(prompt, s_max)
@@ -102,14 +98,17 @@ def held_shares(prompt: np.ndarray, output: np.ndarray, reserved: np.ndarray) ->
     }
 
 
-def budget_slots(model_name: str = "opt-13b", hardware_name: str = "a100-40gb") -> int:
-    hw = hardware(hardware_name)
-    return int(hw.kv_budget(model(model_name).weight_bytes)) // model(model_name).kv_bytes_per_token
+def budget_slots() -> int:
+    """KV token slots in the paper's setting: the run's KV budget / KV bytes per token."""
+    setup = configs.built(BASE)
+    return setup.budget_bytes // setup.model.kv_bytes_per_token
 
 
-def orca_max_batch(s_max: int = 2048, granule: int = 16, model_name: str = "opt-13b", hardware_name: str = "a100-40gb") -> int:
-    """Orca (Max)'s batch: how many S_max reservations fit the budget (power-of-two buddy blocks)."""
-    granules = budget_slots(model_name, hardware_name) // granule
+def orca_max_batch(s_max: int, granule: int | None = None) -> int:
+    """Orca (Max)'s batch: how many S_max reservations fit the budget (power-of-two buddy blocks
+    of ``granule`` tokens; None: the Orca allocators' configured granule)."""
+    granule = granule_tokens() if granule is None else granule
+    granules = budget_slots() // granule
     per_request = int(buddy_slots(np.array([s_max]), granule)[0]) // granule
     # the buddy arena is a sum of power-of-two top blocks; each holds top // per_request requests
     return sum((1 << k) // per_request for k in range(granules.bit_length()) if granules >> k & 1)

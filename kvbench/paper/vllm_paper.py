@@ -15,25 +15,34 @@ import numpy as np
 import pandas as pd
 
 from kvbench.exec.costmodel import CostModel
+from kvbench.paper import configs
 from kvbench.paper import vllm_model as vm
 from kvbench.paper.document import Figure, Section, Source, Table
 from kvbench.paper.plots import new_figure, save
 from kvbench.paper.rows import Row
 from kvbench.paper.runs import Runs, command
 
-BASE = ("model=opt-13b", "hardware=a100-40gb")
+BASE = vm.BASE
 #: the paper's systems and the kvbench allocator that models each
 SYSTEMS = (("Orca (Max)", "orca_max"), ("Orca (Pow2)", "orca_pow2"), ("Orca (Oracle)", "orca_oracle"), ("vLLM", "paged"))
 POLICY = {"orca_max": "max", "orca_pow2": "pow2", "orca_oracle": "oracle"}
 SIGMAS = (0.5, 1.0, 1.5)
 #: Fig. 13's what-if: decode steps this many times longer than kvbench's roofline
 STEP_STRETCH = (1, 2, 3)
+#: Fig. 15's beam search: the fork probabilities swept, and requests per beam run (the slowest runs)
+FORK_PROBABILITIES = (0.25, 0.5, 0.75)
+BEAM_REQUESTS = 150
+#: requests per ShareGPT fan-out run (long outputs times n branches)
+SHAREGPT_FAN_REQUESTS = 60
 #: the paper's dataset means (Fig. 11), per kvbench workload
 MEANS = {"sharegpt_like": ("ShareGPT", 2.0), "alpaca_like": ("Alpaca", 30.0)}
 BLOCK_SIZES = (8, 16, 32, 64, 128, 256)
 #: a loaded rate per workload for the block-size sweep (kvbench's roofline serves faster than the
 #: paper's GPU, so the paper's own rates leave memory idle): chosen so that memory binds
 BLOCK_SWEEP_RATE = {"sharegpt_like": 3.0, "alpaca_like": 200.0}
+BLOCK_SWEEP_REQUESTS = 500
+#: §7.3's runs: a KV budget small enough that preemption happens
+PRESSURE_BUDGET = "3e9"  # bytes, as the override is written
 #: §6.2's largest sustainable rate: normalized latency at most this many times the system's own at
 #: the lowest rate of the grid (kvbench's choice: the paper reads the knee off its curves)
 SUSTAINABLE_SLOWDOWN = 2.0
@@ -56,6 +65,11 @@ def _sigma_overrides(workload: str, sigma: float) -> list[str]:
         f"workload.prompt_tokens={vm.median_for_mean(ref['input_mean'], sigma)}",
         f"workload.output_tokens={vm.median_for_mean(ref['output_mean'], sigma)}",
     ]  # fmt: skip
+
+
+def _sigma(workload: str) -> float:
+    """The lognormal sigma of the workload's lengths: kvbench's assumption about the paper's data."""
+    return float(vm.workload(workload)["prompt_sigma"])
 
 
 def _system_run(allocator: str, workload: str, sigma: float = 1.0, extra: tuple[str, ...] = ()) -> list[str]:
@@ -190,7 +204,7 @@ def _fig2_closed_forms(runs: Runs, allocator: str, workload: str, sigma: float =
         token = held["token"] / (held["token"] + tail)
         return {"token": _pct(token), "reserved": None, "internal": None, "external": None, "tail": tail,
                 "held": held}, sim  # fmt: skip
-    reserved = vm.reservation_slots(POLICY[allocator], prompt, output, s_max)
+    reserved = vm.reservation_slots(POLICY[allocator], prompt, output, s_max, vm.granule_tokens(allocator))
     held = vm.held_shares(prompt, output, reserved)
     if allocator == "orca_max":
         k = vm.orca_max_batch(s_max)
@@ -201,7 +215,8 @@ def _fig2_closed_forms(runs: Runs, allocator: str, workload: str, sigma: float =
         share = (1.0 - external) / held["slots"]
         k = None
     return {"token": _pct(share * held["token"]), "reserved": _pct(share * held["reserved"]),
-            "internal": _pct(share * held["internal"]), "external": _pct(external), "k": k, "held": held}, sim  # fmt: skip
+            "internal": _pct(share * held["internal"]), "external": _pct(external), "k": k, "held": held,
+            "s_max": s_max}, sim  # fmt: skip
 
 
 def _fig2(runs: Runs, ref: dict, figures_dir: Path) -> Section:
@@ -225,8 +240,8 @@ def _fig2(runs: Runs, ref: dict, figures_dir: Path) -> Section:
                 text = {
                     "token": f"{k} slots x E_t[p + t] {held['token']:.1f} / {slots:,} budget slots",
                     "reserved": f"{k} x E_t[o - t] {held['reserved']:.1f} / {slots:,}",
-                    "internal": f"{k} x E_t[2048 - p - o] {held['internal']:.1f} / {slots:,}",
-                    "external": f"({slots:,} - {k} x 2,048) / {slots:,}",
+                    "internal": f"{k} x E_t[{formula['s_max']} - p - o] {held['internal']:.1f} / {slots:,}",
+                    "external": f"({slots:,} - {k} x {formula['s_max']:,}) / {slots:,}",
                 }[key]
                 sim_tol = 0.1
                 why = ("E_t: over the run's drawn lengths, each request weighted by the decode steps it holds its "
@@ -235,7 +250,7 @@ def _fig2(runs: Runs, ref: dict, figures_dir: Path) -> Section:
             elif allocator == "paged":
                 text = (f"E_t[p + t] / (E_t[p + t] + (B - 1) / 2) = {held['token']:.1f} / "
                         f"({held['token']:.1f} + {formula['tail']:.1f}) (memory full of sequences, half a block unfilled each)")  # fmt: skip
-                why = ("The run's share is over the few steps where memory binds at 2 req/s (kvbench's roofline "
+                why = (f"The run's share is over the few steps where memory binds at {MEANS['sharegpt_like'][1]:g} req/s (kvbench's roofline "
                        "decodes faster than the paper's GPU, so vLLM rarely saturates), and includes free slots "
                        "held back while the next request does not fit; the closed form assumes memory full.")  # fmt: skip
             elif key == "external":
@@ -244,7 +259,7 @@ def _fig2(runs: Runs, ref: dict, figures_dir: Path) -> Section:
             else:
                 text = (f"(1 - external {formula['external']:.1f} %, the run's) x E_t[{key}] / E_t[reservation "
                         f"{held['slots']:.0f} slots]")  # fmt: skip
-                why = ("Reservations are buddy-rounded to power-of-two blocks of 16-token granules; kvbench counts "
+                why = (f"Reservations are buddy-rounded to power-of-two blocks of {vm.granule_tokens(allocator)}-token granules; kvbench counts "
                        "that rounding as internal fragmentation. The split of the allocated share is a closed form; "
                        "the allocated share itself is the run's.")  # fmt: skip
             diff_why = {
@@ -259,7 +274,8 @@ def _fig2(runs: Runs, ref: dict, figures_dir: Path) -> Section:
             rows.append(Row(f"vllm.fig2_{slug}_{key}", "Fig. 2", f"{label}: {part} (% of KV memory)", "%",
                             f"{claim}", text, value, simulated=sim[key], run=cmd,
                             why=why + diff_why + " The paper gives only the means of ShareGPT's lengths; the "
-                                "lognormal sigma 1.0 is kvbench's assumption (see the sensitivity table).",
+                                f"lognormal sigma {_sigma('sharegpt_like'):.1f} is kvbench's assumption (see the "
+                                "sensitivity table).",
                             sim_tol=sim_tol))  # fmt: skip
     # sensitivity
     records = []
@@ -277,10 +293,10 @@ def _fig2(runs: Runs, ref: dict, figures_dir: Path) -> Section:
                  pd.DataFrame(records), run=command(_system_run("orca_max", "sharegpt_like", 0.5)) + " ...",
                  decimals={c: 1 for c in ("token_pct", "reservation_pct", "internal_pct", "external_and_free_pct")})  # fmt: skip
     path = _fig2_figure(paper, kvbench_bars, figures_dir / "vllm_fig2_memory_breakdown.png")
-    fig = Figure("vllm_fig2_memory_breakdown", "Fig. 2: KV memory breakdown, the paper's bars beside kvbench's runs "
-                 "(OPT-13B, A100-40GB, ShareGPT-like at 2 req/s)", path)  # fmt: skip
+    fig = Figure("Fig. 2: KV memory breakdown, the paper's bars beside kvbench's runs "
+                 f"(OPT-13B, A100-40GB, ShareGPT-like at {MEANS['sharegpt_like'][1]:g} req/s)", path)  # fmt: skip
     return Section("Fig. 2: memory breakdown", "Share of the KV budget while memory binds, OPT-13B on the A100-40GB, "
-                   "ShareGPT-like traffic at 2 req/s.", rows, [sens], [fig])  # fmt: skip
+                   f"ShareGPT-like traffic at {MEANS['sharegpt_like'][1]:g} req/s.", rows, [sens], [fig])  # fmt: skip
 
 
 def _fig2_figure(paper: dict, kvbench_bars: dict, path: Path) -> Path:
@@ -324,13 +340,17 @@ def _fig13(runs: Runs, ref: dict) -> Section:
             sim = result.summary["mean_concurrency"]
             if allocator == "orca_max":
                 value = float(vm.orca_max_batch(s_max))
-                text = (f"floor over buddy blocks of {slots // 16:,} granules (budget {vm.hardware('a100-40gb').kv_budget_bytes:,.0f} B "
-                        f"/ (16 x 819,200 B)) / 128 granules per 2,048-token reservation = {value:.0f}")  # fmt: skip
+                granule, kv = vm.granule_tokens(allocator), cm.model.kv_bytes_per_token
+                per_request = int(vm.buddy_slots(np.array([s_max]), granule)[0]) // granule
+                text = (f"floor over buddy blocks of {slots // granule:,} granules (budget "
+                        f"{configs.built(BASE).budget_bytes:,} B / ({granule} x {kv:,} B)) / {per_request} granules per "
+                        f"{s_max:,}-token reservation = {value:.0f}")  # fmt: skip
                 sim_tol, why = 0.05, ("Memory binds from the first seconds on: the run's time-weighted batch is the "
-                                      "closed form's 7 except while the batch first fills.")
+                                      f"closed form's {value:.0f} except while the batch first fills.")
             else:
                 held = vm.held_shares(prompt, output, prompt + output if allocator == "paged" else
-                                      vm.reservation_slots(POLICY[allocator], prompt, output, s_max))  # fmt: skip
+                                      vm.reservation_slots(POLICY[allocator], prompt, output, s_max,
+                                                           vm.granule_tokens(allocator)))  # fmt: skip
                 per_seq = held["token"] + (result.summary["block_size_tokens"] - 1) / 2 if allocator == "paged" else held["slots"]
                 memory_bound = slots / per_seq
                 little = vm.little_batch(rate, output, held["token"], cm)
@@ -350,7 +370,8 @@ def _fig13(runs: Runs, ref: dict) -> Section:
                             f"{label}: average batched requests, {name} at {rate:g} req/s", "requests",
                             f"{paper[key][label]:.2f}", text, value, simulated=sim,
                             run=command(_system_run(allocator, workload)), sim_tol=sim_tol,
-                            why=why + " Lengths: lognormal sigma 1.0 around the paper's means (kvbench's assumption)."))  # fmt: skip
+                            why=why + f" Lengths: lognormal sigma {_sigma(workload):.1f} around the paper's means "
+                                "(kvbench's assumption)."))  # fmt: skip
     sens = []
     for workload in ("sharegpt_like", "alpaca_like"):
         for sigma in SIGMAS:
@@ -391,7 +412,8 @@ def _fig13(runs: Runs, ref: dict) -> Section:
 def _fig15(runs: Runs, ref: dict) -> Section:
     paper = ref["fig15_memory_saving_pct_opt13b_alpaca"]
     rows, records = [], []
-    block = 16
+    block = int(configs.composed(["allocator=paged"]).allocator.block_size_tokens)
+    fork = float(vm.workload("alpaca_like")["beam_fork_probability"])  # kvbench's default assumption
 
     def fan(workload: str, n: int, kind: str, probability: float | None = None, num_requests: int = 300) -> list[str]:
         extra = [f"workload.num_requests={num_requests}", f"workload.num_branches={n}", f"workload.fan_out={kind}"]
@@ -403,11 +425,12 @@ def _fig15(runs: Runs, ref: dict) -> Section:
     prompt1, output1 = _lengths(single)
     # where the closed form and a run measure the same thing: every branch as long as the others
     # (fixed lengths), so the prompt's blocks stay shared for the request's whole decode
+    equal_n = 2
     equal = ["allocator=paged", *BASE, "workload=alpaca_like", "workload.lengths=fixed", "workload.prompt_tokens=40",
-             "workload.output_tokens=58", "workload.num_requests=30", "workload.num_branches=2"]  # fmt: skip
+             "workload.output_tokens=58", "workload.num_requests=30", f"workload.num_branches={equal_n}"]  # fmt: skip
     equal_run = runs(equal)
     equal_p, equal_o = _lengths(equal_run)
-    equal_closed = _pct(vm.sampling_saving(equal_p, np.rint(equal_o / 2).astype(np.int64), 2, block))
+    equal_closed = _pct(vm.sampling_saving(equal_p, np.rint(equal_o / equal_n).astype(np.int64), equal_n, block))
     equal_sim = _pct(token_saving(equal_run))
     for n in (2, 4, 6):
         over = fan("alpaca_like", n, "sample")
@@ -422,28 +445,30 @@ def _fig15(runs: Runs, ref: dict) -> Section:
                         f"{paper['parallel_sampling'][str(n)]}",
                         f"sum (n - 1) floor(p / {block}) o / sum n sum_t ceil((p + t) / {block}) over the run's requests",
                         value, simulated=sim, run=command(over),
-                        why="Only the prompt's full 16-token blocks are shared (the partly filled one is copied on "
-                            "write): Alpaca-like prompts (median 12 tokens) mostly fill none. The closed form gives "
+                        why=f"Only the prompt's full {block}-token blocks are shared (the partly filled one is copied "
+                            f"on write): Alpaca-like prompts (median {vm.workload('alpaca_like')['prompt_tokens']} "
+                            "tokens) mostly fill none. The closed form gives "
                             "every branch the request's mean branch length; in the run each branch draws its own "
                             "(lognormal) length, and the prompt stays shared only while two branches are alive, so the "
                             f"run saves less. With equal branches the two agree, up to blocks against token slots: {equal_closed:.1f} % (closed form) "
                             f"and {equal_sim:.1f} % (run) for `{command(equal)}`. The paper's saving reflects its real "
                             "prompt lengths, whose shape kvbench assumes lognormal."))  # fmt: skip
     for n in (2, 4, 6):
-        for probability in (0.25, 0.5, 0.75):
-            over = fan("alpaca_like", n, "beam", probability, num_requests=150)
+        for probability in FORK_PROBABILITIES:
+            over = fan("alpaca_like", n, "beam", probability, num_requests=BEAM_REQUESTS)
             sim = _pct(token_saving(runs(over)))
             records.append({"fan_out": "beam", "n": n, "beam_fork_probability": probability,
                             "closed_form_blocks_pct": None, "run_token_slots_pct": sim,
                             "paper_pct": paper["beam_search"][str(n)]})  # fmt: skip
-            if probability == 0.5:
+            if probability == fork:
                 rows.append(Row(f"vllm.fig15_beam_n{n}", "Fig. 15", f"memory saving, beam search width {n} (Alpaca)", "%",
                                 f"{paper['beam_search'][str(n)]}",
                                 "— (no closed form: beams re-fork at random; the claim is judged against the run's "
                                 "token-slot saving)", None, simulated=sim, run=command(over),
                                 why="kvbench has no token model: a beam is replaced by a copy of another with "
-                                    "probability 0.5 after each step (workload.beam_fork_probability, an assumption; "
-                                    "the table sweeps 0.25 / 0.5 / 0.75). Measured in token slots over 150 requests."))  # fmt: skip
+                                    f"probability {fork:g} after each step (workload.beam_fork_probability, an "
+                                    f"assumption; the table sweeps {' / '.join(f'{q:g}' for q in FORK_PROBABILITIES)}). "
+                                    f"Measured in token slots over {BEAM_REQUESTS} requests."))  # fmt: skip
     # §3's prompt share and ShareGPT's ranges
     n = 2
     share = float((output1 * prompt1).sum() / (output1 * prompt1 + n * output1 * (output1 + 1) / 2).sum())
@@ -451,40 +476,46 @@ def _fig15(runs: Runs, ref: dict) -> Section:
                     "12", f"sum o p / sum (o p + n o (o + 1) / 2), n = {n}, over the Alpaca-like run's lengths",
                     _pct(share), run=command(_system_run("paged", "alpaca_like")),
                     why="The paper does not say which workload or n its 12 % is for; kvbench takes Alpaca-like "
-                        "lengths, n = 2 branches each storing its own output, the prompt once, time-weighted."))  # fmt: skip
+                        f"lengths, n = {n} branches each storing its own output, the prompt once, time-weighted."))  # fmt: skip
     ranges = paper["ShareGPT_text_only"]
     for kind, key in (("sample", "parallel_sampling"), ("beam", "beam_search")):
         low, high = (float(x.rstrip("%")) for x in ranges[key].split("-"))
-        values = [_pct(token_saving(runs(fan("sharegpt_like", n, kind, num_requests=60)))) for n in (2, 4, 6)]
+        values = [_pct(token_saving(runs(fan("sharegpt_like", n, kind, num_requests=SHAREGPT_FAN_REQUESTS))))
+                  for n in (2, 4, 6)]  # fmt: skip
         for n, v in zip((2, 4, 6), values, strict=True):
-            records.append({"fan_out": f"{kind} (ShareGPT)", "n": n, "beam_fork_probability": 0.5 if kind == "beam" else None,
+            records.append({"fan_out": f"{kind} (ShareGPT)", "n": n, "beam_fork_probability": fork if kind == "beam" else None,
                             "closed_form_blocks_pct": None, "run_token_slots_pct": v, "paper_pct": None})  # fmt: skip
         holds = all(low <= v <= high for v in values)
         rows.append(Row(f"vllm.fig15_sharegpt_{key}_range", "§6.3", f"memory saving on ShareGPT, {key.replace('_', ' ')}",
                         "%", ranges[key], f"every n in 2, 4, 6 within [{low}, {high}] % in kvbench's runs",
                         None, simulated=float(np.mean(values)),
-                        run=command(fan("sharegpt_like", 2, kind, num_requests=60)) + " (n = 2, 4, 6)", holds=holds,
+                        run=command(fan("sharegpt_like", 2, kind, num_requests=SHAREGPT_FAN_REQUESTS)) + " (n = 2, 4, 6)",
+                        holds=holds,
                         why=f"kvbench's token-slot savings for n = 2, 4, 6: {', '.join(f'{v:.1f}' for v in values)} % "
-                            f"(60 requests each; ShareGPT-like prompts fill several 16-token blocks, so sharing saves "
-                            f"more than on Alpaca). Beam search at fork probability 0.5, an assumption."))  # fmt: skip
+                            f"({SHAREGPT_FAN_REQUESTS} requests each; ShareGPT-like prompts fill several {block}-token "
+                            f"blocks, so sharing saves more than on Alpaca). Beam search at fork probability {fork:g}, "
+                            "an assumption."))  # fmt: skip
     table = Table("vllm_fig15_memory_saving", "Fig. 15: memory saving by sharing, kvbench's closed form (blocks) "
                   "and runs (token slots); beam search swept over the fork probability", pd.DataFrame(records),
                   decimals={"closed_form_blocks_pct": 2, "run_token_slots_pct": 2})  # fmt: skip
-    return Section("Fig. 15: memory saved by sharing", "OPT-13B, Alpaca-like traffic at 30 req/s, paged with "
-                   "16-token blocks; saving = blocks saved by sharing / blocks without sharing.", rows, [table])  # fmt: skip
+    return Section("Fig. 15: memory saved by sharing", f"OPT-13B, Alpaca-like traffic at {MEANS['alpaca_like'][1]:g} "
+                   f"req/s, paged with {block}-token blocks; saving = blocks saved by sharing / blocks without "
+                   "sharing.", rows, [table])  # fmt: skip
 
 
 def _block_size(runs: Runs, ref: dict, figures_dir: Path) -> Section:
-    records, curves = [], {}
+    records, curves, mean_tokens = [], {}, {}
     for workload in ("sharegpt_like", "alpaca_like"):
         rate = BLOCK_SWEEP_RATE[workload]
         values = []
         for block in BLOCK_SIZES:
             over = ["allocator=paged", *BASE, f"workload={workload}", f"workload.rate_per_s={rate}",
-                    "workload.num_requests=500", f"allocator.block_size_tokens={block}"]  # fmt: skip
+                    f"workload.num_requests={BLOCK_SWEEP_REQUESTS}", f"allocator.block_size_tokens={block}"]  # fmt: skip
             result = runs(over)
             value = normalized_latency(result)
             values.append(value)
+            prompt, output = _lengths(result)
+            mean_tokens[workload] = float((prompt + output).mean())
             records.append({"workload": MEANS[workload][0], "rate_per_s": rate, "block_size": block,
                             "normalized_latency_s_per_token": value,
                             "num_preemptions": result.summary["num_preemptions"],
@@ -496,8 +527,8 @@ def _block_size(runs: Runs, ref: dict, figures_dir: Path) -> Section:
     sg_holds = bool(np.all(sg[mid] <= 1.1 * sg.min()))
     good = (sizes == 16) | (sizes == 32)
     al_holds = bool(np.all(al[good] <= 1.1 * al.min()) and np.all(al[sizes >= 128] > 1.1 * al.min()))
-    run = "kvbench allocator=paged model=opt-13b hardware=a100-40gb workload=<w> workload.rate_per_s=<r> " \
-          "workload.num_requests=500 allocator.block_size_tokens=8,...,256"
+    run = (f"kvbench allocator=paged {' '.join(BASE)} workload=<w> workload.rate_per_s=<r> "
+           f"workload.num_requests={BLOCK_SWEEP_REQUESTS} allocator.block_size_tokens={BLOCK_SIZES[0]},...,{BLOCK_SIZES[-1]}")
     note = (" kvbench's kernels run at one speed whatever the block size (uncalibrated), so small blocks cost "
             "nothing here; on the paper's GPU, blocks below 16 underuse the kernel, which kvbench can show only with "
             "a calibration measured on a GPU.")
@@ -512,7 +543,8 @@ def _block_size(runs: Runs, ref: dict, figures_dir: Path) -> Section:
             "16 and 32 work well; larger degrade", "16 and 32 within 10 % of the best, 128 and 256 more than 10 % worse "
             f"(at {BLOCK_SWEEP_RATE['alpaca_like']:g} req/s)", None, run=run, holds=al_holds,
             why="Normalized latency (s/token) per block: " + ", ".join(f"{b}: {v:.4f}" for b, v in zip(BLOCK_SIZES, al, strict=True))
-            + ". Alpaca's short sequences (about 78 tokens) waste most of a large block." + note),
+            + f". Alpaca's short sequences (about {mean_tokens['alpaca_like']:.0f} tokens) waste most of a large block."
+            + note),
     ]  # fmt: skip
     fig, ax = new_figure(6.0, 3.6)
     for name, values in curves.items():
@@ -527,12 +559,12 @@ def _block_size(runs: Runs, ref: dict, figures_dir: Path) -> Section:
     return Section("§7.2: block size", "Paged, OPT-13B on the A100-40GB, at a rate where memory binds.", rows,
                    [Table("vllm_block_size", "Normalized latency by block size (kvbench runs)", pd.DataFrame(records), run,
                           decimals={"normalized_latency_s_per_token": 4, "mean_batched": 1})],
-                   [Figure("vllm_block_size", "kvbench's normalized latency by block size", path)])  # fmt: skip
+                   [Figure("kvbench's normalized latency by block size", path)])  # fmt: skip
 
 
 def _swap_recompute(runs: Runs, ref: dict, figures_dir: Path) -> Section:
     cm = vm.cost()
-    hw = vm.hardware("a100-40gb")
+    hw = cm.hardware
     result = runs(_system_run("paged", "sharegpt_like"))
     prompt, output = _lengths(result)
     tokens = round(vm.held_shares(prompt, output, prompt + output)["token"])
@@ -549,7 +581,8 @@ def _swap_recompute(runs: Runs, ref: dict, figures_dir: Path) -> Section:
     for preemption in ("swap", "recompute"):
         for block in BLOCK_SIZES:
             over = ["allocator=paged", *BASE, "workload=sharegpt_like", "workload.num_requests=300",
-                    "hardware.kv_budget_bytes=3e9", f"preemption={preemption}", f"allocator.block_size_tokens={block}"]  # fmt: skip
+                    f"hardware.kv_budget_bytes={PRESSURE_BUDGET}", f"preemption={preemption}",
+                    f"allocator.block_size_tokens={block}"]  # fmt: skip
             r = runs(over)
             s = r.summary
             run_records.append({"preemption": preemption, "block_size": block, "num_preemptions": s["num_preemptions"],
@@ -563,13 +596,14 @@ def _swap_recompute(runs: Runs, ref: dict, figures_dir: Path) -> Section:
     kv_sizes = np.isin(sizes, BLOCK_SIZES)
     nl = runs_frame.pivot(index="block_size", columns="preemption", values="normalized_latency_s_per_token")
     comparable = bool(np.all(np.abs(nl.loc[[16, 32, 64], "recompute"] / nl.loc[[16, 32, 64], "swap"] - 1) <= 0.1))
-    formula = (f"a {tokens}-token sequence (ShareGPT-like's time-weighted mean): swap = 2 x ({tokens} x 819,200 B / "
+    formula = (f"a {tokens}-token sequence (ShareGPT-like's time-weighted mean): swap = 2 x ({tokens} x "
+               f"{cm.model.kv_bytes_per_token:,} B / "
                f"{hw.host_link_bytes_per_s / 1e9:g} GB/s + ceil({tokens} / B) x {hw.host_transfer_overhead_s * 1e6:g} us); "
                f"recompute = prefill of {tokens} tokens = {rec[0] * 1e3:.1f} ms")  # fmt: skip
-    per_copy = (" kvbench charges one copy of hardware.host_transfer_overhead_s (10 us, an assumption) per block "
-                "swapped; vLLM's swap copied every block once per layer for K and for V (2 x 40 copies per block "
-                "for OPT-13B), so its per-block overhead was about 80x kvbench's, which is what made small blocks "
-                "expensive (the rows 'with per-layer copies' below price that). Block sizes 1-4 are outside kvbench's allocator (8-256) and appear only in the closed form.")  # fmt: skip
+    per_copy = (" kvbench charges one copy of hardware.host_transfer_overhead_s "
+                f"({hw.host_transfer_overhead_s * 1e6:g} us, an assumption) per block swapped; vLLM's swap copied every "
+                f"block once per layer for K and for V (2 x {cm.model.num_layers} copies per block for OPT-13B), so its "
+                f"per-block overhead was about {copies}x kvbench's, which is what made small blocks expensive (the rows 'with per-layer copies' below price that). Block sizes 1-4 are outside kvbench's allocator (8-256) and appear only in the closed form.")  # fmt: skip
     claim = ref["sec7_3_swap_vs_recompute"]
     rows = [
         Row("vllm.sec7_3_swap_excessive_small_blocks", "§7.3", "swap overhead excessive at small block sizes", "",
@@ -593,17 +627,19 @@ def _swap_recompute(runs: Runs, ref: dict, figures_dir: Path) -> Section:
             holds=bool(np.all(rec[kv_sizes] <= 1.2 * swap[kv_sizes])),
             why="recompute / swap: " + ", ".join(f"B={b}: {r / s:.2f}" for b, r, s in zip(sizes[kv_sizes], rec[kv_sizes], swap[kv_sizes], strict=True))
                 + ". The paper's sentence is ambiguous; kvbench reads it as a bound on recompute's excess. "
-                "kvbench's recompute is an uncalibrated roofline prefill at 50 % of peak FLOP/s and its swap "
+                f"kvbench's recompute is an uncalibrated roofline prefill at {hw.prefill_flops_efficiency * 100:g} % "
+                "of peak FLOP/s and its swap "
                 "an ideal PCIe link: both are assumptions a GPU calibration would replace."),
         Row("vllm.sec7_3_comparable_16_64", "§7.3", "swap and recompute comparable end to end at blocks 16-64", "",
             "comparable end-to-end for block sizes 16-64", "normalized latency of recompute within 10 % of swap's at "
-            "B = 16, 32, 64 (runs with a 3 GB KV budget)", None,
+            f"B = 16, 32, 64 (runs with a {float(PRESSURE_BUDGET) / 1e9:g} GB KV budget)", None,
             run="kvbench allocator=paged model=opt-13b hardware=a100-40gb workload=sharegpt_like workload.num_requests=300 "
-                "hardware.kv_budget_bytes=3e9 preemption=swap,recompute allocator.block_size_tokens=8,...,256",
+                f"hardware.kv_budget_bytes={PRESSURE_BUDGET} preemption=swap,recompute "
+                f"allocator.block_size_tokens={BLOCK_SIZES[0]},...,{BLOCK_SIZES[-1]}",
             holds=comparable,
             why="Normalized latency (s/token), swap / recompute: " + ", ".join(
                 f"B={b}: {nl.loc[b, 'swap']:.4f} / {nl.loc[b, 'recompute']:.4f}" for b in BLOCK_SIZES)
-                + ". The budget is cut to 3 GB so that preemption happens."),
+                + f". The budget is cut to {float(PRESSURE_BUDGET) / 1e9:g} GB so that preemption happens."),
     ]  # fmt: skip
     # the same claims if every block costs vLLM's 2 x L copies (an assumption about its swap, stated)
     layers = (f"kvbench's closed form with {copies} copies of {hw.host_transfer_overhead_s * 1e6:g} us per block "
@@ -649,9 +685,9 @@ def _swap_recompute(runs: Runs, ref: dict, figures_dir: Path) -> Section:
                    [Table("vllm_swap_recompute_closed_form", "Swap and recompute of one sequence by block size "
                           "(closed form)", frame, formula, decimals={"swap_s": 4, "recompute_s": 4, "swap_s_per_layer_copies": 4}),
                     Table("vllm_swap_recompute_runs", "Preemption by swap and by recompute, by block size (runs, "
-                          "3 GB KV budget)", runs_frame, decimals={"preemption_cost_s": 3, "cost_per_preemption_s": 4,
+                          f"{float(PRESSURE_BUDGET) / 1e9:g} GB KV budget)", runs_frame, decimals={"preemption_cost_s": 3, "cost_per_preemption_s": 4,
                           "normalized_latency_s_per_token": 4})],
-                   [Figure("vllm_swap_recompute", "Swap and recompute time by block size", path)])  # fmt: skip
+                   [Figure("Swap and recompute time by block size", path)])  # fmt: skip
 
 
 def _sustainable_rate(runs: Runs, allocator: str, workload: str, rates: tuple[float, ...], records: list) -> float:

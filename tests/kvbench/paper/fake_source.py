@@ -28,5 +28,5 @@ def build(runs, figures_dir) -> Source:
     table = Table(name="fake_sweep", caption="a sweep", frame=pd.DataFrame({"block": [16, 32], "seqs": [186.0, 93.5]}),
                   run=command(RUN))  # fmt: skip
     section = Section(title="§10.2 The naive allocator", intro="Intro.", rows=rows, tables=[table],
-                      figures=[Figure(name="fake_concurrency", caption="concurrency", path=path)])  # fmt: skip
+                      figures=[Figure(caption="concurrency", path=path)])  # fmt: skip
     return Source(name="fake", title="A fake source", about="For tests.", sections=[section])
