@@ -1,12 +1,20 @@
-"""Shared fixtures: ``toy_run`` runs the toy machine of :mod:`toy` and keeps every step plan."""
+"""Shared fixtures: ``toy_run`` runs the toy machine of :mod:`toy` and keeps every step plan;
+``fresh_paper`` builds ``kvbench paper`` once for every test that reads it."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from kvbench.core.step import StepPlan
 from kvbench.testing import build_engine
 from toy import TOY_KV_BYTES, TOY_MODEL, ToyRun, toy_hardware
+
+# Property tests are judged by what they find, never by how fast this machine generates examples:
+# no per-example deadline and no "too slow" health check, either of which fails a correct test on a
+# busy machine. Examples stay random (a failure found is a real bug, printed with its seed).
+settings.register_profile("kvbench", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("kvbench")
 
 
 @pytest.fixture
@@ -34,3 +42,13 @@ def toy_run():
         return ToyRun(engine.run(requests), plans, engine)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def fresh_paper(tmp_path_factory):
+    """What ``kvbench paper`` writes, built once per session (about a minute, ~150 runs) and shared
+    by the paper check (tests/test_paper.py) and the sources' own tests: (folder, sources by name)."""
+    from kvbench.paper.cli import generate
+
+    folder = tmp_path_factory.mktemp("fresh-paper") / "paper"
+    return folder, {source.name: source for source in generate(folder)}

@@ -2,7 +2,9 @@
 
 A spec is one of::
 
-    exact            equal, value for value (NaN equals NaN); floats too: the simulator is deterministic
+    exact            equal, value for value (NaN equals NaN), floats to the last bit
+    close            integers (counts, bytes) equal; floats within 1e-9 relative (CLOSE_REL)
+    close:1e-6       integers equal; floats within 1e-6 relative
     rel:0.01         |head - base| <= 0.01 x |base|
     abs:0.5          |head - base| <= 0.5
     ratio:2          1/2 <= head / base <= 2 (either direction is suspect)
@@ -19,18 +21,27 @@ wins, so a general rule comes first and its exceptions after it. The shipped def
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from kvbench.errors import ConfigError
 
 DEFAULTS_PATH = Path(__file__).with_name("tolerances.yaml")
-SPEC_HELP = "specs: exact, rel:<fraction>, abs:<amount>, ratio:<factor>[:lower|:higher], ignore"
-KINDS = ("exact", "rel", "abs", "ratio", "ignore")
+SPEC_HELP = "specs: exact, close[:<fraction>], rel:<fraction>, abs:<amount>, ratio:<factor>[:lower|:higher], ignore"
+KINDS = ("exact", "close", "rel", "abs", "ratio", "ignore")
+#: ``close``'s default relative tolerance for floats. Two correct builds of kvbench differ in a
+#: float's last bits where a sum is taken in another order (numpy's SIMD width, the BLAS kernel
+#: picked at run time, another numpy): at most about n x 1.1e-16 relative for a sum of n terms,
+#: so below 1.1e-10 for the million spans of the longest run a test makes, typically ~1e-15. The
+#: smallest change a real bug made in the planted-regression campaign (docs/ci.md) is millions of
+#: times larger. 1e-9 sits between the two: 10x above the worst summation noise, far below a change.
+CLOSE_REL = 1e-9
 DIRECTIONS = ("both", "lower", "higher")
 
 
@@ -45,6 +56,8 @@ class Tolerance:
     def __str__(self) -> str:
         if self.kind in ("exact", "ignore"):
             return self.kind
+        if self.kind == "close":
+            return "close" if self.amount == CLOSE_REL else f"close {self.amount:.4g}"
         if self.kind == "rel":
             return f"rel {self.amount:.4g}"
         if self.kind == "abs":
@@ -67,6 +80,9 @@ class Tolerance:
             return False  # a number against a non-number: a change no tolerance measures
         if math.isnan(b) or math.isnan(h):
             return False  # only one side is NaN (both: same_value above)
+        if self.kind == "close":
+            # a count is never noisy: any change to an integer is a change
+            return not (_is_integer(base) and _is_integer(head)) and abs(h - b) <= self.amount * abs(b)
         if self.kind == "abs":
             return abs(h - b) <= self.amount
         if self.kind == "rel":
@@ -93,6 +109,11 @@ def same_value(base: Any, head: Any) -> bool:
         return bool(base == head)
     except (TypeError, ValueError):
         return False
+
+
+def _is_integer(value: Any) -> bool:
+    """An integer-typed value (Python or numpy int, bool): a count, never a noisy float."""
+    return isinstance(value, (numbers.Integral, np.integer, np.bool_))
 
 
 def _is_nan(value: Any) -> bool:
@@ -125,6 +146,10 @@ def parse_spec(spec: Any) -> Tolerance:
         if rest:
             raise ConfigError(f"tolerance {spec!r}: {kind} takes no amount; {SPEC_HELP}")
         return Tolerance(kind)
+    if kind == "close":
+        if len(rest) > 1:
+            raise ConfigError(f"tolerance {spec!r}: write close or close:<fraction>, e.g. close:1e-6; {SPEC_HELP}")
+        return Tolerance("close", _amount(rest[0], spec, 0.0) if rest else CLOSE_REL)
     if kind in ("rel", "abs"):
         if len(rest) != 1:
             raise ConfigError(f"tolerance {spec!r}: write {kind}:<amount>, e.g. {kind}:0.01; {SPEC_HELP}")

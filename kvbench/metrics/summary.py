@@ -100,13 +100,21 @@ def _col(df: pd.DataFrame, name: str, dtype: type = np.float64) -> np.ndarray:
     return df[name].to_numpy(dtype=dtype)
 
 
+def _fsum(values: np.ndarray) -> float:
+    """The exactly rounded sum of a float array. numpy's sums and BLAS's dot products add in an
+    order that depends on the CPU's SIMD width and the BLAS kernel chosen at run time, which moves
+    the last bits from one machine to another; an exactly rounded sum is the same everywhere."""
+    return math.fsum(values.tolist())
+
+
 def _weighted_mean(values: np.ndarray, weights: np.ndarray) -> float:
-    total = float(weights.sum())
-    return float(np.dot(values, weights) / total) if total > 0 else math.nan
+    # each product is exactly rounded by IEEE 754 and the sums by fsum: machine-independent
+    total = _fsum(weights)
+    return _fsum(values * weights) / total if total > 0 else math.nan
 
 
 def _mean(values: np.ndarray) -> float:
-    return float(values.mean()) if len(values) else math.nan
+    return _fsum(values) / len(values) if len(values) else math.nan
 
 
 def _percentiles(values: np.ndarray, prefix: str) -> Summary:
@@ -200,8 +208,8 @@ def _step_summary(steps: pd.DataFrame, budget_bytes: int, kv_bytes_per_token: in
     duration_s = _col(steps, "duration_s")
     num_running = _col(steps, "num_running")
     is_saturated = steps["saturated"].to_numpy(dtype=bool)
-    saturated_s = float(duration_s[is_saturated].sum())
-    total_s = float(duration_s.sum())
+    saturated_s = _fsum(duration_s[is_saturated])
+    total_s = _fsum(duration_s)
     utilization = _col(steps, "token_bytes") / budget_bytes
     block_utilization = sum(_col(steps, field) for field in ALLOCATED_FIELDS) / budget_bytes
 
@@ -236,9 +244,9 @@ def _step_summary(steps: pd.DataFrame, budget_bytes: int, kv_bytes_per_token: in
     out["mean_tail_waste_tokens_per_seq"] = tail_tokens
     out["mean_tail_waste_bytes_per_seq"] = tail_tokens * kv_bytes_per_token
     # Achieved KV read bandwidth over the time steps took (the kernel's share of the roofline).
-    out["kv_read_bytes_per_s"] = _rate(float(_col(steps, "kv_read_bytes").sum()), total_s)
+    out["kv_read_bytes_per_s"] = _rate(_fsum(_col(steps, "kv_read_bytes")), total_s)
     for key in ("swap_s", "recompute_s", "copy_s", "prefill_s", "decode_s"):
-        out[key] = float(_col(steps, key).sum())
+        out[key] = _fsum(_col(steps, key))
     out["preemption_cost_s"] = out["swap_s"] + out["recompute_s"]
     out["num_copies"] = int(_col(steps, "num_copies", np.int64).sum())
     out["copy_bytes"] = int(_col(steps, "copy_bytes", np.int64).sum())

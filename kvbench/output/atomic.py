@@ -58,10 +58,11 @@ def write_json(path: Path, data: Any) -> Path:
     return write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-def write_frame(frame: pd.DataFrame, out_dir: Path, name: str) -> None:
-    """``<name>.parquet`` (the source of truth) and ``<name>.csv``, each written atomically."""
+def write_frame(frame: pd.DataFrame, out_dir: Path, name: str, csv_float_format: str | None = None) -> None:
+    """``<name>.parquet`` (the source of truth, full precision) and ``<name>.csv``, each written
+    atomically; ``csv_float_format`` (``"%.10g"``) rounds the CSV's float columns, else they are exact."""
     write_file(out_dir / f"{name}.parquet", lambda tmp: frame.to_parquet(tmp, index=False))
-    write_file(out_dir / f"{name}.csv", lambda tmp: frame.to_csv(tmp, index=False))
+    write_file(out_dir / f"{name}.csv", lambda tmp: frame.to_csv(tmp, index=False, float_format=csv_float_format))
 
 
 def mark_complete(out_dir: Path, files: list[str]) -> None:

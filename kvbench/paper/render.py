@@ -20,6 +20,14 @@ from kvbench.paper.rows import DIFFERS, NOT_CONFIRMED, Row
 #: the command that regenerates ``paper/`` (written into every file)
 COMMAND = "kvbench paper"
 VERDICT_ORDER = ("matches", "differs", "confirmed", "not confirmed", "GPU only")
+#: significant digits of every float in paper/'s CSVs. The committed folder must equal a fresh
+#: build on any machine, and a float's last bits are not the same everywhere (a mean taken with
+#: another SIMD width or another numpy adds in another order: ~1e-16 relative). Ten digits keep
+#: far more than any claim prints (a simulated time to 0.1 ns in 1 s) while a last-bit difference
+#: changes a printed digit only for a value within ~1e-16 of a rounding boundary. The Parquet
+#: files keep full precision (their bytes are not compared).
+CSV_SIGNIFICANT_DIGITS = 10
+CSV_FLOAT_FORMAT = f"%.{CSV_SIGNIFICANT_DIGITS}g"
 
 
 def stamp() -> str:
@@ -168,9 +176,10 @@ def index_markdown(sources: list[Source]) -> str:
         figures = [f for s in source.sections for f in s.figures]
         if figures:
             out += ["Figures:", ""] + [f"- [{f.caption}](figures/{f.path.name})" for f in figures] + [""]
-    out += ["Files: `data/<source>.csv` (one row per number), `data/runs.csv` (every run's command and simulated "
+    out += [f"Files: `data/<source>.csv` (one row per number), `data/runs.csv` (every run's command and simulated "
             "summary), `data/<table>.csv` (sweeps); each also as Parquet, each with the command and kvbench "
-            "version that produced it."]  # fmt: skip
+            f"version that produced it. The CSVs print floats to {CSV_SIGNIFICANT_DIGITS} significant digits, so that this "
+            "folder is the same on every machine (a float's last bits are not); the Parquet files keep full precision."]  # fmt: skip
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -187,9 +196,9 @@ def write_paper(sources: list[Source], runs_table: pd.DataFrame, out_dir: Path) 
         raise ValueError(f"row keys used twice: {[k for k, n in keys.items() if n > 1]}")
     for source in sources:
         write_text(out_dir / f"{source.name}.md", source_markdown(source))
-        write_frame(with_provenance(pd.DataFrame([row.record() for row in source.rows])), data_dir, source.name)
+        write_frame(with_provenance(pd.DataFrame([row.record() for row in source.rows])), data_dir, source.name, CSV_FLOAT_FORMAT)
         for section in source.sections:
             for table in section.tables:
-                write_frame(with_provenance(table.frame.assign(command=table.run)), data_dir, table.name)
-    write_frame(with_provenance(runs_table), data_dir, "runs")
+                write_frame(with_provenance(table.frame.assign(command=table.run)), data_dir, table.name, CSV_FLOAT_FORMAT)
+    write_frame(with_provenance(runs_table), data_dir, "runs", CSV_FLOAT_FORMAT)
     write_text(out_dir / "README.md", index_markdown(sources))

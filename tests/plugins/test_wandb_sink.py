@@ -183,6 +183,10 @@ def test_an_offline_run_logs_its_name_summary_tables_and_figure(tmp_path, monkey
     Image.new("RGB", (8, 4)).save(tmp_path / "memory.png")
     requests = pd.DataFrame({"request_id": range(25), "finish_s": [i / 2 for i in range(25)]})
     wandb_sink.kvbench_run_finished(result(tmp_path, "offline", requests))
+    # run.finish() only informs wandb-core that the run is over (a message it does not wait on):
+    # wandb-core closes the run's transaction log afterwards, in its own time. teardown() waits
+    # for wandb-core to exit, with every log closed; it is what W&B's own atexit hook does.
+    wandb.teardown()
 
     run = offline_run(tmp_path)
     assert (run["run"].display_name, run["run"].run_group, run["run"].job_type) == ("allocator=paged", "", "run")

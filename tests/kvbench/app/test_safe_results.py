@@ -94,13 +94,14 @@ def test_a_full_disk_is_one_line_and_leaves_no_result(tmp_path):
 def test_a_second_run_into_a_folder_being_written_is_refused(tmp_path):
     folder = tmp_path / "shared"
     folder.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)  # alive until killed
     try:
         (folder / ".kvbench.lock").write_text(str(holder.pid))
         proc = kvbench(f"hydra.run.dir={folder}", *SMALL, cwd=tmp_path)
     finally:
         holder.kill()
         holder.wait()
+        holder.stdin.close()
     assert proc.returncode == 2
     [line] = notices(proc)
     assert f"being written by another kvbench run (pid {holder.pid})" in line

@@ -6,7 +6,10 @@ import math
 
 import pytest
 
+import numpy as np
+
 from kvbench.compare.tolerance import (
+    CLOSE_REL,
     Tolerance,
     default_rules,
     parse_option,
@@ -22,6 +25,25 @@ def test_exact_means_equal_with_nan_equal_to_nan_and_no_float_slack():
     assert not exact.accepts(0.1 + 0.2, 0.3)  # no rounding allowance: the simulator is deterministic
     assert not exact.accepts(2**62, 2**62 + 1)  # ints compared as ints, not as float64
     assert not exact.accepts(1.0, math.nan)
+
+
+def test_close_keeps_counts_exact_and_lets_floats_differ_by_summation_noise_only():
+    close = parse_spec("close")
+    assert close == Tolerance("close", CLOSE_REL) and str(close) == "close"
+    # two orders of one float sum: the last bits differ, the number does not
+    terms = np.random.default_rng(0).random(100_000)
+    pairwise, sequential = float(terms.sum()), float(np.cumsum(terms)[-1])
+    assert pairwise != sequential and close.accepts(pairwise, sequential)
+    assert close.accepts(0.8912405705277272, 0.8912405705277271)  # seen between two CPUs
+    assert not close.accepts(1.0, 1.0 + 1e-8) and not close.accepts(0.0, 1e-300)
+    # a count moved by one is a change however large the count; a bool flipping too
+    assert not close.accepts(62_500_000_000, 62_500_000_001) and not close.accepts(np.int64(7), np.int64(8))
+    assert not close.accepts(True, False) and close.accepts(np.int64(7), 7)
+    assert close.accepts(math.nan, math.nan) and not close.accepts(1.0, math.nan)
+    # a float column holding a whole number (a count that may be NaN) still moves by a whole unit
+    assert not close.accepts(184.0, 185.0)
+    looser = parse_spec("close:1e-6")
+    assert looser.accepts(1.0, 1.0 + 1e-7) and not looser.accepts(10, 11) and str(looser) == "close 1e-06"
 
 
 @pytest.mark.parametrize(
@@ -59,13 +81,15 @@ def test_specs_accept_what_they_say(spec, base, head, ok):
         ("ratio:0.9", ">= 1"),
         ("ratio:2:sideways", "ratio:<factor>[:lower|:higher]"),
         ("exact:1", "exact takes no amount"),
-        ("close", "unknown kind 'close'"),
+        ("clos", "unknown kind 'clos'"),
+        ("close:1:2", "write close or close:<fraction>"),
+        ("close:-1", "'-1' is not a finite number >= 0"),
     ],
 )
 def test_bad_specs_say_what_is_wrong_and_the_grammar(spec, fragment):
     with pytest.raises(ConfigError) as error:
         parse_spec(spec)
-    assert fragment in str(error.value) and "specs: exact, rel:" in str(error.value)
+    assert fragment in str(error.value) and "specs: exact, close[:<fraction>], rel:" in str(error.value)
 
 
 def test_the_last_matching_rule_wins():
@@ -76,10 +100,10 @@ def test_the_last_matching_rule_wins():
     assert tolerance_for("anything", []) == Tolerance("exact")
 
 
-def test_shipped_defaults_keep_simulated_metrics_exact_and_timings_one_sided():
+def test_shipped_defaults_keep_simulated_metrics_close_and_timings_one_sided():
     rules = default_rules()
-    assert tolerance_for("ttft_p50_s", rules).kind == "exact"
-    assert tolerance_for("peak_concurrency", rules).kind == "exact"
+    assert tolerance_for("ttft_p50_s", rules) == Tolerance("close", CLOSE_REL)
+    assert tolerance_for("peak_concurrency", rules) == Tolerance("close", CLOSE_REL)
     assert tolerance_for("sim_wall_s", rules) == Tolerance("ratio", 2.0, "lower")
     assert tolerance_for("simulated_requests_per_wall_s", rules) == Tolerance("ratio", 2.0, "higher")
     assert tolerance_for("kvbench_commit", rules).kind == "ignore"

@@ -76,7 +76,7 @@ def test_a_kernel_sweep_with_calibrations_gives_different_rows_and_no_warning(tm
     cmd = [sys.executable, "-c", "import sys; from kvbench.app.cli import main; sys.argv[0] = 'kvbench'; main()", "-m", "kernel=triton,flashinfer", f"calibration_dir={tmp_path}",
            "workload.num_requests=30", "wandb.mode=disabled", "progress=false", f"hydra.sweep.dir={sweep}"]  # fmt: skip
     env = {**os.environ, "COLUMNS": "200"}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, check=False)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "same simulated speed" not in done.stdout + done.stderr
     rows = {}

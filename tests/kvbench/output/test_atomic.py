@@ -68,7 +68,7 @@ def test_frames_round_trip_and_the_marker_comes_last(tmp_path):
 
 
 def test_a_second_writer_is_refused_while_the_first_lives(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)  # alive until killed
     try:
         (tmp_path / LOCK).write_text(str(holder.pid))
         with pytest.raises(ConfigError, match=f"another kvbench run \\(pid {holder.pid}\\)"):
@@ -77,6 +77,7 @@ def test_a_second_writer_is_refused_while_the_first_lives(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+        holder.stdin.close()
 
 
 def test_a_stale_lock_is_taken_over_and_released(tmp_path):

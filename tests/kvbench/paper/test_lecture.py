@@ -7,9 +7,7 @@ import math
 
 import pytest
 
-from kvbench.paper import lecture
 from kvbench.paper.rows import DIFFERS, MATCHES
-from kvbench.paper.runs import Runs
 
 # first principles, from Llama-2-7B's config.json and the lecture's H100 (not from kvbench's objects)
 LAYERS, HEADS, HEAD_DIM, HIDDEN, FFN, VOCAB = 32, 32, 128, 4096, 11008, 32000
@@ -24,8 +22,9 @@ ATTENTION = 4 * LAYERS * HEADS * HEAD_DIM  # FLOP per token^2 of a prefill
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    return lecture.build(Runs(), tmp_path_factory.mktemp("figures"))
+def source(fresh_paper):
+    """The source as ``kvbench paper`` built it (shared with the paper check)."""
+    return fresh_paper[1]["lecture"]
 
 
 @pytest.fixture(scope="module")

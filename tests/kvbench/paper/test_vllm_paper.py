@@ -12,14 +12,14 @@ import pytest
 
 from kvbench.paper import vllm_model as vm
 from kvbench.paper.rows import CONFIRMED, DIFFERS, GPU_ONLY, MATCHES
-from kvbench.paper.runs import Runs
-from kvbench.paper.vllm_paper import MEANS, build
+from kvbench.paper.vllm_paper import MEANS
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    figures = tmp_path_factory.mktemp("figures")
-    return build(Runs(), figures), figures
+def built(fresh_paper):
+    """The source as ``kvbench paper`` built it (shared with the paper check), and its figures."""
+    folder, sources = fresh_paper
+    return sources["vllm_paper"], folder / "figures"
 
 
 @pytest.fixture(scope="module")
