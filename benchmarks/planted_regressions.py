@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
@@ -161,6 +162,39 @@ def unit_paths(tree: Path) -> list[str]:
     return sorted(files, key=rank)
 
 
+#: run in a planted tree: re-runs the golden scenarios, compares them with the committed folders,
+#: and prints how far the largest simulated metric moved (relative; wall-clock and provenance aside)
+SHIFT_CODE = """
+import json, math, sys, tempfile
+from pathlib import Path
+import pandas as pd
+sys.path.insert(0, "tests/golden")
+import regenerate
+from kvbench.compare.cli import run
+largest, moved = 0.0, 0
+with tempfile.TemporaryDirectory() as tmp:
+    for name in sorted(regenerate.scenarios()):
+        fresh, out = Path(tmp) / name, Path(tmp) / (name + "-compare")
+        assert regenerate.run_scenario(name, fresh).returncode == 0, name
+        run([str(regenerate.GOLDEN_DIR / name), str(fresh), "--tol", "*wall_s=ignore", "--out", str(out)])
+        rows = pd.read_parquet(out / "compare.parquet")
+        rows = rows[rows["verdict"].isin(["within", "beyond"])]
+        moved += len(rows)
+        largest = max([largest, *(abs(float(r)) for r in rows["change_rel"] if not math.isnan(float(r)))])
+print(json.dumps({"largest_rel": largest, "metrics_moved": moved}))
+"""
+
+
+def golden_shift(tree: Path) -> dict[str, float]:
+    """How far a planted bug moves the golden scenarios: the largest relative change of any simulated
+    metric (inf: a metric that was 0), and how many (job, metric) values moved at all."""
+    done = subprocess.run([sys.executable, "-c", SHIFT_CODE], cwd=tree, env=child_env(tree, {"PYTHONWARNINGS": "ignore"}),
+                          capture_output=True, text=True, timeout=PYTEST_TIMEOUT_S, check=False)  # fmt: skip
+    if done.returncode != 0:
+        return {"largest_rel": math.nan, "metrics_moved": -1}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @dataclass
 class SemanticResult:
     name: str
@@ -168,6 +202,8 @@ class SemanticResult:
     golden: Detection
     paper: Detection
     unit: Detection
+    #: how far the golden scenarios' metrics moved (``golden_shift``)
+    shift: dict[str, float] = field(default_factory=dict)
 
     @property
     def caught_by(self) -> list[str]:
@@ -180,8 +216,8 @@ def detect(mutant: Mutant | None, workdir: Path) -> SemanticResult:
     paper = pytest_in(tree, ["tests/test_paper.py"])
     unit = pytest_in(tree, [*unit_paths(tree), *(f"--deselect={d}" for d in UNIT_DESELECTED)])
     name, what = (mutant.name, mutant.what) if mutant else ("control", "nothing planted (must pass everything)")
-    result = SemanticResult(name, what, golden, paper, unit)
-    print(f"- {name}: caught by {', '.join(result.caught_by) or 'NOTHING'}"
+    result = SemanticResult(name, what, golden, paper, unit, golden_shift(tree))
+    print(f"- {name}: caught by {', '.join(result.caught_by) or 'NOTHING'}; golden metrics moved {result.shift}"
           f"{'; first unit failure ' + unit.first_failure if unit.first_failure else ''}", flush=True)  # fmt: skip
     return result
 
@@ -218,6 +254,15 @@ def _caught(detection: dict) -> bool:
     return not detection["passed"]
 
 
+def shift_text(shift: dict) -> str:
+    largest = shift.get("largest_rel")
+    if largest is None or math.isnan(largest):
+        return ""
+    if not shift["metrics_moved"]:
+        return " (nothing moved)"
+    return " (from 0)" if math.isinf(largest) else f" ({largest:.2g})"
+
+
 def markdown(results: dict) -> str:
     """The tables of docs/ci.md, from the JSON results (``semantic`` and ``speed`` rows by name)."""
     def cell(d: dict) -> str:
@@ -225,16 +270,24 @@ def markdown(results: dict) -> str:
 
     lines = ["# Planted regressions", "",
              f"`python benchmarks/planted_regressions.py` on {results.get('cores')} cores (rows merged across runs by name).", "",
-             "| mutant | the bug | golden gate | paper check | unit suite (first failing test) |", "|---|---|---|---|---|"]  # fmt: skip
+             "| mutant | the bug | golden gate (largest change) | paper check | unit suite (first failing test) |",
+             "|---|---|---|---|---|"]  # fmt: skip
     semantic = list(results["semantic"].values())
     for r in semantic:
         unit = cell(r["unit"]) + (f" `{r['unit']['first_failure']}`" if r["unit"]["first_failure"] else "")
-        lines.append(f"| `{r['name']}` | {r['what']} | {cell(r['golden'])} | {cell(r['paper'])} | {unit} |")
+        lines.append(f"| `{r['name']}` | {r['what']} | {cell(r['golden'])}{shift_text(r.get('shift', {}))} | "
+                     f"{cell(r['paper'])} | {unit} |")  # fmt: skip
     mutants = [r for r in semantic if r["name"] != "control"]
     gates = {gate: sum(_caught(r[gate]) for r in mutants) for gate in ("golden", "paper", "unit")}
     caught = sum(any(_caught(r[gate]) for gate in gates) for r in mutants)
     lines += ["", f"Caught: {caught} of {len(mutants)} mutants (golden gate {gates['golden']}, paper check "
               f"{gates['paper']}, unit suite {gates['unit']}).", ""]  # fmt: skip
+    shifted = [(r["shift"]["largest_rel"], r["name"]) for r in mutants
+               if r.get("shift", {}).get("metrics_moved", 0) > 0 and not math.isnan(r["shift"]["largest_rel"])]
+    if shifted:
+        least, name = min(shifted)
+        lines += [f"Largest change of a golden metric: at least {least:.2g} relative for every mutant that moved the "
+                  f"golden scenarios (the least, `{name}`), against the golden gate's float tolerance of 1e-9.", ""]  # fmt: skip
     if results["speed"]:
         lines += [f"Paired speed gate (`benchmarks/speed_gate.py`: head/base, the median over its pairs, must be <= "
                   f"{MAX_SLOWDOWN}):", "",

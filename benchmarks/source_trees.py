@@ -14,6 +14,7 @@ trees compared this way differ in kvbench's code only.
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -65,13 +66,17 @@ def uncommitted_source_change() -> bool:
     return bool(git("diff", "--name-only", "HEAD", *paths).strip() or git("ls-files", "--others", "--exclude-standard", *paths).strip())
 
 
-def _entry_points_text(tree: Path) -> str | None:
-    """The tree's ``[project.entry-points.kvbench]`` as an ``entry_points.txt``; None without tomllib."""
+def _project(tree: Path) -> dict | None:
+    """The tree's ``[project]`` table from its pyproject.toml; None without tomllib (Python 3.10)."""
     try:
         import tomllib
-    except ImportError:  # Python 3.10: the installed kvbench's entry points are used instead
+    except ImportError:  # Python 3.10: the installed kvbench's metadata is used instead
         return None
-    project = tomllib.loads((tree / "pyproject.toml").read_text())["project"]
+    return tomllib.loads((tree / "pyproject.toml").read_text())["project"]
+
+
+def _entry_points_text(project: dict) -> str:
+    """The project's ``[project.entry-points.kvbench]`` as an ``entry_points.txt``."""
     points = project.get("entry-points", {}).get("kvbench", {})
     return "[kvbench]\n" + "".join(f"{name} = {target}\n" for name, target in points.items())
 
@@ -88,23 +93,36 @@ def import_path(tree: Path) -> Path:
             (package / entry.name).symlink_to(entry)
     (package / "conf").symlink_to(tree / "conf")
     (links / "kvbench_plugins").symlink_to(tree / "plugins")
-    points = _entry_points_text(tree)
-    if points is not None:
-        info = links / "kvbench-0.0.0+tree.dist-info"
+    project = _project(tree)
+    if project is not None:
+        # the tree's own version: kvbench writes it into results and paper/, which must read as the tree's
+        version = project["version"]
+        info = links / f"kvbench-{version}.dist-info"
         info.mkdir()
-        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kvbench\nVersion: 0.0.0+tree\n")
-        (info / "entry_points.txt").write_text(points)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: kvbench\nVersion: {version}\n")
+        (info / "entry_points.txt").write_text(_entry_points_text(project))
     return links
 
 
 def child_env(tree: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a child process that imports ``tree``'s kvbench."""
+    """The environment of a child process that imports ``tree``'s kvbench.
+
+    PYTHONSAFEPATH keeps the child's working folder (``python -c``, ``python -m pytest``) off
+    ``sys.path``: run in ``tree``, it would find ``tree/kvbench`` before the import folder, and
+    that copy has no ``conf`` subpackage, so Hydra's configs would come from the installed kvbench.
+    """
     path = [str(import_path(tree)), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), "PYTHONDONTWRITEBYTECODE": "1", **(extra or {})}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONSAFEPATH": "1",
+            **(extra or {})}  # fmt: skip
 
 
-def which_kvbench(tree: Path) -> str:
-    """Where a child process given :func:`child_env` imports kvbench from (a check for the caller)."""
-    code = "import kvbench, kvbench_plugins; print(kvbench.__file__)"
-    done = subprocess.run([sys.executable, "-c", code], env=child_env(tree), capture_output=True, text=True, check=True)
-    return done.stdout.strip()
+def imported_from(tree: Path) -> dict[str, str]:
+    """Where a child process given :func:`child_env` and run in ``tree`` imports kvbench, its
+    configs and its plugins from, and the version it reports (the speed gate's and the planted
+    campaign's check that a tree runs its own code under its own name)."""
+    code = ("import json, kvbench, kvbench.conf, kvbench_plugins; from importlib.metadata import version; "
+            "print(json.dumps({'kvbench': kvbench.__file__, 'conf': list(kvbench.conf.__path__)[0], "
+            "'plugins': list(kvbench_plugins.__path__)[0], 'version': version('kvbench')}))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=child_env(tree), capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    return json.loads(done.stdout)

@@ -179,3 +179,22 @@ def test_paired_no_slower_than_the_code_before():
         pytest.skip(f"the paired gate has no identical work to time: {exc}")
     print(text)
     assert all(v.passed for v in verdicts), text
+
+
+def test_a_tree_is_timed_with_its_own_code_and_configs(tmp_path):
+    # a tree differs from the installed kvbench in any of the three; each must come from the tree
+    from source_trees import TreeError, export_worktree, import_path, imported_from
+
+    tree = tmp_path / "tree"
+    try:
+        export_worktree(tree)
+    except TreeError as exc:  # a copy of the tree without its .git (the planted-regression campaign's)
+        pytest.skip(f"exporting the working tree needs a git checkout: {exc}")
+    links = import_path(tree)
+    found = imported_from(tree)
+    # the version too: kvbench writes it into paper/, which a tree's paper check compares byte for byte
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+: on 3.10 a tree carries no metadata of its own
+
+    version = tomllib.loads((tree / "pyproject.toml").read_text())["project"]["version"]
+    assert found == {"kvbench": str(links / "kvbench" / "__init__.py"), "conf": str(links / "kvbench" / "conf"),
+                     "plugins": str(links / "kvbench_plugins"), "version": version}, found  # fmt: skip
