@@ -116,7 +116,7 @@ step "5. calibration files"
 mkdir -p "$OUT/calibrations/kernel-bench"
 for d in "$OUT/headline" "$OUT/curve"; do [ -d "$d/calibrations" ] && cp -r "$d/calibrations/." "$OUT/calibrations/kernel-bench/"; done
 if compgen -G "$OUT/real/b*/steps.parquet" >/dev/null; then
-  "${RUN[@]}" -m kvbench.exec.fit "$OUT"/real/b* --out "$OUT/calibrations/real-fit/$HARDWARE"  # = kvbench calibrate
+  "${RUN[@]}" -m kvbench.exec.fit "$OUT"/real/b* --out "$OUT/calibrations/real-fit"  # = kvbench calibrate: <out>/<hardware>/<kernel>.json
 else
   echo "no real-mode steps table: only bench-kernels' calibration (copy it to kvbench/calibrations/$HARDWARE/)"
 fi

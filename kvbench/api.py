@@ -16,11 +16,17 @@ from omegaconf import DictConfig, open_dict
 
 from kvbench.app.config import CONFIG_GROUPS, KvbenchConfig
 from kvbench.app.searchpath import register as register_searchpath
+from kvbench.errors import ConfigError
 from kvbench.output.results import RunResult
 
 
 def compose(overrides: Sequence[str] = ()) -> tuple[DictConfig, dict[str, str]]:
     """The composed run config and the group options chosen, as ``kvbench <overrides>`` would see them."""
+    from kvbench.app.overrides import bool_override_error
+
+    bad = bool_override_error(list(overrides))
+    if bad:
+        raise ConfigError(bad)
     ConfigStore.instance().store(name="kvbench_schema", node=KvbenchConfig)
     register_searchpath()  # plugins' config folders join Hydra's search path
     with initialize_config_module("kvbench.conf", version_base="1.3"):

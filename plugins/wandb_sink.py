@@ -1,7 +1,9 @@
 """Weights & Biases sink: every finished run becomes a W&B run (offline unless asked).
 
 ``wandb.mode=offline`` (the default) needs no account and makes no network call; it writes under
-the job's results folder (``<run folder>/wandb/offline-run-*``), to sync later with ``wandb sync``.
+the job's results folder (``<run folder>/wandb/offline-run-*``), to sync later with ``wandb sync``,
+and nowhere else: W&B's own cache and data folders (wandb-core's logs, table staging) are pointed
+into the command's folder too, unless WANDB_CACHE_DIR or WANDB_DATA_DIR is set.
 ``online`` logs live; ``disabled`` skips W&B.
 
 What a team browsing the project sees:
@@ -131,10 +133,32 @@ def sampled(frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
     return frame.iloc[:: math.ceil(len(frame) / max_rows)]
 
 
+#: W&B's folders outside a run: wandb-core's debug logs (``~/.cache/wandb/logs``, two files per
+#: process) and the staging copies of logged tables (``~/.local/share/wandb/artifacts``). kvbench
+#: points them into the command's own folder unless the user set them; the names it set itself
+#: are re-pointed per run (a test process runs many)
+_W_AND_B_FOLDERS = {"WANDB_CACHE_DIR": ".cache", "WANDB_DATA_DIR": ".data"}
+_SET_BY_KVBENCH: set[str] = set()
+
+
+def _keep_inside(directory: Path | None) -> None:
+    """W&B's cache and data folders under ``<command folder>/wandb/``: the sweep's folder for a
+    sweep's job (wandb-core starts once per process and keeps the first folder it is given),
+    the run's own folder otherwise. Nothing is written under the user's home."""
+    if directory is None:
+        return
+    root = (sweep_of(directory) or Path(directory)) / "wandb"
+    for name, sub in _W_AND_B_FOLDERS.items():
+        if name not in os.environ or name in _SET_BY_KVBENCH:
+            os.environ[name] = str(Path(os.path.abspath(root)) / sub)
+            _SET_BY_KVBENCH.add(name)
+
+
 def _init(settings: dict, mode: str, *, directory: Path | None, **kwargs):
     os.environ.setdefault("WANDB_SILENT", "true")
     if mode == "offline":
         os.environ["WANDB_ERROR_REPORTING"] = "false"  # before wandb starts wandb-core
+        _keep_inside(directory)
     import wandb  # heavy: imported only when a run is actually logged
 
     return wandb.init(

@@ -31,7 +31,7 @@ def test_wheel_ships_conf_plugins_and_entry_points(tmp_path):
     [entry_points] = [n for n in names if n.endswith("entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "[kvbench]" in text and "paged = kvbench_plugins.allocators.paged" in text
-    assert "kvbench = kvbench.app.cli:main" in text
+    assert "kvbench = kvbench.app.entry:main" in text
 
 
 def test_every_package_of_the_source_tree_is_listed_in_pyproject():

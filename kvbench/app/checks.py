@@ -19,50 +19,127 @@ def check_seed(seed) -> None:
             "use an integer from 0 to 2**63-1")  # fmt: skip
 
 
-#: kvbench's resident memory per simulated request, in bytes: the largest of three workloads,
-#: measured as the growth of the peak RSS (``ru_maxrss``) of a whole ``kvbench`` run (simulation,
-#: Parquet, CSV and figures written; wandb disabled) from 10^4 to 10^5 requests, divided by 90,000:
-#: workload=lecture_chat 1,626 B (1,994 B from 10^5 to 10^6), exercise2_mix 1,977 B, sharegpt_like
-#: (Poisson arrivals, many more steps) 4,181 B (x86-64 Linux, Python 3.11, numpy 2, pandas 2).
-MEMORY_BYTES_PER_REQUEST = 4181
-#: and per branch beyond a request's first: lecture_chat with workload.num_branches=4 measured the
-#: same way takes 2,920 B per request, (2,920 - 1,626) / 3 = 431 B per extra branch
-MEMORY_BYTES_PER_EXTRA_BRANCH = 431
+#: kvbench's resident memory per simulated request, in bytes, by kind of workload: the growth of
+#: the peak RSS of a whole ``kvbench`` run (simulation, Parquet, CSV and figures written; W&B
+#: disabled) between two sizes, divided by the difference, measured by
+#: ``benchmarks/memory_per_request.py`` (benchmarks/results/memory_per_request.md; x86-64 Linux,
+#: Python 3.11, numpy 2, pandas 3), each rounded up by about a quarter for what other versions and
+#: other workloads of the kind may add:
+MEMORY_BYTES_PER_REQUEST = {
+    #: a generated workload: workload=sharegpt_like (Poisson arrivals, the most steps), 4,340 B;
+    #: lecture_chat (all at once) 1,776 B
+    "synthetic": 5_500,
+    #: a replayed trace file, its rows parsed, then simulated: the Azure 2023 trace, 4,006 B
+    "trace": 5_000,
+    #: a generated workload with a shared prefix under prefix caching (lecture_chat with 256 shared
+    #: tokens): the prefix hashes, the cache's block keys and the offline hit-rate bounds, 12,325 B
+    "prefix_cached": 15_500,
+    #: a Mooncake trace (hash ids, prompts of about 12,000 tokens) under prefix caching: the same
+    #: costs per block of prompt, so far more per request: 112,194 B
+    "prefix_cached_trace": 140_000,
+}
+#: and per branch beyond a request's first (workload.num_branches=4: 2,647 B per request, 871 B
+#: above one branch, 290 B per extra branch)
+MEMORY_BYTES_PER_EXTRA_BRANCH = 400
+#: what a kvbench process holds before its first request (Python, numpy, pandas, pyarrow, Hydra,
+#: matplotlib: about 170 MB at a run's start; torch is not imported in mode=sim)
+MEMORY_BASE_BYTES = 250_000_000
+
+
+def _cgroup_headroom_bytes(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """What this process's cgroup (a container's or a CI job's memory limit) still allows: its
+    limit less its usage; None without a limit. Version 2 (``memory.max``) or version 1
+    (``memory.limit_in_bytes``), whichever the process is in."""
+    try:
+        entries = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    for entry in entries:
+        parts = entry.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, path = parts
+        if hierarchy == "0":  # v2: one unified hierarchy (under unified/ on a hybrid v1 + v2 host)
+            base = root / "unified" if (root / "unified").is_dir() else root
+            folder, names = base / path.lstrip("/"), ("memory.max", "memory.current")
+        elif "memory" in controllers.split(","):
+            folder, names = root / "memory" / path.lstrip("/"), ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        try:
+            limit_text = (folder / names[0]).read_text().strip()
+            usage = int((folder / names[1]).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        # "max" (v2) and a huge number (v1, rounded to pages) both mean no limit
+        if limit_text.isdigit() and int(limit_text) < 1 << 60:
+            return max(0, int(limit_text) - usage)
+    return None
 
 
 def _available_memory_bytes() -> int | None:
-    """Memory the machine can give this run now; None where the platform does not say.
+    """Memory the machine can give this run now, the tighter of the kernel's MemAvailable and the
+    cgroup's headroom; None where the platform says neither.
 
     Linux's MemAvailable counts reclaimable page cache too; free pages alone (SC_AVPHYS_PAGES, the
-    fallback) would refuse runs that fit on a machine whose cache fills its memory."""
+    fallback) would refuse runs that fit on a machine whose cache fills its memory. In a container
+    the cgroup limit binds first: MemAvailable is the host's."""
+    found = None
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024  # in kB
+                found = int(line.split()[1]) * 1024  # in kB
+                break
     except (OSError, ValueError, IndexError):
         pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return None
+    if found is None:
+        try:
+            found = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, ValueError, OSError):
+            found = None
+    headroom = _cgroup_headroom_bytes()
+    if headroom is not None:
+        found = headroom if found is None else min(found, headroom)
+    return found
 
 
-def check_memory(workload_source) -> None:
-    """Refuse up front a run that cannot fit in memory, rather than exhausting it part-way."""
-    num_requests = getattr(workload_source.config, "num_requests", None)
+def memory_estimate(num_requests: int, *, trace: bool, branches: int, prefix_cached: bool) -> tuple[int, str]:
+    """Bytes a run of ``num_requests`` needs, and the arithmetic in words."""
+    kind = ("prefix_cached_trace" if trace else "prefix_cached") if prefix_cached else "trace" if trace else "synthetic"
+    per = MEMORY_BYTES_PER_REQUEST[kind] + (branches - 1) * MEMORY_BYTES_PER_EXTRA_BRANCH
+    what = {"synthetic": "a generated request", "trace": "a replayed trace request",
+            "prefix_cached": "a request with a shared prefix under prefix caching",
+            "prefix_cached_trace": "a trace request with prefix hashes under prefix caching"}[kind]  # fmt: skip
+    words = f"{MEMORY_BASE_BYTES / 1e6:,.0f} MB + {num_requests:,} x {per:,} B ({what}"
+    words += f", {branches} branches" if branches > 1 else ""
+    return MEMORY_BASE_BYTES + num_requests * per, words + "; measured)"
+
+
+def check_memory(source_cls, source_config, allocator, enabled: bool = True) -> None:
+    """Refuse up front, before the workload is read or generated, a run that cannot fit in memory,
+    rather than exhausting it part-way. A trace's rows are counted first (a fast scan of the file)."""
+    if not enabled:
+        return
     available = _available_memory_bytes()
+    planned = getattr(source_cls, "planned_requests", None)
+    num_requests = planned(source_config) if planned is not None else getattr(source_config, "num_requests", None)
     if num_requests is None or available is None:
         return
-    branches = int(getattr(workload_source.config, "num_branches", 1) or 1)
-    estimate = num_requests * (MEMORY_BYTES_PER_REQUEST + (branches - 1) * MEMORY_BYTES_PER_EXTRA_BRANCH)
+    branches = int(getattr(source_config, "num_branches", 1) or 1)
+    trace = getattr(source_cls, "replays_a_file", False)
+    prefix_cached = bool(getattr(allocator.capabilities, "caches_prefixes", False)) and bool(
+        getattr(source_cls, "carries_prefix_hashes", lambda config: False)(source_config))
+    estimate, words = memory_estimate(int(num_requests), trace=trace, branches=branches, prefix_cached=prefix_cached)
     if estimate > available:
-        what, per = f"workload.num_requests={num_requests}", f"{MEMORY_BYTES_PER_REQUEST:,} B per simulated request"
+        given = getattr(source_config, "num_requests", None)
+        what = (f"workload.num_requests={given}" if given is not None
+                else f"the {int(num_requests):,} rows of workload.path={getattr(source_config, 'path', '?')}")  # fmt: skip
         if branches > 1:
             what += f" with workload.num_branches={branches}"
-            per += f" + {MEMORY_BYTES_PER_EXTRA_BRANCH:,} B per extra branch"
         raise ConfigError(
-            f"{what} needs about {estimate / 1e9:,.1f} GB of memory ({per}, measured), more than the "
-            f"{available / 1e9:,.1f} GB this machine has available: use fewer requests"
+            f"{what} needs about {estimate / 1e9:,.1f} GB of memory ({words}), more than the "
+            f"{available / 1e9:,.1f} GB this machine has available: use fewer requests "
+            "(workload.num_requests=<n>), or check_memory=false to run anyway"
         )
 
 

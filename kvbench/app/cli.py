@@ -28,7 +28,8 @@ from kvbench.app.config import KvbenchConfig
 from kvbench.app.folders import prepare_output
 from kvbench.app.help import wants_help
 from kvbench.app.searchpath import register as register_searchpath
-from kvbench.errors import ConfigError
+from kvbench.app.signals import handle_sigterm, signal_number
+from kvbench.errors import ConfigError, error_line, visible
 
 # pandas, pyarrow, rich tables and matplotlib are imported where results are written or printed,
 # not here: `kvbench --help`, `--version`, tab completion and a typo stay fast
@@ -63,19 +64,6 @@ class _Current:
     launched_sweep: Path | None = None
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM, raised where the process is, so it unwinds like Ctrl-C (temporary files removed,
-    locks released, no ``COMPLETE`` marker written)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _on_signal(signum: int, frame) -> None:
-    raise Interrupted(signum)
-
-
 def _job_label(hc) -> str:
     return hc.job.override_dirname or "defaults"
 
@@ -93,15 +81,41 @@ def _comparable(config: dict) -> dict:
     """A resolved config as it reads back from ``config.json``, less what only changes the display."""
     data = json.loads(json.dumps(config, default=str))
     data.pop("progress", None)
+    data.pop("check_memory", None)
     return data
 
 
-def _already_complete(out_dir: Path, cfg: DictConfig) -> bool:
-    """A sweep re-run into its folder: this job finished before, with this very config."""
-    from kvbench.output.results import finished_config
+def _already_complete(out_dir: Path, cfg: DictConfig, label: str) -> bool:
+    """A sweep re-run into its folder: this job finished before, with this very config, this very
+    kvbench (version and commit) and the same calibration file; said in one line when it must be
+    re-run for one of the last two."""
+    from kvbench.app.provenance import provenance
+    from kvbench.exec.calibration import calibration_digest
+    from kvbench.output.results import finished_config, read_job
 
-    done = finished_config(out_dir)
-    return done is not None and _comparable(done) == _comparable(OmegaConf.to_container(cfg, resolve=True))
+    try:
+        done = finished_config(out_dir)
+    except ConfigError:
+        return False  # a damaged config.json: not a result, run the job again
+    if done is None or _comparable(done) != _comparable(OmegaConf.to_container(cfg, resolve=True)):
+        return False
+    row = read_job(out_dir) or {}
+    now = provenance()
+    then = {key: row.get(key) for key in now}
+    if then != now:
+        was = f"kvbench {then['kvbench_version']} (commit {then['kvbench_commit']})"
+        print(f"kvbench: job {label} in {out_dir} was computed by {was}, not by this kvbench {now['kvbench_version']} "
+              f"(commit {now['kvbench_commit']}): re-running it", file=sys.stderr)  # fmt: skip
+        return False
+    try:
+        digest = calibration_digest(str(cfg.hardware.name), str(cfg.kernel.name), cfg.get("calibration_dir"))
+    except ConfigError:
+        return False  # the job itself will say what is wrong with the file
+    if row.get("calibration_sha256", "") != digest:
+        print(f"kvbench: job {label} in {out_dir} was computed with another calibration file (sha256 "
+              f"{row.get('calibration_sha256') or 'none'}, now {digest or 'none'}): re-running it", file=sys.stderr)  # fmt: skip
+        return False
+    return True
 
 
 @hydra.main(version_base="1.3", config_path="pkg://kvbench.conf", config_name="config")
@@ -118,16 +132,16 @@ def _hydra_main(cfg: DictConfig) -> None:
 
     def fail(reason: str) -> None:
         if not multirun:
-            print(f"kvbench: error: {reason}", file=sys.stderr)
+            print(error_line("kvbench", reason), file=sys.stderr)
             sys.exit(2)
         # NOTE: a bad job must not stop the sweep: record it, and the final table shows why
         try:
             write_failure(out_dir, label, reason)
         except OSError:
             pass  # the disk that failed the run may fail this record too; the line below still says why
-        print(f"kvbench: job {hc.job.num} ({label}) failed: {reason}", file=sys.stderr)
+        print(visible(f"kvbench: job {hc.job.num} ({label}) failed: {reason}"), file=sys.stderr)
 
-    if multirun and _already_complete(out_dir, cfg):
+    if multirun and _already_complete(out_dir, cfg, f"{hc.job.num} ({label})"):
         print(f"kvbench: job {hc.job.num} ({label}) already complete in {out_dir}: skipped", file=sys.stderr)
         return
     try:
@@ -152,7 +166,7 @@ def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
     """One line: what was interrupted, what is left incomplete, how to finish; exit 128 + signal."""
     from kvbench.output.atomic import is_complete
 
-    signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+    signum = signal_number(exc)
     parts = [f"kvbench: interrupted by {signal.Signals(signum).name}"]
     job, sweep = _Current.job_dir, _Current.sweep_dir
     if job is not None and not is_complete(job):
@@ -170,7 +184,7 @@ def _compose_error(exc: Exception, args: list[str]) -> NoReturn:
     job of a sweep): one line, exit 2, before anything ran."""
     from kvbench.app.overrides import hydra_error_line
 
-    print(f"kvbench: error: {hydra_error_line(exc, args)}", file=sys.stderr)
+    print(error_line("kvbench", hydra_error_line(exc, args)), file=sys.stderr)
     sys.exit(2)
 
 
@@ -197,6 +211,66 @@ def _raised_by_hydra(exc: BaseException) -> bool:
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     return tb is not None and f"{os.sep}hydra{os.sep}" in tb.tb_frame.f_code.co_filename
+
+
+def _unknown_flag(args: list[str]) -> str | None:
+    """One line for an option Hydra's command line does not have (``--frobnicate``), or for a
+    flag missing its value: Hydra's parser would print its whole usage block above the error."""
+    import argparse
+    import difflib
+
+    from hydra._internal.utils import get_args_parser
+
+    if not any(arg.startswith("-") for arg in args):
+        return None
+    parser = get_args_parser()
+    problems: list[str] = []
+
+    def error(message: str) -> None:
+        problems.append(message)
+        raise argparse.ArgumentError(None, message)
+
+    parser.error = error  # type: ignore[method-assign]
+    try:
+        _, rest = parser.parse_known_args(args)
+    except (argparse.ArgumentError, SystemExit):
+        return f"{problems[0] if problems else 'the command line is invalid'} (see kvbench --help)"
+    flags = [a for a in rest if a.startswith("-")]
+    if not flags:
+        return None
+    known = sorted(o for o in parser._option_string_actions if o.startswith("--"))
+    guess = difflib.get_close_matches(flags[0].split("=", 1)[0], known, n=1)
+    hint = f" (did you mean {guess[0]}?)" if guess else ""
+    return f"unrecognized option {flags[0].split('=', 1)[0]!r}{hint}; see kvbench --help for the options"
+
+
+def _hydra_os_error(exc: OSError, args: list[str]) -> NoReturn:
+    """Hydra could not read or write a file (its config search, ``.hydra/``, the job's log): one line."""
+    import errno
+
+    if exc.errno == errno.ENAMETOOLONG:
+        longest = max(args, key=len, default="")
+        print(error_line("kvbench", f"{longest[:40]!r}... ({len(longest):,} characters) is too long: a config group's "
+                                    "option is a file name, at most 255 bytes"), file=sys.stderr)  # fmt: skip
+    else:
+        print(error_line("kvbench", f"could not {'write' if exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES) else 'use'} "
+                                    f"{exc.filename or 'a file'}: {exc.strerror or exc}; free space or write elsewhere "
+                                    "with hydra.run.dir=<folder> (hydra.sweep.dir=<folder> for a sweep)"), file=sys.stderr)  # fmt: skip
+    sys.exit(2)
+
+
+def _raised_within_hydra(exc: BaseException) -> bool:
+    """Whether ``exc`` came from Hydra's own work (composing, saving ``.hydra/``, logging): Hydra's
+    frames and the standard library's below them, none of kvbench's (a job's own error)."""
+    tb, inside = exc.__traceback__, False
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if f"{os.sep}hydra{os.sep}" in name:
+            inside = True
+        elif inside and (f"{os.sep}kvbench{os.sep}" in name or f"{os.sep}plugins{os.sep}" in name):
+            return False
+        tb = tb.tb_next
+    return inside
 
 
 def main() -> None:
@@ -235,7 +309,13 @@ def main() -> None:
                 raise
             _compose_error(exc, args)
         return
-    signal.signal(signal.SIGTERM, _on_signal)
+    handle_sigterm()
+    from kvbench.app.overrides import bool_override_error
+
+    unknown = _unknown_flag(args) or bool_override_error(args)
+    if unknown:
+        print(error_line("kvbench", unknown), file=sys.stderr)
+        sys.exit(2)
     with ExitStack() as held:
         try:
             fixed_dir = prepare_output(args)
@@ -243,13 +323,12 @@ def main() -> None:
                 from kvbench.output.atomic import folder_lock
 
                 held.enter_context(folder_lock(fixed_dir))
-        except ConfigError as exc:
-            print(f"kvbench: error: {exc}", file=sys.stderr)
-            sys.exit(2)
-        try:
             _hydra_main()
         except KeyboardInterrupt as exc:
             _interrupted(exc)
+        except ConfigError as exc:
+            print(error_line("kvbench", exc), file=sys.stderr)
+            sys.exit(2)
         except (HydraException, OmegaConfBaseException) as exc:
             if full_error:
                 raise
@@ -257,8 +336,12 @@ def main() -> None:
         except ValueError as exc:  # Hydra's own flag checks ("Only one of --run, --multirun, --cfg...")
             if full_error or not _raised_by_hydra(exc):
                 raise
-            print(f"kvbench: error: {exc}", file=sys.stderr)
+            print(error_line("kvbench", exc), file=sys.stderr)
             sys.exit(2)
+        except OSError as exc:
+            if full_error or not _raised_within_hydra(exc):
+                raise
+            _hydra_os_error(exc, args)
         except Exception as exc:
             if full_error or _Current.launched_sweep is None:
                 raise

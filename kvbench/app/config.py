@@ -88,6 +88,9 @@ class KvbenchConfig:
     #: a folder of <hardware>/<kernel>.json decode efficiencies (the files ``kvbench bench-kernels``
     #: writes) to use instead of kvbench's own kvbench/calibrations/; null: kvbench's own
     calibration_dir: str | None = None
+    #: refuse, before it starts, a run whose estimated memory exceeds what this machine (or its
+    #: cgroup) has available; false runs it anyway
+    check_memory: bool = True
     slo: SloConfig = field(default_factory=SloConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
@@ -146,6 +149,24 @@ def _check_known_keys(schema: type, node: Any, group: str) -> None:
             raise ConfigError(f"{group}.{key} is not a config key of {group}; its keys are: {', '.join(known)}")
 
 
+def _check_bools(schema: type, node: Any, group: str) -> None:
+    """Refuse a boolean option given anything but true or false: OmegaConf's merge would turn an
+    integer (``allocator.prefix_caching=2``) or "yes" into a bool without a word."""
+    import typing
+
+    if not (isinstance(node, dict) or OmegaConf.is_dict(node)):
+        return
+    try:
+        hints = typing.get_type_hints(schema)
+    except Exception:  # noqa: BLE001 - an outside plugin's annotation that cannot be resolved here
+        hints = {f.name: f.type for f in dataclasses.fields(schema)}
+    for f in dataclasses.fields(schema):
+        if hints.get(f.name) in (bool, "bool") and f.name in node:
+            value = node[f.name]
+            if value is not None and not isinstance(value, bool):
+                raise ConfigError(f"{group}.{f.name}={value!r} is invalid: use true or false")
+
+
 def to_dataclass(schema: type, node: Any, group: str) -> Any:
     """Merge a config node into ``schema`` (a dataclass with a ``validate()``, as every config of
     kvbench and of its plugins has), so unknown keys, wrong types and bad values fail clearly."""
@@ -156,6 +177,7 @@ def to_dataclass(schema: type, node: Any, group: str) -> Any:
     except OmegaConfBaseException as exc:
         raise ConfigError(_format_omegaconf_error(group, exc)) from None
     _check_known_keys(schema, node, group)
+    _check_bools(schema, node, group)
     check_numbers(obj, group)
     obj.validate()
     return obj

@@ -76,3 +76,51 @@ def hydra_error_line(exc: BaseException, args: Sequence[str] = ()) -> str:
         first = _first_line(exc).removeprefix("Error merging override ")
         return f"{first} is invalid: {_first_line(cause)}"
     return _first_line(exc)
+
+
+def _bool_keys(schema: type, prefix: str = "") -> list[str]:
+    """The dotted keys of the boolean options of a typed config section and its typed subsections."""
+    import dataclasses
+    import typing
+
+    keys = []
+    try:
+        hints = typing.get_type_hints(schema)
+    except Exception:  # noqa: BLE001 - an outside plugin's annotation that cannot be resolved here
+        hints = {f.name: f.type for f in dataclasses.fields(schema)}
+    for f in dataclasses.fields(schema):
+        kind = hints.get(f.name)
+        if kind in (bool, "bool"):
+            keys.append(prefix + f.name)
+        elif dataclasses.is_dataclass(kind):
+            keys += _bool_keys(kind, f"{prefix}{f.name}.")
+    return keys
+
+
+def bool_override_error(args: Sequence[str]) -> str | None:
+    """One line for a boolean option given a value that is not true or false (``progress=2``).
+
+    The top-level schema types these options as ``bool``, and OmegaConf then converts any integer
+    (and "yes", "on", "1") silently: ``progress=2`` would read as true without a word. Hydra's own
+    parser reads the override, so a sweep's values (``output.steps=true,2``) are checked one by one."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
+    from hydra.errors import HydraException
+
+    from kvbench.app.config import KvbenchConfig
+
+    keys = set(_bool_keys(KvbenchConfig))
+    parser = OverridesParser.create()
+    for arg in args:
+        if arg.startswith("-") or "=" not in arg or arg.split("=", 1)[0].lstrip("+~") not in keys:
+            continue
+        try:
+            override = parser.parse_override(arg)
+        except HydraException:
+            continue  # Hydra says what is wrong with it, in its own words
+        value = override.value()
+        values = value.list if isinstance(value, ChoiceSweep) else [value]
+        bad = [v for v in values if not isinstance(v, bool)]
+        if bad:
+            return f"{override.key_or_group}={bad[0]!r} is invalid: use true or false"
+    return None

@@ -26,7 +26,7 @@ from kvbench.app.provenance import provenance
 from kvbench.core.request import requests_from_workload
 from kvbench.engine import Engine
 from kvbench.errors import ConfigError, require
-from kvbench.exec.calibration import DecodeEfficiency, load_fitted_terms
+from kvbench.exec.calibration import DecodeEfficiency, calibration_digest, load_fitted_terms
 from kvbench.exec.costmodel import CostModel
 from kvbench.exec.sim import SimExecutor
 from kvbench.memory.allocator import Allocator
@@ -38,6 +38,7 @@ from kvbench.plugins import lookup
 from kvbench.sched.scheduler import Scheduler
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
+from kvbench.workload.arrivals import check_arrival_span
 
 
 @dataclass
@@ -94,8 +95,13 @@ def setup(cfg: DictConfig) -> RunSetup:
     policy = _instantiate("preemption", cfg.preemption)
     host_pool = HostSwapPool(int(hardware.host_swap_bytes))
     scheduler = _instantiate("scheduler", cfg.scheduler, allocator=allocator, policy=policy, cost=cost, host_pool=host_pool)
-    workload_source = _instantiate("workload", cfg.workload)
-    check_memory(workload_source)
+    if cfg.workload is None or "name" not in cfg.workload:
+        raise ConfigError("workload.name is missing: pick one with workload=<name>")
+    source_cls = lookup("workload", cfg.workload["name"])
+    source_config = plugin_config(source_cls, cfg.workload, "workload")
+    # before the source reads its file or draws its requests: a run too big for memory is one line now
+    check_memory(source_cls, source_config, allocator, enabled=bool(cfg.get("check_memory", True)))
+    workload_source = source_cls(source_config)
     return RunSetup(
         model=model,
         hardware=hardware,
@@ -139,6 +145,7 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
     """Run the config (already composed by Hydra or by :func:`kvbench.api.compose`) and summarize it."""
     s = setup(cfg)
     workload = s.workload_source.generate(np.random.default_rng(int(cfg.seed)))
+    check_arrival_span(workload.arrival_s, "raise workload.rate_per_s or workload.rate_scale, or replay fewer requests")
     _check_positions(workload, s.model)
     requests = requests_from_workload(workload, int(cfg.seed))
     real = cfg.mode == "real"
@@ -164,6 +171,7 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
         prefill_flops_efficiency=s.cost.prefill_flops_per_s / s.hardware.dense_flops_per_s,
         step_overhead_s=s.cost.step_overhead_s,
         calibration=s.efficiency.source,
+        calibration_sha256=calibration_digest(s.hardware.name, s.kernel.name, cfg.get("calibration_dir")),
     )
     summary.update(summarize(record.requests, record.steps, budget_bytes=s.budget_bytes,
                              kv_bytes_per_token=s.model.kv_bytes_per_token, slo=s.slo))  # fmt: skip

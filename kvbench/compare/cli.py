@@ -4,18 +4,20 @@
     kvbench compare base head --tol 'ttft_*=rel:0.05' --tolerances my_tolerances.yaml --all
 
 Exit status: 0 every metric within tolerance; 1 some metric beyond it; 2 unusable input (a
-missing or non-result folder, an incomplete or failed job, jobs that do not match, a bad
-tolerance), each said in one line.
+missing or non-result folder, an incomplete, damaged or failed job, jobs that do not match, a bad
+tolerance, an unreadable file), each said in one line; 3 kvbench itself failed (a bug: the line
+says so and the traceback follows). A CI gate can act on each: only 1 means "a metric moved".
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
+import traceback
 from pathlib import Path
 
 from rich.text import Text
 
+from kvbench.app.arguments import OneLineParser
 from kvbench.compare.configs import IGNORED_KEYS
 from kvbench.compare.diff import FAILING, compare_jobs, unused_patterns
 from kvbench.compare.load import load_side
@@ -23,22 +25,15 @@ from kvbench.compare.match import explain_unmatched, match_jobs
 from kvbench.compare.report import console, print_report, verdict_line
 from kvbench.compare.save import default_out_dir, save
 from kvbench.compare.tolerance import SPEC_HELP, default_rules, load_rules, parse_option
-from kvbench.errors import ConfigError
+from kvbench.errors import ConfigError, error_line
 
 PROG = "kvbench compare"
-OK, BEYOND, UNUSABLE = 0, 1, 2
+OK, BEYOND, UNUSABLE, INTERNAL = 0, 1, 2, 3
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse whose errors are a ConfigError: one line, no usage block."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise ConfigError(f"{message} (see {self.prog} --help)")
-
-
-def build_parser() -> Parser:
-    parser = Parser(
-        prog=PROG, allow_abbrev=False,
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(
+        prog=PROG,
         description="Compare two kvbench result folders (a run or a sweep each), job by job and metric by "
                     "metric. Jobs are matched by their resolved config (config.json) less progress, output "
                     "and wandb. Exit status: 0 within tolerance, 1 some metric beyond it, 2 unusable input.",
@@ -95,13 +90,24 @@ def run(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry (``kvbench compare ...``): exits with the comparison's status."""
+    from kvbench.app.signals import exit_interrupted, handle_sigterm
+
+    handle_sigterm()
     try:
         status = run(sys.argv[1:] if argv is None else argv)
     except ConfigError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(error_line(PROG, exc), file=sys.stderr)
         sys.exit(UNUSABLE)
     except OSError as exc:  # the --out folder vanished or the disk filled: nothing is marked complete
-        print(f"{PROG}: error: could not write {exc.filename or 'the comparison'}: {exc.strerror or exc}; "
-              "free space or choose another --out DIR", file=sys.stderr)  # fmt: skip
+        print(error_line(PROG, f"could not write {exc.filename or 'the comparison'}: {exc.strerror or exc}; "
+                               "free space or choose another --out DIR"), file=sys.stderr)  # fmt: skip
         sys.exit(UNUSABLE)
+    except KeyboardInterrupt as exc:
+        exit_interrupted(exc, PROG, "no comparison written is marked complete")
+    except Exception as exc:
+        # not "a metric moved" (1) nor bad input (2): a CI gate must be able to tell a kvbench bug apart
+        print(f"{PROG}: internal error (a bug in kvbench, please report it): {type(exc).__name__}: "
+              f"{str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)  # fmt: skip
+        traceback.print_exc()
+        sys.exit(INTERNAL)
     sys.exit(status)

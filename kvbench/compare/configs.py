@@ -7,7 +7,7 @@ from typing import Any
 
 #: config keys (and everything under them) that change only the display, where files go or the
 #: logging: two runs differing only in these computed the same numbers
-IGNORED_KEYS = ("progress", "output", "wandb", "hydra")
+IGNORED_KEYS = ("progress", "check_memory", "output", "wandb", "hydra")
 
 
 def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -39,7 +39,10 @@ def _read(job_dir: Path, side: str) -> tuple[dict, dict] | str:
     if row.get("failed"):
         status = row.get("status", "failed")
         return f"{side} {job_dir} is {status} ({str(row.get('error', '')).split(';')[0]})"
-    config = finished_config(job_dir)
+    try:
+        config = finished_config(job_dir)
+    except ConfigError as exc:
+        return f"{side} {job_dir}: {exc}"
     if config is None:
         return f"{side} {job_dir} has no config.json, so it cannot be matched"
     return row, config

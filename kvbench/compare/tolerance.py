@@ -185,10 +185,13 @@ def rules_from_mapping(data: Any, source: str) -> list[Rule]:
 
 def load_rules(path: Path) -> list[Rule]:
     """A tolerance YAML file's rules; a missing or malformed file is a ConfigError naming it."""
+    from kvbench.textio import read_text
+
+    text = read_text(Path(path), "--tolerances")
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"--tolerances {path}: cannot read it ({exc.strerror or exc}); give a YAML file") from None
+        data = yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"--tolerances {path}: nested too deeply; give a YAML mapping of tolerances") from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""

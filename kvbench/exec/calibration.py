@@ -25,13 +25,13 @@ outside the measured range the nearest measurement is used, and the source strin
 
 ``calibration_dir`` (a top-level option) replaces ``kvbench/calibrations/`` with a folder of the
 same layout, e.g. the ``calibrations/`` a ``kvbench bench-kernels`` run wrote. A file that is not
-valid JSON, not an object, or holds an efficiency outside (0, 1] is a one-line ConfigError.
+valid JSON, not an object, not a file, or holds an efficiency outside [0.001, 1] is a one-line
+ConfigError.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +39,9 @@ from pathlib import Path
 from kvbench.errors import ConfigError
 
 CALIBRATION_DIR = Path(__file__).parent / "calibrations"
+#: the lowest efficiency a calibration may hold: a kernel reaching under 0.1 % of HBM bandwidth (or
+#: of peak FLOP/s) is a failed measurement, and at 1e-300 every step time would overflow to inf
+MIN_EFFICIENCY = 1e-3
 
 
 @dataclass(frozen=True)
@@ -69,13 +72,9 @@ def _read_doc(path: Path) -> dict:
 
 @functools.lru_cache(maxsize=64)
 def _read_cached(path: Path, mtime_ns: int, size_bytes: int) -> dict:
-    try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"calibration file {path} is not valid JSON: line {exc.lineno}: {exc.msg}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"calibration file {path} is not UTF-8 text: write it with kvbench bench-kernels") from None
-    return _validate(doc, path)
+    from kvbench.textio import read_json
+
+    return _validate(read_json(path, "calibration file"), path)
 
 
 def _validate(doc, path: Path) -> dict:
@@ -92,24 +91,35 @@ def _validate(doc, path: Path) -> dict:
             raise ConfigError(f"calibration file {path}: efficiency entry {key!r} is invalid: "
                               'use a block size in tokens ("16") or "contiguous"')  # fmt: skip
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not (number and math.isfinite(value) and 0 < value <= 1):
+        if not (number and math.isfinite(value) and MIN_EFFICIENCY <= value <= 1):
             raise ConfigError(
-                f"calibration file {path}: efficiency[{key!r}]={value!r} is invalid: use a fraction in (0, 1], "
-                "the achieved bandwidth over the hardware config's hbm_bandwidth_bytes_per_s "
-                "(above 1: that bandwidth is too low for this GPU)"
+                f"calibration file {path}: efficiency[{key!r}]={value!r} is invalid: use a fraction in "
+                f"[{MIN_EFFICIENCY:g}, 1], the achieved bandwidth over the hardware config's hbm_bandwidth_bytes_per_s "
+                "(above 1: that bandwidth is too low for this GPU; below 0.001: a failed measurement)"
             )
     out: dict = {"efficiency": {key: float(value) for key, value in table.items()}}
-    for key, low, high, hint in (("prefill_flops_efficiency", 0.0, 1.0, "a fraction in (0, 1]"),
-                                 ("step_overhead_s", -1.0, 1.0, "seconds in [0, 1]")):  # fmt: skip
+    for key, low, high, hint in (("prefill_flops_efficiency", MIN_EFFICIENCY, 1.0, f"a fraction in [{MIN_EFFICIENCY:g}, 1]"),
+                                 ("step_overhead_s", 0.0, 1.0, "seconds in [0, 1]")):  # fmt: skip
         if key not in doc:
             continue
         value = doc[key]
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        ok = number and math.isfinite(value) and (low < value <= high if key != "step_overhead_s" else 0 <= value <= high)
+        ok = number and math.isfinite(value) and low <= value <= high
         if not ok:
             raise ConfigError(f"calibration file {path}: {key}={value!r} is invalid: use {hint}")
         out[key] = float(value)
     return out
+
+
+def _exists(path: Path) -> bool:
+    """Whether a calibration file is there; something else under its name (a folder, a FIFO) is a
+    ConfigError, not "uncalibrated": the run would silently ignore what the user put there."""
+    if path.is_file():
+        return True
+    if path.exists():
+        raise ConfigError(f"calibration file {path} is not a file (a folder or a device): replace it with a "
+                          "<kernel>.json calibration file or remove it")  # fmt: skip
+    return False
 
 
 def calibration_path(hardware_name: str, kernel_name: str, calibration_dir: Path | str | None = None) -> Path:
@@ -117,6 +127,20 @@ def calibration_path(hardware_name: str, kernel_name: str, calibration_dir: Path
     user's folder; None: kvbench's own)."""
     root = CALIBRATION_DIR if calibration_dir is None else Path(calibration_dir)
     return root / hardware_name / f"{kernel_name}.json"
+
+
+def calibration_digest(hardware_name: str, kernel_name: str, calibration_dir: Path | str | None = None) -> str:
+    """The first 16 hex digits of the SHA-256 of the calibration file a run reads ("" without one):
+    recorded with every result, so that a sweep resumed after the file changed re-runs its jobs."""
+    import hashlib
+
+    path = calibration_path(hardware_name, kernel_name, calibration_dir)
+    if not _exists(path):
+        return ""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    except OSError as exc:
+        raise ConfigError(f"calibration file {path} cannot be read: {exc.strerror or exc}") from None
 
 
 def load_decode_efficiency(
@@ -127,7 +151,7 @@ def load_decode_efficiency(
     calibration_dir: Path | str | None = None,
 ) -> DecodeEfficiency:
     path = calibration_path(hardware_name, kernel_name, calibration_dir)
-    if not path.is_file():
+    if not _exists(path):
         return UNCALIBRATED
     table = _read(path)
     # the source names the file as result rows show it: relative for kvbench's own, in full otherwise
@@ -167,7 +191,7 @@ def load_fitted_terms(
     """A calibration file's fitted prefill FLOP efficiency (None: not fitted, the hardware config's
     applies) and per-step overhead in seconds (0.0: not fitted); (None, 0.0) without a file."""
     path = calibration_path(hardware_name, kernel_name, calibration_dir)
-    if not path.is_file():
+    if not _exists(path):
         return None, 0.0
     doc = _read_doc(path)
     return doc.get("prefill_flops_efficiency"), doc.get("step_overhead_s", 0.0)
@@ -199,9 +223,11 @@ def write_calibration(
     ``fitted`` terms (prefill_flops_efficiency, step_overhead_s) replace the file's."""
     from kvbench.output.atomic import write_json
 
+    from kvbench.textio import read_json
+
     doc: dict = {"hardware": hardware_name, "kernel": kernel_name, "efficiency": {}}
-    if path.is_file():
-        old = json.loads(path.read_text())
+    if _exists(path):
+        old = read_json(path, "calibration file to update")
         if isinstance(old, dict):
             doc.update(old)
             doc["efficiency"] = dict(old.get("efficiency") or {})

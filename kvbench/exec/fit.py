@@ -18,14 +18,16 @@ chunked prefill over cached context is counted as the cost model counts it. Weig
 full bandwidth and swaps and copies at their predicted times: the fit never moves them.
 
 Solved by linear least squares in (1/e_decode per (kernel, layout), 1/e_prefill, overhead); one
-file per kernel is written to ``--out`` (default ``kvbench/calibrations/<hardware>/``), with the
-fit's provenance (command, commit, date) and residuals. Bad input is one line (ConfigError).
+file per kernel is written to ``<out>/<hardware>/<kernel>.json`` (``--out``, default
+``results/calibrations``: the layout ``calibration_dir=<out>`` reads), with the fit's provenance
+(command, commit, date) and residuals. The hardware and kernel names come from the runs'
+``summary.json``, so they are checked like config names before they become a path, and the file
+is written only under ``--out``: never into the installed package, never elsewhere. Bad input is
+one line (ConfigError), exit 2; an interrupt one line, exit 130/143.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import shlex
 import sys
 import time
@@ -34,8 +36,12 @@ from pathlib import Path
 
 import numpy as np
 
-from kvbench.errors import ConfigError
+from kvbench.errors import ConfigError, error_line
+from kvbench.specs.names import require_name
+from kvbench.textio import read_json_object
 
+#: where ``kvbench calibrate`` writes unless told (``--out``): a calibration folder of the results area
+DEFAULT_OUT = Path("results") / "calibrations"
 REQUIRED_STEP_COLUMNS = ("measured_s", "num_steps", "num_decode_seqs", "kv_read_bytes", "prefill_s", "swap_s", "copy_s")
 
 
@@ -87,36 +93,58 @@ def _is_contiguous(allocator_name: str) -> bool:
     return bool(getattr(caps, "contiguous_layout", False))
 
 
-def load_run(folder: Path) -> RunData:
+def _read_steps(folder: Path):
     import pandas as pd
 
     steps_path = folder / "steps.parquet"
-    steps = pd.read_parquet(steps_path) if steps_path.is_file() else pd.read_csv(folder / "steps.csv")
+    path = steps_path if steps_path.is_file() else folder / "steps.csv"
+    try:
+        return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow's and pandas' errors for a damaged table share no base
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ConfigError(f"kvbench calibrate: {path} cannot be read as a table ({type(exc).__name__}: {detail}); "
+                          "re-run the real run") from None  # fmt: skip
+
+
+def load_run(folder: Path) -> RunData:
+    from kvbench.output.atomic import check_complete
+    from kvbench.output.results import RESULT_FILES
+
+    problem = check_complete(folder, RESULT_FILES)
+    if problem is not None:  # an interrupted or altered run: its steps may be half a run
+        raise ConfigError(f"kvbench calibrate: {folder} is not a complete run: {problem}; re-run it")
+    steps = _read_steps(folder)
     if "measured_s" not in steps or steps["measured_s"].isna().all():
         raise ConfigError(f"kvbench calibrate: {folder} has no measured step times (no measured_s in its steps table): "
                           "calibrate from a mode=real run")  # fmt: skip
     missing = [c for c in REQUIRED_STEP_COLUMNS if c not in steps]
     if missing:
         raise ConfigError(f"kvbench calibrate: {folder}'s steps table lacks {', '.join(missing)}: rerun it with this kvbench")
+    summary = read_json_object(folder / "summary.json", "kvbench calibrate: run summary")
+    config = read_json_object(folder / "config.json", "kvbench calibrate: run config")
     try:
-        summary = json.loads((folder / "summary.json").read_text())
-        config = json.loads((folder / "config.json").read_text())
         hw = config["hardware"]
+        # both become parts of the calibration file's path: checked as config names are
+        hardware, kernel = summary["hardware"], summary["kernel"]
+        require_name(f"{folder / 'summary.json'}: hardware", hardware)
+        require_name(f"{folder / 'summary.json'}: kernel", kernel)
         contiguous = summary.get("layout") == "contiguous" or _is_contiguous(str(config["allocator"]["name"]))
-        return RunData(
-            folder=folder,
-            hardware=str(summary["hardware"]),
-            kernel=str(summary["kernel"]),
-            layout="contiguous" if contiguous else str(int(summary["block_size_tokens"])),
-            hbm_bandwidth_bytes_per_s=float(hw["hbm_bandwidth_bytes_per_s"]),
-            dense_flops_per_s=float(hw["dense_flops_per_s"]),
-            prefill_flops_efficiency=float(summary.get("prefill_flops_efficiency", hw["prefill_flops_efficiency"])),
-            weight_bytes=float(summary["weight_bytes"]),
-            steps=steps[steps["measured_s"].notna()],
-        )
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        numbers = {
+            "hbm_bandwidth_bytes_per_s": float(hw["hbm_bandwidth_bytes_per_s"]),
+            "dense_flops_per_s": float(hw["dense_flops_per_s"]),
+            "prefill_flops_efficiency": float(summary.get("prefill_flops_efficiency", hw["prefill_flops_efficiency"])),
+            "weight_bytes": float(summary["weight_bytes"]),
+        }
+        bad = [key for key, value in numbers.items() if not (np.isfinite(value) and value > 0)]
+        if bad:
+            raise ConfigError(f"{bad[0]}={numbers[bad[0]]!r} is not a positive number")
+        layout = "contiguous" if contiguous else str(int(summary["block_size_tokens"]))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        detail = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
         raise ConfigError(f"kvbench calibrate: {folder} is not a complete run folder (summary.json, config.json): "
-                          f"{type(exc).__name__}: {exc}") from None  # fmt: skip
+                          f"{detail}") from None  # fmt: skip
+    return RunData(folder=folder, hardware=hardware, kernel=kernel, layout=layout, steps=steps[steps["measured_s"].notna()],
+                   **numbers)  # fmt: skip
 
 
 def fit(runs: list[RunData]) -> Fit:
@@ -142,6 +170,9 @@ def fit(runs: list[RunData]) -> Fit:
         columns.append(block)
         targets.append(s["measured_s"].to_numpy(float) - fixed_s)
     a, y = np.concatenate(columns), np.concatenate(targets)
+    if not (np.isfinite(a).all() and np.isfinite(y).all()):
+        raise ConfigError("kvbench calibrate: a steps table holds a number that is not finite (nan or inf) in "
+                          f"{', '.join(REQUIRED_STEP_COLUMNS)}: re-run the real run")  # fmt: skip
     used = np.abs(a).sum(axis=0) > 0  # a run without prefill rows cannot fit the prefill term
     for i, g in enumerate(groups):
         if not used[i]:
@@ -175,43 +206,65 @@ def fit(runs: list[RunData]) -> Fit:
 
 
 def write_fit(result: Fit, out_dir: Path, command: str) -> list[Path]:
-    """One calibration file per kernel in ``out_dir`` (a ``<calibrations>/<hardware>/`` folder)."""
+    """One calibration file per kernel, ``<out_dir>/<hardware>/<kernel>.json`` (``out_dir`` is a
+    calibration folder, the layout ``calibration_dir`` reads); nothing is written outside it."""
     from kvbench.app.provenance import kvbench_commit
     from kvbench.exec.calibration import write_calibration
 
+    root = Path(out_dir).resolve()
     provenance = {"command": command, "commit": kvbench_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
     fitted = {"step_overhead_s": result.step_overhead_s}
     if result.prefill_flops_efficiency is not None:
         fitted["prefill_flops_efficiency"] = result.prefill_flops_efficiency
     written = []
     for kernel in sorted({k for k, _ in result.decode_efficiency}):
+        require_name("kernel", kernel)
+        require_name("hardware", result.hardware)
+        path = root / result.hardware / f"{kernel}.json"
+        if root not in path.resolve().parents:  # a name that is safe but a symlink inside --out that leads out
+            raise ConfigError(f"kvbench calibrate: {path} resolves outside --out {out_dir}: remove the link")
         table = {layout: e for (k, layout), e in result.decode_efficiency.items() if k == kernel}
-        path = write_calibration(out_dir / f"{kernel}.json", result.hardware, kernel, table,
-                                 {**provenance, "fit_rows": result.num_rows,
-                                  "fit_relative_error_p50": result.relative_error_p50,
-                                  "fit_relative_error_p90": result.relative_error_p90}, **fitted)  # fmt: skip
+        write_calibration(path, result.hardware, kernel, table,
+                          {**provenance, "fit_rows": result.num_rows,
+                           "fit_relative_error_p50": result.relative_error_p50,
+                           "fit_relative_error_p90": result.relative_error_p90}, **fitted)  # fmt: skip
         written.append(path)
     return written
 
 
-def main(argv: list[str] | None = None) -> None:
-    args_in = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="kvbench calibrate", description=__doc__.split("\n\n")[0])
+def _parse(args_in: list[str]):
+    from kvbench.app.arguments import OneLineParser
+
+    parser = OneLineParser(prog="kvbench calibrate", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="real run folders (or sweep folders of them)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="folder for <kernel>.json (default: kvbench/calibrations/<hardware>/)")  # fmt: skip
-    args = parser.parse_args(args_in)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help=f"calibration folder: writes <out>/<hardware>/<kernel>.json (default {DEFAULT_OUT}); "
+                             "use it with calibration_dir=<out>")  # fmt: skip
+    return parser.parse_args(args_in)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from kvbench.app.signals import exit_interrupted, handle_sigterm
+
+    handle_sigterm()
+    args_in = sys.argv[1:] if argv is None else argv
     try:
+        args = _parse(args_in)
         runs = [load_run(f) for folder in args.runs for f in _run_folders(folder)]
         result = fit(runs)
-        from kvbench.exec.calibration import CALIBRATION_DIR
+        from kvbench.app.folders import check_writable
 
-        out_dir = args.out if args.out is not None else CALIBRATION_DIR / result.hardware
-        written = write_fit(result, out_dir, shlex.join(["kvbench", "calibrate", *args_in]))
+        check_writable(args.out, "--out")
+        written = write_fit(result, args.out, shlex.join(["kvbench", "calibrate", *args_in]))
     except ConfigError as exc:
-        print(f"kvbench calibrate: error: {exc}".replace("kvbench calibrate: error: kvbench calibrate: ", "kvbench calibrate: error: "),
+        print(error_line("kvbench calibrate", str(exc).removeprefix("kvbench calibrate: ")), file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as exc:
+        print(error_line("kvbench calibrate", f"could not write {exc.filename or 'the calibration'}: {exc.strerror or exc}"),
               file=sys.stderr)  # fmt: skip
         raise SystemExit(2) from None
+    except KeyboardInterrupt as exc:
+        exit_interrupted(exc, "kvbench calibrate", "no calibration file was half-written")
     for (kernel, layout), e in sorted(result.decode_efficiency.items()):
         print(f"{result.hardware} {kernel} [{layout}]: decode efficiency {e:.4f}")
     if result.prefill_flops_efficiency is not None:
@@ -220,6 +273,7 @@ def main(argv: list[str] | None = None) -> None:
           f"relative error p50 {result.relative_error_p50:.2%} p90 {result.relative_error_p90:.2%}")
     for path in written:
         print(f"wrote {path}")
+    print(f"use it: kvbench ... calibration_dir={args.out}")
 
 
 if __name__ == "__main__":

@@ -185,13 +185,43 @@ def _hydra_main(node: DictConfig) -> None:
         command = " ".join(["kvbench bench-kernels", *sys.argv[1:]])
         run(cfg, hardware, Path(HydraConfig.get().runtime.output_dir), command)
     except ConfigError as exc:
-        print(f"kvbench bench-kernels: error: {exc}", file=sys.stderr)
+        from kvbench.errors import error_line
+
+        print(error_line("kvbench bench-kernels", exc), file=sys.stderr)
         sys.exit(2)
 
 
 def main() -> None:
-    """Entry point for ``kvbench bench-kernels`` (``sys.argv[1:]`` holds only Hydra overrides)."""
-    _hydra_main()
+    """Entry point for ``kvbench bench-kernels`` (``sys.argv[1:]`` holds only Hydra overrides):
+    bad overrides and options are one line and exit 2, as for ``kvbench`` itself."""
+    import os
+
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from kvbench.app.cli import _unknown_flag
+    from kvbench.app.overrides import hydra_error_line
+    from kvbench.app.signals import exit_interrupted, handle_sigterm
+    from kvbench.errors import error_line
+
+    handle_sigterm()
+    args = sys.argv[1:]
+    unknown = _unknown_flag(args)
+    if unknown:
+        print(error_line("kvbench bench-kernels", unknown.replace("kvbench --help", "kvbench bench-kernels --help")),
+              file=sys.stderr)  # fmt: skip
+        sys.exit(2)
+    full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing several lines
+    try:
+        _hydra_main()
+    except KeyboardInterrupt as exc:
+        exit_interrupted(exc, "kvbench bench-kernels", "the run folder holds no COMPLETE marker")
+    except (HydraException, OmegaConfBaseException) as exc:
+        if full_error:
+            raise
+        print(error_line("kvbench bench-kernels", hydra_error_line(exc, args)), file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,26 @@
-"""Files that are either whole or absent, and a marker that says a folder is complete.
+"""Files that are either whole or absent, a marker that says a folder is complete, and a lock
+that lets one writer into a folder at a time.
 
-A reader must never mistake a half-written table for a result: a killed process, a full disk or a
-second writer can each leave a truncated CSV that pandas reads back without complaint. So every
-file is written to a temporary name in the same folder and renamed over its final name (a rename
-within one filesystem is atomic on POSIX), and a folder's ``COMPLETE`` marker is written last, after
-every file it vouches for. Readers trust a folder only when the marker is there.
+A reader must never mistake a half-written table for a result: a killed process, a full disk, a
+power cut or a second writer can each leave a truncated CSV that pandas reads back without
+complaint. So every file is written to a temporary name in the same folder, flushed to the disk
+(``fsync``), and renamed over its final name (a rename within one filesystem is atomic on POSIX);
+a folder's ``COMPLETE`` marker is written last, after every file it vouches for, and lists each
+of them with its size. Readers trust a folder only when the marker is there and the files match it
+(:func:`check_complete`): a file truncated or replaced afterwards, or a file of the writer's left
+behind by another run, makes it untrusted.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import secrets
-from collections.abc import Callable, Iterator
+import socket
+import stat
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,19 +32,33 @@ if TYPE_CHECKING:  # pandas is only needed once a table is written: the lock and
 
 #: written last into a finished run folder; its absence means "incomplete, do not read"
 COMPLETE = "COMPLETE"
-#: held (created exclusively) while a process writes into a folder
+#: held (locked with flock) while a process writes into a folder
 LOCK = ".kvbench.lock"
 _TMP_PREFIX = ".tmp-"
 
 
+def _fsync_path(path: Path) -> None:
+    """Flush ``path``'s bytes (a file) or its entries (a folder) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:  # some filesystems cannot fsync a folder; the file's own fsync is what matters
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def _temporary(path: Path) -> Iterator[Path]:
-    """A temporary path beside ``path``, renamed onto it on success and removed on failure."""
+    """A temporary path beside ``path``, flushed and renamed onto it on success, removed on failure."""
     tmp = path.parent / f"{_TMP_PREFIX}{path.name}.{os.getpid()}.{secrets.token_hex(4)}"
     # created here with the usual permissions (0666 less the umask; mkstemp would make it 0600)
     os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
         yield tmp
+        # before the rename: otherwise a crash could leave the final name pointing at no data yet
+        _fsync_path(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -66,12 +88,49 @@ def write_frame(frame: pd.DataFrame, out_dir: Path, name: str, csv_float_format:
 
 
 def mark_complete(out_dir: Path, files: list[str]) -> None:
-    """Write the completion marker last: it lists the files it vouches for."""
-    write_json(out_dir / COMPLETE, {"files": sorted(files)})
+    """Write the completion marker last: it lists the files it vouches for (paths relative to
+    ``out_dir``) with their sizes in bytes. The folder's entries are flushed first, so that the
+    marker never reaches the disk before the renames it vouches for."""
+    sizes = {name: (out_dir / name).stat().st_size for name in sorted(files)}
+    _fsync_path(out_dir)
+    write_json(out_dir / COMPLETE, {"files": sizes})
+    _fsync_path(out_dir)
 
 
-def is_complete(out_dir: Path) -> bool:
-    return (out_dir / COMPLETE).is_file()
+def check_complete(out_dir: Path, owned: Iterable[str] = ()) -> str | None:
+    """None when ``out_dir`` is a complete result: its marker lists exactly the files there with
+    their sizes. Otherwise why not, in words: no marker, an unreadable marker, a listed file
+    missing or of another size, an ``owned`` file (a name the folder's writer writes) present but
+    not listed, or a temporary file of a writer that did not finish."""
+    marker = out_dir / COMPLETE
+    if not marker.is_file():
+        return "no COMPLETE marker (the run was interrupted or could not finish writing)"
+    try:
+        listed = json.loads(marker.read_text(encoding="utf-8"))["files"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError):
+        return "its COMPLETE marker is damaged (not the JSON kvbench writes)"
+    # a marker of an older kvbench lists names only: existence is all it can vouch for
+    sizes = listed if isinstance(listed, dict) else dict.fromkeys(listed) if isinstance(listed, list) else None
+    if sizes is None or not all(isinstance(name, str) for name in sizes):
+        return "its COMPLETE marker is damaged (not the JSON kvbench writes)"
+    for name, size in sizes.items():
+        path = out_dir / name
+        if not path.is_file():
+            return f"{name}, listed in COMPLETE, is missing"
+        if isinstance(size, int) and path.stat().st_size != size:
+            return f"{name} is {path.stat().st_size:,} bytes where COMPLETE says {size:,} (changed after the run wrote it)"
+    for name in owned:
+        if name != COMPLETE and name not in sizes and (out_dir / name).is_file():
+            return f"{name} is there but not listed in COMPLETE (left by another run)"
+    leftovers = sorted(p.name for p in out_dir.glob(f"{_TMP_PREFIX}*"))
+    if leftovers:
+        return f"a writer's temporary file {leftovers[0]} is there (a run is writing, or died writing)"
+    return None
+
+
+def is_complete(out_dir: Path, owned: Iterable[str] = ()) -> bool:
+    """Whether ``out_dir`` is a complete, untouched result (:func:`check_complete`)."""
+    return check_complete(out_dir, owned) is None
 
 
 def clear_incomplete(out_dir: Path) -> None:
@@ -83,47 +142,101 @@ def clear_incomplete(out_dir: Path) -> None:
     (out_dir / COMPLETE).unlink(missing_ok=True)
 
 
+#: the locks this process holds: lock path -> [fd, depth] (a holder may lock its folder again)
+_HELD: dict[str, list[int]] = {}
+
+
 @contextmanager
 def folder_lock(out_dir: Path) -> Iterator[None]:
     """Hold ``out_dir`` for one writer: a second run into the same folder is refused in one line.
 
-    The lock is a file created with O_EXCL and holding the owner's pid; a lock whose process is gone
-    (a run killed with SIGKILL) is stale and taken over.
+    The lock is ``flock`` on an open file: the kernel releases it when its holder exits, however it
+    exits (SIGKILL included), so a lock is never stale and never taken over by guesswork about
+    process ids. The holder's pid and host are written into the file for the refusal's message
+    only. The file is opened without following a symbolic link and without blocking, and must be a
+    regular file (a FIFO there would otherwise block the run forever). The holder removes the
+    file while still holding it; a process that locked the removed file finds that the path no
+    longer names what it locked, and tries again.
     """
     lock = out_dir / LOCK
-    while True:
+    key = os.path.abspath(lock)
+    if key in _HELD:
+        _HELD[key][1] += 1
         try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            owner = _lock_owner(lock)
-            if owner is not None and owner != os.getpid() and _alive(owner):
-                raise ConfigError(
-                    f"{out_dir} is being written by another kvbench run (pid {owner}): wait for it, or "
-                    "write elsewhere with hydra.run.dir=<folder> (hydra.sweep.dir=<folder> for a sweep)"
-                ) from None
-            lock.unlink(missing_ok=True)  # stale: its process is gone
-            continue
-        with os.fdopen(fd, "w") as handle:
-            handle.write(str(os.getpid()))
-        break
+            yield
+        finally:
+            _HELD[key][1] -= 1
+        return
+    fd = _acquire(lock, out_dir)
+    _HELD[key] = [fd, 1]
     try:
+        _write_owner(fd)
         yield
     finally:
-        lock.unlink(missing_ok=True)
+        del _HELD[key]
+        try:
+            lock.unlink(missing_ok=True)  # while still held: see the docstring
+        except OSError:
+            pass  # a folder gone or made read-only under the run: the kernel still drops the lock
+        os.close(fd)
 
 
-def _lock_owner(lock: Path) -> int | None:
+def _acquire(lock: Path, out_dir: Path) -> int:
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    while True:
+        try:
+            fd = os.open(lock, flags, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ConfigError(f"{lock} is a symbolic link: kvbench does not follow it; remove it and run again") from None
+            raise ConfigError(f"cannot lock {out_dir} for writing ({exc.strerror or exc} on {lock.name}); "
+                              "free space or write elsewhere with hydra.run.dir=<folder>") from None  # fmt: skip
+        try:
+            held = _lock_open_file(fd, lock, out_dir)
+        except BaseException:
+            os.close(fd)
+            raise
+        if held:
+            return fd
+        os.close(fd)  # the holder we waited behind removed this file: lock the new one
+
+
+def _lock_open_file(fd: int, lock: Path, out_dir: Path) -> bool:
+    """Lock the open ``fd`` of ``lock``: True when held and ``lock`` still names it, False when the
+    file was removed or replaced meanwhile; a ConfigError when another process holds it."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{lock} is not a regular file (a FIFO, a socket or a device): remove it and run again")
     try:
-        return int(lock.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _alive(pid: int) -> bool:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise ConfigError(f"{out_dir} is being written by another kvbench run ({_owner_text(fd)}): wait for it, "
+                          "or write elsewhere with hydra.run.dir=<folder> (hydra.sweep.dir=<folder> for a sweep)"
+                          ) from None  # fmt: skip
+    except OSError as exc:
+        raise ConfigError(f"cannot lock {out_dir} for writing ({exc.strerror or exc}): write elsewhere") from None
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        now = os.stat(lock, follow_symlinks=False)
+    except FileNotFoundError:
         return False
-    except PermissionError:
-        return True
-    return True
+    return (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino)
+
+
+def _write_owner(fd: int) -> None:
+    """``pid <pid> on <host>`` into the held lock file, for a refused writer's message. Best effort:
+    on a full disk the lock still holds, the message just cannot name its holder."""
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    except OSError:
+        pass
+
+
+def _owner_text(fd: int) -> str:
+    try:
+        text = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+    except OSError:
+        text = ""
+    if text.isdigit():  # a lock file of an older kvbench: the pid only
+        text = f"pid {text}"
+    return text if text.startswith("pid ") and text.isprintable() else "its holder did not say who it is"

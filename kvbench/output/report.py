@@ -9,7 +9,6 @@ number stays in the files (``summary.json``, the Parquet and CSV tables).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -21,10 +20,12 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from kvbench.errors import ConfigError
 from kvbench.metrics.display import METRIC_DEFINITIONS, format_bytes, headline_rows
 from kvbench.output.atomic import write_frame
 from kvbench.output.results import SUMMARY_JSON, read_job
 from kvbench.output.sweep_info import job_overrides, swept_keys, swept_values
+from kvbench.textio import read_json_object
 
 #: the width a report is laid out for when the output is no terminal (a pipe, a CI log) and
 #: ``COLUMNS`` is unset: a common terminal, so that a log reads as the screen did
@@ -293,8 +294,10 @@ def comparison_frame(sweep_dir: Path) -> pd.DataFrame:
 def _slo_text(job_dir: Path) -> str:
     """The SLOs a job was given (``ttft_s=2, tpot_s=0.05``), from its ``config.json``; "" for none."""
     try:
-        slo = json.loads((job_dir / "config.json").read_text()).get("slo") or {}
-    except (OSError, ValueError):
+        slo = read_json_object(job_dir / "config.json", "result config").get("slo") or {}
+    except ConfigError:
+        return ""
+    if not isinstance(slo, dict):
         return ""
     return ", ".join(f"{key}={value}" for key, value in slo.items() if value is not None)
 
@@ -424,10 +427,10 @@ def _slo_from_config(out_dir: Path | None) -> bool | None:
     if out_dir is None:
         return None
     try:
-        slo = json.loads((out_dir / "config.json").read_text()).get("slo")
-    except (OSError, ValueError):
+        slo = read_json_object(out_dir / "config.json", "result config").get("slo")
+    except ConfigError:
         return None
-    return None if slo is None else any(value is not None for value in slo.values())
+    return None if not isinstance(slo, dict) else any(value is not None for value in slo.values())
 
 
 def print_summary(summary: dict, out_dir: Path | None, console: Console | None = None, *,

@@ -8,7 +8,6 @@ and never read as a result.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,10 @@ import pandas as pd
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from kvbench.output.atomic import COMPLETE, clear_incomplete, is_complete, mark_complete, write_frame, write_json
+from kvbench.errors import ConfigError
+from kvbench.output.atomic import COMPLETE, check_complete, clear_incomplete, mark_complete, write_frame, write_json
 from kvbench.output.run_json import run_json
+from kvbench.textio import read_json_object
 
 TABLES = ("summary", "requests", "steps", "refusals")
 FAILED = "failed.json"
@@ -90,10 +91,11 @@ def write_failure(out_dir: Path, label: str, reason: str) -> None:
 
 
 def finished_config(out_dir: Path) -> dict | None:
-    """The resolved config of the complete run in ``out_dir``, or None when there is none."""
-    if not is_complete(out_dir) or not (out_dir / "config.json").is_file():
+    """The resolved config of the complete run in ``out_dir``, or None when there is none (no
+    complete, untouched run there). A ConfigError when its config.json cannot be read."""
+    if check_complete(out_dir, RESULT_FILES) is not None or not (out_dir / "config.json").is_file():
         return None
-    return json.loads((out_dir / "config.json").read_text())
+    return read_json_object(out_dir / "config.json", "result config")
 
 
 def _job_label(job_dir: Path) -> str:
@@ -106,13 +108,27 @@ def _job_label(job_dir: Path) -> str:
 
 
 def read_job(job_dir: Path) -> dict[str, Any] | None:
-    """A job folder's summary row, a failure row, a row flagging an incomplete run, or None when
-    the folder holds nothing of a run. An incomplete run's tables are never read."""
-    if is_complete(job_dir):
-        return pd.read_parquet(job_dir / "summary.parquet").iloc[0].to_dict()
+    """A job folder's summary row, a failure row, a row flagging an incomplete or damaged run, or
+    None when the folder holds nothing of a run. An incomplete or damaged run's tables are never
+    read: a folder is a result only when its COMPLETE marker lists exactly its files, with their
+    sizes (:func:`kvbench.output.atomic.check_complete`)."""
+    marker = (job_dir / COMPLETE).is_file()
+    problem = check_complete(job_dir, RESULT_FILES) if marker else None
+    if marker and problem is None:
+        try:
+            return pd.read_parquet(job_dir / "summary.parquet").iloc[0].to_dict()
+        except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a damaged file have no common base
+            problem = f"summary.parquet cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    if problem is not None:
+        return {"failed": True, "status": "damaged", "job": _job_label(job_dir),
+                "error": f"damaged: {problem}; not read: re-run it"}  # fmt: skip
     failed = job_dir / FAILED
     if failed.is_file():
-        return {"failed": True, "status": "failed", **json.loads(failed.read_text())}
+        try:
+            record = read_json_object(failed, "failure record")
+        except ConfigError as exc:
+            record = {"error": str(exc)}
+        return {"failed": True, "status": "failed", **record}
     # Hydra writes .hydra/ when a job starts: a job killed before writing anything is incomplete too
     started = (job_dir / ".hydra").is_dir()
     if started or any((job_dir / name).exists() for name in RESULT_FILES) or any(job_dir.glob(".tmp-*")):

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -100,12 +102,16 @@ def _body(argv: list[str]) -> int:
 
     started = time.perf_counter()
     staging = Path(tempfile.mkdtemp(prefix=".paper-", dir=None if args.check else parent))
+    try:
+        return _build(args, out_dir, parent, staging, started)
+    finally:  # an error or a signal (SIGTERM unwinds here too) leaves no staging folder behind
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _build(args, out_dir: Path, parent: Path, staging: Path, started: float) -> int:
     show, status = _progress_printer()
     try:
         sources = generate(staging, args.only, show)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     finally:
         if status is not None:
             status.stop()
@@ -118,24 +124,36 @@ def _body(argv: list[str]) -> int:
 
     if args.check:
         found = differences(out_dir, staging)
-        shutil.rmtree(staging, ignore_errors=True)
         for line in found:
             print(line)
         verdict = "up to date" if not found else f"out of date in {len(found)} files: run `kvbench paper` and commit"
         print(f"{out_dir}: {verdict} ({time.perf_counter() - started:.0f} s)")
         return 1 if found or disagree else 0
 
+    # mkdtemp made the staging folder private (0700); the paper is a folder like any other
+    staging.chmod(0o777 & ~_umask())
     old = parent / f".paper-old-{staging.name}"
-    if out_dir.exists():
-        out_dir.rename(old)
-    staging.rename(out_dir)
+    # no signal between the two renames: it would leave the old paper aside and no paper/ at all
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        if out_dir.exists():
+            out_dir.rename(old)
+        staging.rename(out_dir)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     shutil.rmtree(old, ignore_errors=True)
     print(f"wrote {out_dir}/ ({len(_files(out_dir))} files) in {time.perf_counter() - started:.0f} s")
     return 1 if disagree else 0
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def main() -> None:
-    run_cli(_body)
+    run_cli(_body, "kvbench paper")
 
 
 if __name__ == "__main__":

@@ -13,8 +13,9 @@ from kvbench.output.results import RunResult
 #: added to every run: none of them changes a number (no files, figures, W&B or progress bar)
 QUIET = ("progress=false", "wandb.mode=disabled", "output.write=false", "output.figures=false")
 
-#: summary columns that depend on the machine or the checkout, never on the simulation
-_NOT_SIMULATED = ("wall", "kvbench_version", "kvbench_commit")
+#: summary columns that depend on the machine or the checkout, never on the simulation (the
+#: calibration's digest identifies a file for resumed sweeps; the ``calibration`` column names it)
+_NOT_SIMULATED = ("wall", "kvbench_version", "kvbench_commit", "calibration_sha256")
 
 
 def command(overrides: Sequence[str]) -> str:

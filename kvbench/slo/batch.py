@@ -38,6 +38,12 @@ from kvbench.slo.common import (
 )
 
 GB = 1e9  # decimal, as the lecture's 3,350 GB/s
+#: bounds on the options, so that every allocation they size stays small: the figure evaluates the
+#: cost model at every batch up to --max-batch (2**20 floats: 8 MB), and a TPOT SLO above 100 s
+#: is no serving SLO (it only makes the batch, and so the table, huge)
+MAX_TPOT_MS = 100_000
+MAX_BATCH = 1 << 20
+MAX_CONTEXT_TOKENS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -169,9 +175,12 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--out", default=None, help="output folder (default results/slo/<date>/batch-<time>/)")
     args, overrides = parser.parse(argv)
     out_dir = resolve_out_dir(args.out, "batch")
-    require(math.isfinite(args.tpot_ms) and args.tpot_ms > 0, "--tpot-ms", args.tpot_ms, "use a positive number of milliseconds")
-    require(args.context_tokens >= 1, "--context-tokens", args.context_tokens, "use an integer >= 1")
-    require(args.max_batch is None or args.max_batch >= 1, "--max-batch", args.max_batch, "use an integer >= 1")
+    require(math.isfinite(args.tpot_ms) and 0 < args.tpot_ms <= MAX_TPOT_MS, "--tpot-ms", args.tpot_ms,
+            f"use a positive number of milliseconds, at most {MAX_TPOT_MS:,} (a {MAX_TPOT_MS // 1000:g} s token)")  # fmt: skip
+    require(1 <= args.context_tokens <= MAX_CONTEXT_TOKENS, "--context-tokens", args.context_tokens,
+            f"use an integer from 1 to {MAX_CONTEXT_TOKENS:,} (2**24, above any model's positions)")  # fmt: skip
+    require(args.max_batch is None or 1 <= args.max_batch <= MAX_BATCH, "--max-batch", args.max_batch,
+            f"use an integer from 1 to {MAX_BATCH:,} (the table and the figure hold every batch up to it)")  # fmt: skip
 
     from kvbench.app.run import setup
 
@@ -191,7 +200,7 @@ def _main(argv: list[str]) -> int:
         memory_batch=b_mem, held_bytes_per_seq=held_bytes, budget_bytes=s.budget_bytes,
         max_num_seqs=int(s.scheduler.config.max_num_seqs),
     )  # fmt: skip
-    max_batch = args.max_batch or 1 << math.ceil(math.log2(max(8, 1.25 * max(b_slo + 1, b_mem))))
+    max_batch = args.max_batch or min(MAX_BATCH, 1 << math.ceil(math.log2(max(8, 1.25 * max(b_slo + 1, b_mem)))))
     table = batch_table(s.cost, context_tokens, _batches(answer, max_batch), answer)
 
     allocator = choices.get("allocator", s.allocator.name)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvbench.app.arguments import OneLineParser
 from kvbench.app.folders import check_writable
-from kvbench.errors import ConfigError
+from kvbench.errors import ConfigError, error_line
 from kvbench.output.atomic import (
     clear_incomplete,
     folder_lock,
@@ -28,14 +29,11 @@ OVERRIDES_HELP = (
 )
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse whose errors are a ConfigError: the caller prints one line, no usage block."""
+class Parser(OneLineParser):
+    """A one-line-error parser whose leftover ``key=value`` arguments are kvbench overrides."""
 
     def __init__(self, prog: str, description: str) -> None:
-        super().__init__(prog=prog, description=description, epilog=OVERRIDES_HELP, allow_abbrev=False)
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise ConfigError(f"{message} (see {self.prog} --help)")
+        super().__init__(prog=prog, description=description, epilog=OVERRIDES_HELP)
 
     def parse(self, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         """The flags, and the ``key=value`` kvbench overrides in the order given."""
@@ -62,19 +60,22 @@ def compose_checked(overrides: list[str]):
         raise ConfigError(hydra_error_line(exc, overrides)) from None
 
 
-def run_cli(body: Callable[[list[str]], int]) -> None:
-    """Run ``body(sys.argv[1:])``; bad input is one ``kvbench: error:`` line and exit status 2."""
+def run_cli(body: Callable[[list[str]], int], prog: str = "kvbench") -> None:
+    """Run ``body(sys.argv[1:])``; bad input is one ``<prog>: error:`` line and exit status 2, an
+    interrupt (Ctrl-C, SIGTERM) one line and 128 + the signal's number."""
+    from kvbench.app.signals import exit_interrupted, handle_sigterm
+
+    handle_sigterm()
     try:
         status = body(sys.argv[1:])
     except ConfigError as exc:
-        print(f"kvbench: error: {exc}", file=sys.stderr)
+        print(error_line(prog, exc), file=sys.stderr)
         sys.exit(2)
     except OSError as exc:  # the output folder vanished or the disk filled: nothing is marked complete
-        print(f"kvbench: error: could not write {exc.filename or 'the results'}: {exc.strerror or exc}", file=sys.stderr)
+        print(error_line(prog, f"could not write {exc.filename or 'the results'}: {exc.strerror or exc}"), file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
-        print("kvbench: interrupted: nothing written is marked complete", file=sys.stderr)
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        exit_interrupted(exc, prog, "nothing written is marked complete")
     if status:
         sys.exit(status)
 

@@ -4,8 +4,10 @@ Each probe is one whole simulated run (:func:`kvbench.api.run`) with the knob se
 its SLO attainment, the fraction of finished requests meeting every SLO given (inclusive, the
 count behind goodput: ``summary["slo_attainment"]``), reaches ``--attainment``.
 
-The search assumes attainment falls as the knob rises (more load; or a larger batch cap, which
-makes every decode step slower), so one bracket [passes, fails] holds the answer and is halved:
+Attainment usually falls as the knob rises (more load; or a larger batch cap, which makes every
+decode step slower), so one bracket [passes, fails] holds the answer and is halved. Where it rises
+instead (over ``max_num_seqs`` with a TTFT SLO, a larger cap shortens the queue), the ends say so
+(--low fails, --high passes) and the same halving finds the smallest value that passes:
 
 - ``rate``: geometric midpoint ``sqrt(low * high)``. The stopping rule is relative
   (``high / low <= 1 + rel_tol``), and the geometric midpoint halves ``log(high / low)`` each
@@ -58,6 +60,12 @@ KNOBS = {
     "rate": Knob("workload.rate_per_s", False, "req/s", 0.1, 64.0),
     "max_num_seqs": Knob("scheduler.max_num_seqs", True, "seqs", 1, 1024),
 }
+#: bounds on the options: a relative tolerance below 1e-6 asks for more digits than a rate has
+#: (and 1e-20 made the probe count a division by zero); every probe is a whole simulated run
+MIN_REL_TOL = 1e-6
+MAX_RUNS = 1000
+MAX_RATE_SPAN = 1e12
+MAX_NUM_SEQS = 1 << 24
 #: summary columns kept for every probe
 PROBE_COLUMNS = ("slo_attainment", "goodput_requests_per_s", "throughput_requests_per_s", "ttft_p99_s",
                  "tpot_p99_s", "e2e_p99_s", "num_requests", "num_finished", "num_preemptions")  # fmt: skip
@@ -68,10 +76,14 @@ class Search:
     """The probes taken (knob value -> passed, in the order taken) and where the search ended."""
 
     probes: dict[float, bool] = field(default_factory=dict)
-    #: bracketed (low passes, high fails), high_passes or low_fails
+    #: bracketed (low passes, high fails: attainment falls with the knob), rising (low fails, high
+    #: passes: it rises, and the bracket holds the smallest passing value), high_passes or low_fails
+    #: (both ends pass, or both fail)
     status: str = "bracketed"
-    low: float = math.nan  #: the largest value known to pass (bracketed)
-    high: float = math.nan  #: the smallest value known to fail above it (bracketed)
+    #: bracketed: the largest value known to pass; rising: the largest known to fail
+    low: float = math.nan
+    #: bracketed: the smallest value known to fail above it; rising: the smallest known to pass
+    high: float = math.nan
     converged: bool = False
 
 
@@ -81,8 +93,10 @@ def close_enough(low: float, high: float, integer: bool, rel_tol: float) -> bool
 
 def bisect(passes: Callable[[float], bool], low: float, high: float, *, integer: bool, rel_tol: float,
            max_runs: int) -> Search:  # fmt: skip
-    """Probe both ends, then halve [passes, fails] until it is within tolerance or ``max_runs``
-    probes have run."""
+    """Probe both ends, then halve the bracket between a pass and a fail until it is within
+    tolerance or ``max_runs`` probes have run. Attainment usually falls as the knob rises (more
+    load); where it rises instead (a larger batch cap shortens the queue, and so the TTFT), the
+    same halving finds the smallest value that passes."""
     search = Search()
 
     def probe(value: float) -> bool:
@@ -90,15 +104,13 @@ def bisect(passes: Callable[[float], bool], low: float, high: float, *, integer:
         return search.probes[value]
 
     low_passes, high_passes = probe(low), probe(high)
-    if not low_passes:
-        search.status = "low_fails"
+    if low_passes == high_passes:
+        search.status = "high_passes" if high_passes else "low_fails"
         return search
-    if high_passes:
-        search.status = "high_passes"
-        return search
+    search.status = "bracketed" if low_passes else "rising"
     while not close_enough(low, high, integer, rel_tol) and len(search.probes) < max_runs:
         mid = (low + high) // 2 if integer else math.sqrt(low * high)
-        if probe(mid):
+        if probe(mid) == low_passes:  # mid is on the low end's side of the crossing
             low = mid
         else:
             high = mid
@@ -139,7 +151,7 @@ def _figure(curve: pd.DataFrame, search: Search, knob_name: str, knob: Knob, tar
     top.scatter(x[passed], curve["slo_attainment"][passed] * 100, color="#31a354", zorder=3, label="pass")
     top.scatter(x[~passed], curve["slo_attainment"][~passed] * 100, color="#e34a33", zorder=3, label="fail")
     top.axhline(target * 100, color="black", linestyle="--", linewidth=1, label=f"target {target * 100:g} %")
-    if search.status == "bracketed":
+    if search.status in ("bracketed", "rising"):
         top.axvspan(search.low, search.high, color="#fdbb84", alpha=0.5, label="final bracket")
     top.set_ylabel("SLO attainment (% of requests)")
     top.set_ylim(0, 105)
@@ -159,7 +171,8 @@ def _figure(curve: pd.DataFrame, search: Search, knob_name: str, knob: Knob, tar
 def _main(argv: list[str]) -> int:
     parser = Parser("kvbench slo-search", "The largest arrival rate or batch cap whose simulated runs meet "
                     "every SLO (slo.ttft_s, slo.tpot_s, slo.e2e_s overrides) for a fraction of requests, by bisection. "
-                    "Exit status 1 when --low..--high does not bracket the answer, 2 on bad input.")  # fmt: skip
+                    "Exit status 1 when --low..--high does not bracket the largest such value (the line says what "
+                    "was found instead), 2 on bad input.")  # fmt: skip
     parser.add_argument("--over", required=True, choices=sorted(KNOBS),
                         help="rate: workload.rate_per_s (Poisson arrivals); max_num_seqs: scheduler.max_num_seqs")
     parser.add_argument("--low", type=float, default=None, help="lower end (default 0.1 req/s or 1 seq)")
@@ -178,12 +191,19 @@ def _main(argv: list[str]) -> int:
     require(math.isfinite(low) and low > 0, "--low", low, "use a positive number")
     require(math.isfinite(high) and high > low, "--high", high, f"use a finite number above --low={low:g}")
     if knob.integer:
+        require(high <= MAX_NUM_SEQS, "--high", high, f"use at most {MAX_NUM_SEQS:,} sequences")
+    if knob.integer:
         require(low == int(low), "--low", low, "scheduler.max_num_seqs is an integer: use a whole number")
         require(high == int(high), "--high", high, "scheduler.max_num_seqs is an integer: use a whole number")
         low, high = int(low), int(high)
     require(0 < args.attainment <= 1, "--attainment", args.attainment, "use a fraction in (0, 1]")
-    require(args.rel_tol > 0, "--rel-tol", args.rel_tol, "use a positive fraction, e.g. 0.05")
-    require(args.max_runs >= 2, "--max-runs", args.max_runs, "use an integer >= 2 (both ends are probed first)")
+    require(math.isfinite(args.rel_tol) and MIN_REL_TOL <= args.rel_tol <= 1, "--rel-tol", args.rel_tol,
+            f"use a fraction from {MIN_REL_TOL:g} to 1, e.g. 0.05 (below {MIN_REL_TOL:g} the bracket's ends are "
+            "closer than the rate's own digits)")  # fmt: skip
+    require(2 <= args.max_runs <= MAX_RUNS, "--max-runs", args.max_runs,
+            f"use an integer from 2 to {MAX_RUNS} (both ends are probed first; each probe is a whole run)")  # fmt: skip
+    if not knob.integer:
+        require(high / low <= MAX_RATE_SPAN, "--high", high, f"use a range of at most {MAX_RATE_SPAN:.0e} x --low={low:g}")
     for override in overrides:
         if override.split("=")[0].lstrip("+") == knob.key:
             raise ConfigError(f"{override} sets what --over {args.over} searches: drop it and give --low/--high")
@@ -251,6 +271,16 @@ def _main(argv: list[str]) -> int:
         if not search.converged:
             out.print(f"stopped at --max-runs={args.max_runs} before the bracket reached the tolerance: "
                       "raise --max-runs or narrow --low/--high", highlight=False)  # fmt: skip
+    elif search.status == "rising":
+        out.print(f"[bold]attainment rises with {args.over} here: --low={_value_text(low, knob, digits)}{unit} misses "
+                  f"{goal} and --high={_value_text(high, knob, digits)}{unit} meets it; the smallest {args.over} "
+                  f"meeting it is {_value_text(search.high, knob, digits)}{unit} (bracket "
+                  f"{_value_text(search.low, knob, digits)}..{_value_text(search.high, knob, digits)}); the largest "
+                  f"is not bracketed (every value probed from there to --high passes): try a larger --high[/bold]",
+                  highlight=False)  # fmt: skip
+        if not search.converged:
+            out.print(f"stopped at --max-runs={args.max_runs} before the bracket reached the tolerance: "
+                      "raise --max-runs or narrow --low/--high", highlight=False)  # fmt: skip
     elif search.status == "high_passes":
         out.print(f"[bold]even --high={_value_text(high, knob, digits)}{unit} meets {goal}: the range does not "
                   f"bracket the answer, which is above it; try a larger --high[/bold]", highlight=False)  # fmt: skip
@@ -266,7 +296,9 @@ def _main(argv: list[str]) -> int:
 
     document = {
         "over": args.over, "key": knob.key, "status": search.status, "answer": answer,
-        "bracket": [search.low, search.high] if answer is not None else None, "converged": search.converged,
+        "smallest_passing": search.high if search.status == "rising" else None,
+        "bracket": [search.low, search.high] if search.status in ("bracketed", "rising") else None,
+        "converged": search.converged,
         "monotone": monotone, "midpoint": "arithmetic (integer)" if knob.integer else "geometric",
         "target_attainment": args.attainment, "rel_tol": args.rel_tol, "low": low, "high": high,
         "num_runs": len(rows), "max_runs": args.max_runs, "slo": slo, "overrides": overrides,

@@ -17,6 +17,11 @@ from kvbench.errors import ConfigError, require
 
 #: arrival processes a source may name in its config
 ARRIVAL_KINDS = ("all_at_once", "poisson")
+#: the latest arrival a run accepts, in seconds from its start: 10^9 s is about 32 years, longer
+#: than any trace spans. The clock is a float64 in seconds, whose resolution falls as it grows: at
+#: 1e9 s one unit in the last place is 1.2e-7 s, 1e-4 of a millisecond step; near 1e300 a whole
+#: request vanishes into its arrival time (arrival + TTFT == arrival) and latencies read exactly 0
+MAX_ARRIVAL_S = 1e9
 
 # Fractions that sum to 1 within this tolerance are accepted (YAML users write 0.7/0.25/0.05,
 # whose float sum is not exactly 1).
@@ -44,6 +49,14 @@ def validate_arrivals(kind: str, rate_per_s: float | None, key_prefix: str) -> N
         ok = rate_per_s is not None and math.isfinite(rate_per_s) and rate_per_s > 0
         allowed = "use a positive request rate (requests/s) for poisson arrivals"
         require(ok, f"{key_prefix}.rate_per_s", rate_per_s, allowed)
+
+
+def check_arrival_span(arrival_s: np.ndarray, cause: str) -> None:
+    """Refuse a workload whose last request arrives later than MAX_ARRIVAL_S; ``cause`` names the
+    options that set the times (a rate, a rate scale, the file)."""
+    if len(arrival_s) and float(arrival_s[-1]) > MAX_ARRIVAL_S:
+        raise ConfigError(f"the last request arrives {float(arrival_s[-1]):.3g} s after the start, beyond the "
+                          f"{MAX_ARRIVAL_S:.0e} s (about 32 years) a run accepts: {cause}")  # fmt: skip
 
 
 def validate_s_max_mix(mix: Sequence[SmaxClass], key: str) -> None:

@@ -72,9 +72,22 @@ class WorkloadSource:
 
     name: ClassVar[str]
     Config: ClassVar[type | None] = None
+    #: whether the source replays a file (its parse costs memory per row: the memory check uses it)
+    replays_a_file: ClassVar[bool] = False
 
     def __init__(self, config: Any) -> None:
         self.config = config
+
+    @classmethod
+    def planned_requests(cls, config: Any) -> int | None:
+        """How many requests the run will hold, known before the source is built (the memory check
+        asks first); None when it cannot say cheaply. A file source counts its rows."""
+        return getattr(config, "num_requests", None)
+
+    @classmethod
+    def carries_prefix_hashes(cls, config: Any) -> bool:
+        """Whether its requests carry prefix hashes (what prefix caching keeps per block)."""
+        return False
 
     def generate(self, rng: np.random.Generator) -> Workload:
         raise NotImplementedError

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,8 +34,9 @@ import numpy as np
 from omegaconf import MISSING
 
 from kvbench import hookimpl
-from kvbench.errors import ConfigError, require
-from kvbench.workload.arrivals import arrival_times_s, validate_arrivals
+from kvbench.errors import ConfigError, clip, invisible_characters, require, visible
+from kvbench.textio import count_lines, open_text
+from kvbench.workload.arrivals import MAX_ARRIVAL_S, arrival_times_s, validate_arrivals
 from kvbench.workload.source import Workload, WorkloadSource
 
 _KEY = "workload"
@@ -48,7 +50,16 @@ COLUMNS = {
 OPTIONAL = ("arrival_s", "s_max_tokens")
 ARRIVALS = ("file", "all_at_once", "poisson")
 S_MAX_POLICIES = ("fixed", "request")
-INT64_MAX = int(np.iinfo(np.int64).max)  # token columns are int64
+INT64_MAX = int(np.iinfo(np.int64).max)
+#: the most tokens one request's prompt or output may have: far above any model's context (2**24
+#: positions is kvbench's cap), and small enough that no sum of a trace's token columns can wrap
+#: the int64 they are held in (a wrapped prompt + output would read as short and pass too_long=drop)
+MAX_REQUEST_TOKENS = 2**31 - 1
+#: what a token count or a time may look like: ASCII digits only. Python's int() and float() also
+#: take "1_000", "+5", " 5", "inf" and Arabic-Indic or full-width digits, none of which a trace
+#: writer means as a plain number
+_INTEGER = re.compile(r"[0-9]+")
+_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 
 
 @dataclass
@@ -100,8 +111,8 @@ def read_requests(path: Path, limit: int | None = None, *, sorted_arrivals: bool
     ``skip``; the arrival column must be sorted when ``sorted_arrivals`` (a source that replaces the
     arrivals does not care). Only ``fields`` are read (a length file's other columns are ignored)."""
     if not path.is_file():
-        raise ConfigError(f"{_KEY}.path={str(path)!r}: no such file; give the path to a request CSV")
-    with path.open(newline="", encoding="utf-8") as handle:
+        raise ConfigError(f"{_KEY}.path={clip(str(path))!r}: no such file; give the path to a request CSV")
+    with open_text(path, f"{_KEY}.path", newline="") as handle:
         reader = csv.reader(handle)
         try:
             header = next(reader, None)
@@ -121,6 +132,8 @@ def read_requests(path: Path, limit: int | None = None, *, sorted_arrivals: bool
         except (UnicodeDecodeError, csv.Error) as exc:  # not text, or broken quoting: not a CSV we can read
             raise ConfigError(f"{path}: near line {reader.line_num + 1}, not readable as UTF-8 CSV ({exc}); "
                               "save it as CSV text") from None
+        except OSError as exc:  # a read error part-way (a disk, a network mount)
+            raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if not lines:
         raise ConfigError(f"{path}: the file has a header but no requests; add one row per request")
     check_window(path, len(lines), skip, limit)
@@ -146,8 +159,21 @@ def check_window(path: Path, num_rows: int, skip: int, limit: int | None) -> Non
                           "lower it or use null for every row")  # fmt: skip
 
 
+def check_header_characters(path: Path, header: list[str], known: tuple[str, ...]) -> None:
+    """Refuse a header cell that is a known column name but for invisible characters (a zero-width
+    space, a second byte-order mark, a TAB): read as it is, that column would be missing, and an
+    optional one (the arrivals) missing is a silently different replay."""
+    for number, name in enumerate(header, start=1):
+        hidden = invisible_characters(name)
+        cleaned = "".join(ch for ch in name if ch.isprintable() and not (ch.isspace() and ch != " ")).strip()
+        if hidden and cleaned in known:
+            raise ConfigError(f"{path}:1:{number}: the header cell {name!r} is the column {cleaned!r} with "
+                              f"invisible characters ({', '.join(hidden)}) in it; remove them")  # fmt: skip
+
+
 def _locate_columns(path: Path, header: list[str], fields: tuple[str, ...]) -> dict[str, tuple[int, str]]:
     """field -> (index, column name) for each of ``fields`` the header holds; a required one missing is an error."""
+    check_header_characters(path, header, tuple(name for names in COLUMNS.values() for name in names))
     where = {}
     for field in fields:
         names = COLUMNS[field]
@@ -158,30 +184,38 @@ def _locate_columns(path: Path, header: list[str], fields: tuple[str, ...]) -> d
             where[field] = (header.index(present[0]), present[0])
         elif field not in OPTIONAL:
             raise ConfigError(f"{path}: no {field} column; name one {' or '.join(names)} "
-                              f"(the header has: {', '.join(header)})")  # fmt: skip
+                              f"(the header has: {visible(', '.join(header), limit=200)})")  # fmt: skip
     return where
 
 
+def parse_tokens(text: str) -> int | None:
+    """A token count written in plain ASCII digits, within [1, MAX_REQUEST_TOKENS]; None otherwise."""
+    if not _INTEGER.fullmatch(text) or len(text) > 12:
+        return None
+    count = int(text)
+    return count if 1 <= count <= MAX_REQUEST_TOKENS else None
+
+
 def parse_cell(path: Path, line: int, row: list[str], index: int, name: str, field: str) -> float | int:
-    """One checked value: arrival a finite float >= 0, token counts integers >= 1."""
+    """One checked value: arrival a plain decimal number of seconds in [0, MAX_ARRIVAL_S], token
+    counts plain integers in [1, MAX_REQUEST_TOKENS]."""
     where = f"{path}:{line}:{index + 1}"
     if index >= len(row):
         raise ConfigError(f"{where}: the row has {len(row)} fields, no {name} value; give every row every column")
     text = row[index].strip()
+    shown = clip(text, 40)
     if field == "arrival_s":
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
+        value = float(text) if _DECIMAL.fullmatch(text) else math.nan
         if not (math.isfinite(value) and value >= 0):
-            raise ConfigError(f"{where}: {name}={text!r} is not a time in seconds >= 0; fix the row")
+            raise ConfigError(f"{where}: {name}={shown!r} is not a time in seconds >= 0 (plain digits, e.g. 12.5); fix the row")
+        if value > MAX_ARRIVAL_S:
+            raise ConfigError(f"{where}: {name}={shown!r} is beyond {MAX_ARRIVAL_S:.0e} s (about 32 years) from the start "
+                              "of the run; times are seconds from the first request: rebase them")  # fmt: skip
         return value
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if not 1 <= count <= INT64_MAX:
-        raise ConfigError(f"{where}: {name}={text!r} is not a whole number of tokens in [1, {INT64_MAX}]; fix the row")
+    count = parse_tokens(text)
+    if count is None:
+        raise ConfigError(f"{where}: {name}={shown!r} is not a whole number of tokens in [1, {MAX_REQUEST_TOKENS}] "
+                          "written in plain digits; fix the row")  # fmt: skip
     return count
 
 
@@ -198,6 +232,16 @@ class RequestCsvWorkload(WorkloadSource):
 
     name = "request_csv"
     Config = RequestCsvConfig
+    replays_a_file = True
+
+    @classmethod
+    def planned_requests(cls, config: RequestCsvConfig) -> int | None:
+        """The file's rows (less the header), at most num_requests; counted without parsing."""
+        path = Path(config.path)
+        if not path.is_file():
+            return config.num_requests  # the source says what is wrong when it is built
+        rows = max(0, count_lines(path, f"{_KEY}.path") - 1)
+        return rows if config.num_requests is None else min(rows, config.num_requests)
 
     def __init__(self, config: RequestCsvConfig) -> None:
         config.validate()

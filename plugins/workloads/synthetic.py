@@ -32,6 +32,7 @@ import numpy as np
 from kvbench import hookimpl
 from kvbench.errors import ConfigError, require
 from kvbench.workload.arrivals import (
+    MAX_ARRIVAL_S,
     SmaxClass,
     arrival_times_s,
     draw_s_max,
@@ -42,7 +43,6 @@ from kvbench.workload.source import Workload, WorkloadSource
 
 LENGTH_KINDS = ("fixed", "lognormal")
 #: the longest stretch of Poisson arrivals, in seconds (see SyntheticConfig.validate)
-MAX_ARRIVAL_SPAN_S = 1e9
 FAN_OUTS = ("sample", "beam")
 _KEY = "workload"
 
@@ -127,13 +127,11 @@ class SyntheticConfig:
                 "use an integer >= 1 (the prefix-hash granule in tokens)")  # fmt: skip
         validate_arrivals(self.arrival, self.rate_per_s, _KEY)
         if self.arrival == "poisson":
-            # the clock is a float64 in seconds, whose resolution falls as it grows: at 1e9 s (32
-            # years) it is 1.2e-7 s, 1e-4 of a millisecond step; at a rate of 1e-300/s every step
-            # time vanished into the arrival times and TPOT read 0 s
+            # at a rate of 1e-300/s every step time would vanish into the arrival times (see MAX_ARRIVAL_S)
             span_s = self.num_requests / self.rate_per_s
-            require(span_s <= MAX_ARRIVAL_SPAN_S, f"{_KEY}.rate_per_s", self.rate_per_s,
+            require(span_s <= MAX_ARRIVAL_S, f"{_KEY}.rate_per_s", self.rate_per_s,
                     f"{self.num_requests} requests would arrive over ~{span_s:.3g} s; use a rate >= "
-                    f"workload.num_requests / {MAX_ARRIVAL_SPAN_S:.0e} s")  # fmt: skip
+                    f"workload.num_requests / {MAX_ARRIVAL_S:.0e} s")  # fmt: skip
         require(self.s_max_tokens >= 2, f"{_KEY}.s_max_tokens", self.s_max_tokens, "use an integer >= 2")
         if self.s_max_mix is not None:
             validate_s_max_mix(self.s_max_mix, f"{_KEY}.s_max_mix")
@@ -178,6 +176,10 @@ class SyntheticWorkload(WorkloadSource):
 
     name = "synthetic"
     Config = SyntheticConfig
+
+    @classmethod
+    def carries_prefix_hashes(cls, config: SyntheticConfig) -> bool:
+        return config.shared_prefix_tokens > 0
 
     def __init__(self, config: SyntheticConfig | None = None) -> None:
         config = config if config is not None else SyntheticConfig()

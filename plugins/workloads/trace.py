@@ -8,8 +8,8 @@ Formats (``format``; the readers are in :mod:`trace_formats`):
 - ``lengths``: prompt and output lengths only (ShareGPT, arXiv summarization): no arrivals;
 - ``request_csv``: the columns of the ``request_csv`` source (arrivals and S_max optional).
 
-``path`` is a file; a relative one is looked up in kvbench's packaged traces first (``kvbench/traces``),
-then in the directory kvbench runs in.
+``path`` is a file: a bare name of one of kvbench's packaged traces (``kvbench/traces``), or a
+path (a relative one from the directory kvbench runs in).
 
 Which requests. Rows ``[start_offset, start_offset + num_requests)`` of the file, in file order.
 Requests too long for the run (below) are then dropped, clipped or refused (``too_long``).
@@ -49,7 +49,8 @@ from omegaconf import MISSING
 
 import kvbench
 from kvbench import hookimpl
-from kvbench.errors import ConfigError, require
+from kvbench.errors import ConfigError, clip, require
+from kvbench.textio import count_lines
 from kvbench.workload.arrivals import ARRIVAL_KINDS, arrival_times_s, validate_arrivals
 from kvbench.workload.source import Workload, WorkloadSource
 from kvbench_plugins.workloads.trace_formats import (
@@ -75,7 +76,7 @@ class TraceConfig:
 
     #: azure, mooncake, lengths or request_csv (see the module docstring)
     format: str = MISSING
-    #: the trace file; relative: a packaged trace's name first, then the working directory
+    #: the trace file: a packaged trace's bare name, or a path (relative: from the working directory)
     path: str = MISSING
     #: replay this many rows (after start_offset); null: every row
     num_requests: int | None = None
@@ -129,15 +130,23 @@ class TraceConfig:
         return f"{_KEY}.{key}={self.longest_tokens()}"
 
 
+def packaged_traces() -> list[str]:
+    """The names of kvbench's packaged traces (the files ``workload.path=<name>`` finds)."""
+    return sorted(p.name for p in TRACES_DIR.glob("*.*") if p.suffix != ".md")
+
+
 def resolve_path(path: str) -> Path:
-    """A packaged trace by its (relative) name, else the path as given (relative to the working directory)."""
+    """A packaged trace by its bare name, else the path as given (relative to the working directory).
+
+    Only a bare file name is looked up among the packaged traces: ``../../x`` relative to that
+    folder would reach any file on the machine, under a name that does not say so."""
     given = Path(path).expanduser()
-    if not given.is_absolute() and (TRACES_DIR / given).is_file():
-        return TRACES_DIR / given
+    if given.name == path and path in packaged_traces():
+        return TRACES_DIR / path
     if not given.is_file():
-        raise ConfigError(f"{_KEY}.path={path!r}: no such file here or among kvbench's traces "
-                          f"({', '.join(sorted(p.name for p in TRACES_DIR.glob('*.*') if p.suffix != '.md'))}); "
-                          "give the path to a trace file")  # fmt: skip
+        what = ("is a folder, not a trace file" if given.is_dir()
+                else f"no such file here or among kvbench's traces ({', '.join(packaged_traces())})")  # fmt: skip
+        raise ConfigError(f"{_KEY}.path={clip(path)!r}: {what}; give the path to a trace file")
     return given
 
 
@@ -158,6 +167,23 @@ class TraceWorkload(WorkloadSource):
 
     name = "trace"
     Config = TraceConfig
+    replays_a_file = True
+
+    @classmethod
+    def planned_requests(cls, config: TraceConfig) -> int | None:
+        """The rows the replay will read: the file's rows (a header off a CSV) after start_offset,
+        at most num_requests. Counted without parsing; None when the file cannot be found yet."""
+        try:
+            path = resolve_path(config.path)
+        except ConfigError:
+            return config.num_requests  # the source says what is wrong when it is built
+        rows = count_lines(path, f"{_KEY}.path") - (0 if config.format == "mooncake" else 1)
+        rows = max(0, rows - config.start_offset)
+        return rows if config.num_requests is None else min(rows, config.num_requests)
+
+    @classmethod
+    def carries_prefix_hashes(cls, config: TraceConfig) -> bool:
+        return config.format == "mooncake"
 
     def __init__(self, config: TraceConfig) -> None:
         config.validate()

@@ -18,9 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from kvbench.errors import ConfigError
+from kvbench.errors import ConfigError, clip, visible
+from kvbench.textio import open_text
 from kvbench_plugins.workloads.request_csv import (
     INT64_MAX,
+    MAX_REQUEST_TOKENS,
+    check_header_characters,
     check_window,
     parse_cell,
     read_requests,
@@ -30,7 +33,8 @@ from kvbench_plugins.workloads.request_csv import (
 MOONCAKE_HASH_BLOCK_TOKENS = 512
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
-_AZURE_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
+# [0-9], not \d: \d also matches Arabic-Indic and other scripts' digits
+_AZURE_TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?")
 _AZURE_FORMAT = "YYYY-MM-DD HH:MM:SS.fffffff"
 
 
@@ -67,16 +71,17 @@ def read_azure(path: Path, skip: int, limit: int | None) -> TraceRows:
     ``ContextTokens``, ``GeneratedTokens``; arrivals in integer nanoseconds after the first row read."""
     _require_file(path)
     prompt, output, ticks, lines = [], [], [], []
-    with path.open(newline="", encoding="utf-8") as handle:
+    with open_text(path, "workload.path", newline="") as handle:
         reader = csv.reader(handle)
         try:
             header = [name.strip() for name in next(reader, None) or []]
             if not header:
                 raise ConfigError(f"{path}: the file is empty; an Azure trace starts with the header {','.join(AZURE_COLUMNS)}")
+            check_header_characters(path, header, AZURE_COLUMNS)
             missing = [name for name in AZURE_COLUMNS if name not in header]
             if missing:
                 raise ConfigError(f"{path}:1: no {missing[0]} column; an Azure trace has the columns "
-                                  f"{', '.join(AZURE_COLUMNS)} (the header has: {', '.join(header)})")  # fmt: skip
+                                  f"{', '.join(AZURE_COLUMNS)} (the header has: {visible(', '.join(header), limit=200)})")  # fmt: skip
             at = [header.index(name) for name in AZURE_COLUMNS]
             first_ns = None
             for row in reader:
@@ -94,6 +99,8 @@ def read_azure(path: Path, skip: int, limit: int | None) -> TraceRows:
         except (UnicodeDecodeError, csv.Error) as exc:
             raise ConfigError(f"{path}: near line {reader.line_num + 1}, not readable as UTF-8 CSV ({exc}); "
                               "save it as CSV text") from None  # fmt: skip
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     _check_rows(path, len(lines), skip, limit)
     arrival = np.array(ticks[skip:], dtype=np.int64)
     _check_sorted(path, arrival, lines[skip:], f"{at[0] + 1}: {AZURE_COLUMNS[0]}", "TIMESTAMP")
@@ -114,7 +121,7 @@ def _azure_ns(path: Path, line: int, row: list[str], index: int) -> int:
         year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
         date = datetime.datetime(year, month, day, hour, minute, second)  # checks the calendar
     except ValueError:
-        raise ConfigError(f"{where}: TIMESTAMP={text!r} is not a time as {_AZURE_FORMAT}; fix the row") from None
+        raise ConfigError(f"{where}: TIMESTAMP={clip(text, 40)!r} is not a time as {_AZURE_FORMAT}; fix the row") from None
     fraction_ns = int((match.group(7) or "").ljust(9, "0"))
     seconds = date.toordinal() * 86_400 + hour * 3_600 + minute * 60 + second
     return seconds * 1_000_000_000 + fraction_ns
@@ -125,7 +132,7 @@ def read_mooncake(path: Path, skip: int, limit: int | None) -> TraceRows:
     ``output_length`` and ``hash_ids`` (one id per 512 prompt tokens, the last block partial)."""
     _require_file(path)
     prompt, output, ticks, hashes, lines = [], [], [], [], []
-    with path.open(encoding="utf-8") as handle:
+    with open_text(path, "workload.path") as handle:
         try:
             for line, text in enumerate(handle, start=1):
                 if not text.strip():
@@ -140,6 +147,8 @@ def read_mooncake(path: Path, skip: int, limit: int | None) -> TraceRows:
                 lines.append(line)
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{path}: not readable as UTF-8 text ({exc}); save it as JSON lines") from None
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     _check_rows(path, len(lines), skip, limit)
     is_int = all(isinstance(t, int) for t in ticks[skip:])
     arrival = np.array(ticks[skip:], dtype=np.int64 if is_int else np.float64)
@@ -154,6 +163,9 @@ def _json_object(path: Path, line: int, text: str) -> dict:
         record = json.loads(text.rstrip("\r\n"))  # without the newline, colno is the line's column
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}:{line}:{exc.colno}: not valid JSON ({exc.msg}); each line must be one object with "
+                          f"the keys {', '.join(MOONCAKE_KEYS)}") from None  # fmt: skip
+    except RecursionError:  # a line of thousands of nested brackets
+        raise ConfigError(f"{path}:{line}: JSON nested too deeply; each line must be one flat object with "
                           f"the keys {', '.join(MOONCAKE_KEYS)}") from None  # fmt: skip
     if not isinstance(record, dict):
         raise ConfigError(f"{path}:{line}: a JSON {type(record).__name__}, not an object; each line must be one object "
@@ -172,15 +184,15 @@ def _number(path: Path, line: int, record: dict, key: str) -> int | float:
     value = record[key]
     ok = (_is_int(value) and 0 <= value <= INT64_MAX) or (isinstance(value, float) and math.isfinite(value) and value >= 0)
     if not ok:
-        raise ConfigError(f"{path}:{line}: {key}={value!r} is not a time in milliseconds >= 0; fix the line")
+        raise ConfigError(f"{path}:{line}: {key}={clip(repr(value), 40)} is not a time in milliseconds >= 0; fix the line")
     return value
 
 
 def _tokens(path: Path, line: int, record: dict, key: str) -> int:
     value = record[key]
-    if not (_is_int(value) and 1 <= value <= INT64_MAX):
-        raise ConfigError(f"{path}:{line}: {key}={value!r} is not a whole number of tokens in [1, {INT64_MAX}]; "
-                          "fix the line")  # fmt: skip
+    if not (_is_int(value) and 1 <= value <= MAX_REQUEST_TOKENS):
+        raise ConfigError(f"{path}:{line}: {key}={clip(repr(value), 40)} is not a whole number of tokens in "
+                          f"[1, {MAX_REQUEST_TOKENS}]; fix the line")  # fmt: skip
     return value
 
 
@@ -197,7 +209,7 @@ def _hash_ids(path: Path, line: int, record: dict, prompt_tokens: int) -> tuple[
 
 def _require_file(path: Path) -> None:
     if not path.is_file():
-        raise ConfigError(f"workload.path={str(path)!r}: no such file; give the path to a trace file")
+        raise ConfigError(f"workload.path={clip(str(path))!r}: no such file; give the path to a trace file")
 
 
 def _check_rows(path: Path, num_rows: int, skip: int, limit: int | None) -> None:

@@ -305,3 +305,21 @@ def test_a_sweep_is_one_group_of_named_jobs_and_a_comparison(offline_sweep):
     assert [row[table["columns"].index("allocator")] for row in table["data"]] == ["naive", "paged"]
     assert len(logged_images(comparison, "comparison_figure")) == 1
     assert comparison["summary"]["num_jobs"] == 2 and comparison["summary"]["num_failed_jobs"] == 0
+
+
+def test_an_offline_run_writes_nothing_outside_its_folder(tmp_path):
+    # W&B's defaults put wandb-core's logs in ~/.cache/wandb/logs (two files a process) and table
+    # staging in ~/.local/share/wandb: with a home of its own, the run must leave it empty
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "XDG_"))}
+    env.update(HOME=str(home), HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore")
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", "from kvbench.app.cli import main; main()", "workload.num_requests=20",
+                           "progress=false", "wandb.mode=offline", f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    # (matplotlib keeps its font cache under ~/.cache/matplotlib, as for any program that draws)
+    assert [str(p.relative_to(home)) for p in home.rglob("*") if "wandb" in str(p)] == []
+    assert list((run_dir / "wandb" / ".cache").rglob("core-debug-*.log")), "wandb-core's log, in the run's folder"
+    assert list((run_dir / "wandb").glob("offline-run-*"))

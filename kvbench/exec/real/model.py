@@ -37,7 +37,7 @@ def build_model(hf_config: dict, dtype_name: str, seed: int, device: str = "cpu"
 
 
 def has_weights(folder) -> bool:
-    """Whether a model folder holds weights transformers can load (safetensors or PyTorch bins)."""
+    """Whether a model folder holds weights (safetensors, or PyTorch pickles, which are refused)."""
     from pathlib import Path
 
     folder = Path(folder)
@@ -46,17 +46,28 @@ def has_weights(folder) -> bool:
 
 def load_model(folder, dtype_name: str, device: str = "cpu"):
     """``LlamaForCausalLM`` with the real weights of a local folder (``save_pretrained``'s layout:
-    config.json and safetensors or bins), never downloading anything, in eval mode."""
+    config.json and safetensors), never downloading anything, in eval mode.
+
+    Only safetensors are read: a PyTorch ``.bin`` is a pickle, which can run code when loaded,
+    and whether transformers unpickles it safely depends on its and torch's versions. A folder with
+    only ``.bin`` files is refused in one line; damaged weights are one line too."""
+    from pathlib import Path
+
     from transformers import LlamaForCausalLM
 
     if dtype_name not in DTYPES:
         raise ConfigError(f"model.dtype={dtype_name!r} is invalid for mode=real: choose one of {', '.join(DTYPES)}")
+    if not any(Path(folder).glob("*.safetensors")):
+        raise ConfigError(f"model.config_path={str(folder)!r} holds only pickled PyTorch weights (pytorch_model*.bin), "
+                          "which kvbench does not load (a pickle can run code): save the model with safetensors, "
+                          "e.g. model.save_pretrained(folder, safe_serialization=True)")  # fmt: skip
     try:
         model = LlamaForCausalLM.from_pretrained(str(folder), torch_dtype=DTYPES[dtype_name], local_files_only=True,
-                                                 attn_implementation="eager")  # fmt: skip
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"model.config_path={str(folder)!r}: transformers cannot load its weights "
-                          f"({str(exc).strip().splitlines()[0]})") from None  # fmt: skip
+                                                 attn_implementation="eager", use_safetensors=True)  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - safetensors', torch's and transformers' errors share no base
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"model.config_path={str(folder)!r}: its weights cannot be loaded ({type(exc).__name__}: "
+                          f"{detail[:200]}); re-save them with save_pretrained") from None  # fmt: skip
     if model.config.model_type != "llama":
         raise ConfigError(f"mode=real runs Llama models only, got {model.config.model_type!r} in {folder}")
     return model.to(device=device).eval()

@@ -16,7 +16,7 @@ import pytest
 
 import kvbench.app.checks as checks_module
 from kvbench.api import compose, run
-from kvbench.app.checks import MEMORY_BYTES_PER_REQUEST
+from kvbench.app.checks import MEMORY_BASE_BYTES, MEMORY_BYTES_PER_REQUEST
 from kvbench.app.config import check_numbers
 from kvbench.app.run import setup
 from kvbench.errors import ConfigError
@@ -50,7 +50,7 @@ def bad_files(tmp_path) -> Path:
         (["model.hf_config.num_hidden_layers=0"], ["model.hf_config.num_hidden_layers=0", "positive integer"]),  # 3.
         (["model.config_path={tmp}/array.json"], ["model.config_path=", "JSON list, not an object"]),
         (["hardware.name=../../etc"], ["hardware.name='../../etc'"]),  # 4.
-        (["calibration_dir={tmp}/calibrations"], ["triton.json", "efficiency['16']=1.2", "(0, 1]"]),  # 5.
+        (["calibration_dir={tmp}/calibrations"], ["triton.json", "efficiency['16']=1.2", "[0.001, 1]"]),  # 5.
         (["workload.num_requests=10000000000"], ["workload.num_requests=10000000000", "GB of memory"]),  # 6.
         (["+foo=1"], ["foo=1", "top-level keys are", "seed"]),  # 7.
     ],
@@ -126,12 +126,56 @@ def test_a_key_added_with_plus_is_refused(override, match):
 
 
 def test_a_run_too_big_for_memory_is_refused_up_front(monkeypatch):
-    monkeypatch.setattr(checks_module, "_available_memory_bytes", lambda: 1000 * MEMORY_BYTES_PER_REQUEST)
+    per = MEMORY_BYTES_PER_REQUEST["synthetic"]
+    monkeypatch.setattr(checks_module, "_available_memory_bytes", lambda: MEMORY_BASE_BYTES + 1000 * per)
     run([*SMALL, "workload.num_requests=1000"])
-    with pytest.raises(ConfigError, match=r"workload.num_requests=1001 needs about 0.0 GB of memory \(4,181 B per"):
+    with pytest.raises(ConfigError, match=rf"workload.num_requests=1001 needs about 0.3 GB of memory \(250 MB \+ 1,001 x {per:,} B"):
         setup(compose(["workload.num_requests=1001"])[0])
-    with pytest.raises(ConfigError, match=r"workload.num_requests=800 with workload.num_branches=4 needs .* per extra branch"):
-        setup(compose(["workload.num_requests=800", "workload.num_branches=4"])[0])
+    branched = per + 3 * checks_module.MEMORY_BYTES_PER_EXTRA_BRANCH
+    setup(compose([f"workload.num_requests={1000 * per // branched}", "workload.num_branches=4"])[0])
+    with pytest.raises(ConfigError, match=r"workload.num_requests=\d+ with workload.num_branches=4 needs .*4 branches"):
+        setup(compose([f"workload.num_requests={1000 * per // branched + 1}", "workload.num_branches=4"])[0])
+    setup(compose(["workload.num_requests=1001", "check_memory=false"])[0])  # the way to go on anyway
+
+
+def test_a_trace_is_counted_before_it_is_read(monkeypatch):
+    # the packaged Azure conversation trace, counted without parsing
+    from kvbench_plugins.workloads.trace import TRACES_DIR
+
+    rows = len(pd.read_csv(TRACES_DIR / "azure_llm_2023_conv.csv"))
+    per = MEMORY_BYTES_PER_REQUEST["trace"]
+    monkeypatch.setattr(checks_module, "_available_memory_bytes", lambda: MEMORY_BASE_BYTES + (rows - 1) * per)
+    with pytest.raises(ConfigError, match=rf"the {rows:,} rows of workload.path=azure_llm_2023_conv.csv needs about .*replayed trace"):
+        setup(compose(["workload=azure_conv"])[0])
+    setup(compose(["workload=azure_conv", f"workload.num_requests={rows - 1}"])[0])
+
+
+def test_prefix_caching_and_fan_out_raise_the_estimate():
+    plain, _ = checks_module.memory_estimate(10_000, trace=True, branches=1, prefix_cached=False)
+    cached, words = checks_module.memory_estimate(10_000, trace=True, branches=1, prefix_cached=True)
+    fanned, _ = checks_module.memory_estimate(10_000, trace=False, branches=4, prefix_cached=False)
+    synthetic, _ = checks_module.memory_estimate(10_000, trace=False, branches=1, prefix_cached=False)
+    base = checks_module.MEMORY_BASE_BYTES
+    assert cached - base > 20 * (plain - base) and "prefix hashes under prefix caching" in words
+    assert fanned == synthetic + 10_000 * 3 * checks_module.MEMORY_BYTES_PER_EXTRA_BRANCH
+
+
+@pytest.mark.parametrize(
+    "lines, files, headroom",
+    [
+        ("0::/job\n", {"job/memory.max": "1000000", "job/memory.current": "250000"}, 750_000),  # cgroup v2
+        ("0::/job\n", {"job/memory.max": "max", "job/memory.current": "250000"}, None),  # v2, no limit
+        ("4:memory:/job\n0::/\n", {"memory/job/memory.limit_in_bytes": "4096", "memory/job/memory.usage_in_bytes": "96"}, 4000),  # v1
+        ("4:memory:/job\n", {"memory/job/memory.limit_in_bytes": str(2**63 - 4096), "memory/job/memory.usage_in_bytes": "1"}, None),
+        ("0::/job\n", {"unified/job/memory.max": "2000", "unified/job/memory.current": "500"}, 1500),  # hybrid host
+    ],
+)
+def test_the_cgroup_limit_is_read_where_it_binds(tmp_path, lines, files, headroom):
+    (tmp_path / "cgroup").write_text(lines)
+    for name, text in files.items():
+        (tmp_path / "fs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "fs" / name).write_text(text + "\n")
+    assert checks_module._cgroup_headroom_bytes(tmp_path / "cgroup", tmp_path / "fs") == headroom
 
 
 def test_where_memory_is_unknown_there_is_no_check(monkeypatch):
@@ -166,3 +210,54 @@ def test_real_mode_refuses_a_model_too_big_to_build_here(monkeypatch):
         check_real_model_memory(seven_b)
     monkeypatch.setattr(checks_module, "_available_memory_bytes", lambda: 64 * 10**9)
     check_real_model_memory(seven_b)  # fits there
+
+
+# --- the command line itself --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["--frobnicate"], ["unrecognized option '--frobnicate'", "kvbench --help"]),
+        (["--multirn", "allocator=naive"], ["unrecognized option '--multirn'", "did you mean --multirun?"]),
+        (["--cfg", "everything"], ["argument --cfg/-c: invalid choice: 'everything'"]),
+        (["progress=2"], ["progress=2 is invalid: use true or false"]),
+        (["-m", "output.steps=true,2"], ["output.steps=2 is invalid: use true or false"]),
+        (["allocator.prefix_caching=2"], ["allocator.prefix_caching=2 is invalid: use true or false"]),
+        (["allocator=" + "a" * 100_000], ["(100,010 characters) is too long", "255 bytes"]),
+        (["bench-kernels", "foo=1"], ["kvbench bench-kernels: error: foo=1 is not a config key"]),
+        (["bench-kernels", "--bogus"], ["kvbench bench-kernels: error: unrecognized option '--bogus'"]),
+    ],
+)
+def test_a_bad_command_line_is_one_line_without_a_usage_block(tmp_path, args, fragments):
+    proc = kvbench(*args, *SMALL, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "usage:" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_control_characters_in_an_override_are_shown_escaped_never_sent_to_the_terminal(tmp_path):
+    proc = kvbench("workload=request_csv", "workload.path=a\tb\x1b[31mred\x07", *SMALL, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert not any(ch in proc.stderr for ch in "\t\x1b\x07"), repr(proc.stderr)
+    assert "a\\tb\\x1b[31mred\\x07" in proc.stderr
+
+
+def test_real_mode_loads_safetensors_only_and_damaged_weights_are_one_line(tmp_path):
+    from kvbench.exec.real.model import load_model
+
+    (tmp_path / "pickled").mkdir()
+    (tmp_path / "pickled" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (tmp_path / "pickled" / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")  # a pickle: may run code
+    with pytest.raises(ConfigError, match=r"holds only pickled PyTorch weights .*\(a pickle can run code\)"):
+        load_model(tmp_path / "pickled", "float32")
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 8, "intermediate_size": 16, "num_attention_heads": 2,
+        "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 32}))  # fmt: skip
+    (tmp_path / "damaged" / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header")
+    with pytest.raises(ConfigError, match=r"its weights cannot be loaded \(.*\); re-save them") as caught:
+        load_model(tmp_path / "damaged", "float32")
+    assert "\n" not in str(caught.value)

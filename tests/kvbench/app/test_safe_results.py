@@ -4,14 +4,15 @@ line before any work."""
 
 from __future__ import annotations
 
+import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from kvbench_cli import error_lines, kvbench
+from locks import held_lock
 
 SMALL = ["workload.num_requests=30", "wandb.mode=disabled", "progress=false"]
 
@@ -94,17 +95,11 @@ def test_a_full_disk_is_one_line_and_leaves_no_result(tmp_path):
 def test_a_second_run_into_a_folder_being_written_is_refused(tmp_path):
     folder = tmp_path / "shared"
     folder.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)  # alive until killed
-    try:
-        (folder / ".kvbench.lock").write_text(str(holder.pid))
+    with held_lock(folder) as holder:
         proc = kvbench(f"hydra.run.dir={folder}", *SMALL, cwd=tmp_path)
-    finally:
-        holder.kill()
-        holder.wait()
-        holder.stdin.close()
     assert proc.returncode == 2
     [line] = notices(proc)
-    assert f"being written by another kvbench run (pid {holder.pid})" in line
+    assert f"being written by another kvbench run (pid {holder.pid} on " in line
     assert not (folder / "summary.parquet").exists()
 
 
@@ -119,3 +114,69 @@ def test_an_unusable_results_folder_is_one_line_before_any_work(tmp_path, folder
     assert proc.returncode == 2
     [line] = notices(proc)
     assert line.startswith("kvbench: error: hydra.run.dir=") and fragment in line, line
+
+
+# Runs kvbench with one function replaced by a fault: a full disk where Hydra saves the job's
+# config, or a signal while the folder lock is being taken
+HYDRA_SAVE_ENOSPC = """
+import hydra.core.utils as utils
+def _save_config(*args, **kwargs):
+    raise OSError(28, "No space left on device", "results/x/.hydra/config.yaml")
+utils._save_config = _save_config
+from kvbench.app.cli import main
+main()
+"""
+
+SIGNAL_IN_LOCK = """
+import os, signal
+import kvbench.output.atomic as atomic
+def _write_owner(fd):
+    os.kill(os.getpid(), signal.SIGTERM)
+atomic._write_owner = _write_owner
+from kvbench.app.cli import main
+main()
+"""
+
+
+def test_a_disk_full_when_hydra_saves_its_config_is_one_line(tmp_path):
+    proc = kvbench(f"hydra.run.dir={tmp_path / 'run'}", *SMALL, cwd=tmp_path, code=HYDRA_SAVE_ENOSPC)
+    assert proc.returncode == 2
+    [line] = notices(proc)
+    assert line.startswith("kvbench: error: could not write results/x/.hydra/config.yaml: No space left on device")
+
+
+def test_a_signal_while_the_lock_is_taken_is_one_line_and_releases_it(tmp_path):
+    proc = kvbench(f"hydra.run.dir={tmp_path / 'run'}", *SMALL, cwd=tmp_path, code=SIGNAL_IN_LOCK)
+    assert proc.returncode == 143
+    [line] = notices(proc)
+    assert line.startswith("kvbench: interrupted by SIGTERM")
+    assert not (tmp_path / "run" / ".kvbench.lock").exists()
+
+
+# the second run of a resumed sweep reports a different kvbench than the one that computed job 0
+OTHER_VERSION = """
+import kvbench.app.provenance as provenance
+provenance.kvbench_version.cache_clear()
+provenance.kvbench_version = lambda: "9.9.9"
+from kvbench.app.cli import main
+main()
+"""
+
+
+def test_a_resumed_sweep_reruns_jobs_of_another_kvbench_or_calibration(tmp_path):
+    sweep, calibrations = tmp_path / "sweep", tmp_path / "cal"
+    (calibrations / "h100-sxm").mkdir(parents=True)
+    (calibrations / "h100-sxm" / "triton.json").write_text(json.dumps({"efficiency": {"16": 0.5}}))
+    args = ["-m", "allocator=naive,paged", f"hydra.sweep.dir={sweep}", f"calibration_dir={calibrations}", *SMALL]
+    assert run(*args, cwd=tmp_path).returncode == 0
+    again = run(*args, cwd=tmp_path)
+    assert sum("already complete" in line for line in notices(again)) == 2  # nothing changed: skipped
+    (calibrations / "h100-sxm" / "triton.json").write_text(json.dumps({"efficiency": {"16": 0.25}}))
+    changed = run(*args, cwd=tmp_path)
+    assert changed.returncode == 0, changed.stderr
+    lines = notices(changed)
+    assert sum("another calibration file" in line and "re-running it" in line for line in lines) == 2, lines
+    newer = kvbench(*args, cwd=tmp_path, code=OTHER_VERSION)
+    assert newer.returncode == 0, newer.stderr
+    assert sum("not by this kvbench 9.9.9" in line for line in notices(newer)) == 2, newer.stderr
+    assert set(pd.read_parquet(sweep / "0" / "summary.parquet")["kvbench_version"]) == {"9.9.9"}

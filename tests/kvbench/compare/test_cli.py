@@ -162,7 +162,7 @@ def test_a_folder_that_holds_no_result_is_unusable(two_copies, tmp_path, capsys,
         (["--tol", "ttft_*=fuzzy:2"], "unknown kind 'fuzzy'"),
         (["--tol", "ttft_*"], "write --tol PATTERN=SPEC"),
         (["--tol", "sim_wall_s=ratio:0.5"], "'0.5' is not a finite number >= 1"),
-        (["--tolerances", "nowhere.yaml"], "cannot read it"),
+        (["--tolerances", "nowhere.yaml"], "cannot be read"),
         (["--bogus"], "unrecognized arguments: --bogus"),
     ],
 )

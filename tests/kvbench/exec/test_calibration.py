@@ -64,10 +64,14 @@ def write(tmp_path, doc) -> None:
 @pytest.mark.parametrize(
     "doc, match",
     [
-        ("{not json", r"triton.json is not valid JSON: line 1"),
+        ("{not json", r"triton.json: not valid JSON \(line 1, column 2"),
+        ("[" * 100_000 + "]" * 100_000, r"triton.json: JSON nested too deeply"),
+        ("\ufeff{\"efficiency\": {\"16\": 2}}", r"efficiency\['16'\]=2 is invalid"),  # a BOM is read past
         ("[0.5]", r"triton.json holds a JSON list, not an object"),
         ({"efficiency": [0.5]}, r"triton.json: efficiency=\[0.5\] is invalid"),
-        ({"efficiency": {"16": 0}}, r"efficiency\['16'\]=0 is invalid: use a fraction in \(0, 1\]"),
+        ({"efficiency": {"16": 0}}, r"efficiency\['16'\]=0 is invalid: use a fraction in \[0.001, 1\]"),
+        ({"efficiency": {"16": 1e-300}}, r"efficiency\['16'\]=1e-300 is invalid: .*below 0.001: a failed measurement"),
+        ({"efficiency": {"16": 0.5}, "prefill_flops_efficiency": 1e-300}, r"prefill_flops_efficiency=1e-300 is invalid"),
         ({"efficiency": {"16": -0.5}}, r"efficiency\['16'\]=-0.5 is invalid"),
         ({"efficiency": {"16": "fast"}}, r"efficiency\['16'\]='fast' is invalid"),
         ({"efficiency": {"16": True}}, r"efficiency\['16'\]=True is invalid"),
@@ -82,6 +86,13 @@ def test_a_bad_calibration_file_is_one_line_naming_file_and_entry(tmp_path, monk
     monkeypatch.setattr(calibration, "CALIBRATION_DIR", tmp_path)
     write(tmp_path, doc)
     with pytest.raises(ConfigError, match=rf"calibration file .*h100-sxm.*{match}"):
+        load_decode_efficiency("h100-sxm", "triton", 16)
+
+
+def test_a_calibration_path_that_is_a_folder_is_one_line_not_uncalibrated(tmp_path, monkeypatch):
+    monkeypatch.setattr(calibration, "CALIBRATION_DIR", tmp_path)
+    (tmp_path / "h100-sxm" / "triton.json").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"calibration file .*triton.json is not a file \(a folder"):
         load_decode_efficiency("h100-sxm", "triton", 16)
 
 

@@ -9,31 +9,7 @@ import pytest
 from kvbench.errors import ConfigError
 from kvbench.exec import fit as fitmod
 from kvbench.output.results import write_run
-
-ARGS = ["wandb.mode=disabled", "progress=false", "workload.num_requests=40", "output.steps=true", "kernel=triton"]
-
-
-def synthetic_real_run(tmp_path, name, block_size_tokens, decode_eff, prefill_eff, overhead_s):
-    """A sim run's folder whose steps table gains the measured times a GPU with these efficiencies
-    would give: weights at full bandwidth, KV at decode_eff, prefill at prefill_eff, overhead per step."""
-    from kvbench.api import run
-
-    result = run([*ARGS, f"allocator.block_size_tokens={block_size_tokens}"])
-    steps, hw = result.steps.copy(), result.config["hardware"]
-    bw = hw["hbm_bandwidth_bytes_per_s"]
-    n = steps["num_steps"].astype(float)
-    decoding = (steps["num_decode_seqs"] > 0).astype(float)
-    steps["measured_s"] = (
-        decoding * n * result.summary["weight_bytes"] / bw
-        + steps["kv_read_bytes"] / (bw * decode_eff)
-        + steps["prefill_s"] * hw["prefill_flops_efficiency"] / prefill_eff
-        + steps["swap_s"] + steps["copy_s"] + n * overhead_s
-    )
-    result.steps = steps
-    folder = tmp_path / name
-    write_run(result, folder, figures=False)
-    return folder
-
+from real_runs import ARGS, synthetic_real_run
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
@@ -54,10 +30,10 @@ def test_the_fit_recovers_known_efficiencies_and_overhead(runs):
 def test_calibrate_writes_files_the_simulator_reads(runs, tmp_path, capsys):
     from kvbench.exec.calibration import load_calibration
 
-    out = tmp_path / "cal" / "h100-sxm"
-    fitmod.main([str(runs[0]), str(runs[1]), "--out", str(out)])
-    assert "decode efficiency 0.6200" in capsys.readouterr().out
-    doc = json.loads((out / "triton.json").read_text())
+    fitmod.main([str(runs[0]), str(runs[1]), "--out", str(tmp_path / "cal")])
+    printed = capsys.readouterr().out
+    assert "decode efficiency 0.6200" in printed and f"calibration_dir={tmp_path / 'cal'}" in printed
+    doc = json.loads((tmp_path / "cal" / "h100-sxm" / "triton.json").read_text())
     assert set(doc["provenance"]) >= {"command", "commit", "date"}
     assert doc["provenance"]["command"].startswith("kvbench calibrate ")
     cal = load_calibration("h100-sxm", "triton", 32, calibration_dir=tmp_path / "cal")
@@ -91,5 +67,127 @@ def test_an_efficiency_above_one_is_refused_before_writing(runs, tmp_path):
     fast = fitmod.fit([fitmod.load_run(runs[0])])
     fast = fitmod.Fit(fast.hardware, {("triton", "16"): 1.3}, 0.4, 0.0, 1, 0.0, 0.0)
     with pytest.raises(ConfigError, match=r"efficiency\['16'\]=1.3 is invalid"):
-        fitmod.write_fit(fast, tmp_path / "h100-sxm", "kvbench calibrate x")
+        fitmod.write_fit(fast, tmp_path, "kvbench calibrate x")
     assert not (tmp_path / "h100-sxm" / "triton.json").exists()
+
+
+# --- a results folder read back is untrusted input ---------------------------------------------
+
+
+def revouch(folder) -> None:
+    from kvbench.output.atomic import COMPLETE, mark_complete
+
+    mark_complete(folder, list(json.loads((folder / COMPLETE).read_text())["files"]))
+
+
+def test_an_incomplete_or_altered_run_is_not_calibrated_from(runs, tmp_path, capsys):
+    import shutil
+
+    folder = shutil.copytree(runs[0], tmp_path / "cut")
+    (folder / "steps.parquet").write_bytes((folder / "steps.parquet").read_bytes()[:-10])
+    with pytest.raises(SystemExit):
+        fitmod.main([str(folder), "--out", str(tmp_path / "out")])
+    assert "is not a complete run: steps.parquet is" in capsys.readouterr().err
+    (folder / "COMPLETE").unlink()
+    with pytest.raises(SystemExit):
+        fitmod.main([str(folder), "--out", str(tmp_path / "out")])
+    assert "is not a complete run: no COMPLETE marker" in capsys.readouterr().err
+
+
+def _files_under(root) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() or p.is_symlink()}
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("kernel", "../../../victim"), ("kernel", "/tmp/victim"), ("hardware", "../../elsewhere"), ("hardware", "a/b"),
+     ("kernel", ""), ("kernel", 7)],
+)  # fmt: skip
+def test_a_crafted_summary_cannot_make_calibrate_write_outside_out(runs, tmp_path, capsys, field, value):
+    import shutil
+
+    folder = shutil.copytree(runs[0], tmp_path / "crafted")
+    summary = json.loads((folder / "summary.json").read_text())
+    summary[field] = value
+    (folder / "summary.json").write_text(json.dumps(summary))
+    revouch(folder)  # a crafted folder can carry a marker that matches it
+    before = _files_under(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        fitmod.main([str(folder), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1, err
+    assert f"summary.json: {field}={value!r} is invalid" in err
+    assert _files_under(tmp_path) == before  # nothing created, replaced or merged into, anywhere
+
+
+def test_a_link_inside_out_that_leads_out_is_refused(runs, tmp_path, capsys):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "h100-sxm").symlink_to(outside)
+    with pytest.raises(SystemExit):
+        fitmod.main([str(runs[0]), "--out", str(tmp_path / "out")])
+    assert "resolves outside --out" in capsys.readouterr().err
+    assert not list(outside.iterdir())
+
+
+def test_calibrate_writes_into_the_results_area_by_default_never_into_the_package(runs, tmp_path, monkeypatch, capsys):
+    from kvbench.exec.calibration import CALIBRATION_DIR
+
+    package_before = _files_under(CALIBRATION_DIR) if CALIBRATION_DIR.is_dir() else set()
+    monkeypatch.chdir(tmp_path)
+    fitmod.main([str(runs[0])])
+    assert (tmp_path / "results" / "calibrations" / "h100-sxm" / "triton.json").is_file()
+    assert "calibration_dir=results/calibrations" in capsys.readouterr().out
+    assert (_files_under(CALIBRATION_DIR) if CALIBRATION_DIR.is_dir() else set()) == package_before
+
+
+@pytest.mark.parametrize("damage", ["truncated steps", "empty steps", "inf in steps", "summary not json", "deep config"])
+def test_a_damaged_run_folder_is_one_line(runs, tmp_path, capsys, damage):
+    import shutil
+
+    import pandas as pd
+
+    folder = shutil.copytree(runs[0], tmp_path / "damaged")
+    steps = folder / "steps.parquet"
+    if damage == "truncated steps":
+        steps.write_bytes(steps.read_bytes()[:100])
+    elif damage == "empty steps":
+        steps.write_bytes(b"")
+    elif damage == "inf in steps":
+        frame = pd.read_parquet(steps)
+        frame.loc[frame.index[0], "kv_read_bytes"] = float("inf")
+        frame.to_parquet(steps)
+    elif damage == "summary not json":
+        (folder / "summary.json").write_bytes(b"\xff\xfe{")
+    else:
+        (folder / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    revouch(folder)  # damaged, yet vouched for: each reader must still say so in one line
+    with pytest.raises(SystemExit) as stop:
+        fitmod.main([str(folder), "--out", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    assert stop.value.code == 2 and captured.err.count("\n") == 1 and "Traceback" not in captured.err, captured.err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, fragment", [([], "the following arguments are required: runs"), (["x", "--bogus"], "unrecognized arguments: --bogus")])
+def test_calibrate_usage_errors_are_one_line(capsys, args, fragment):
+    with pytest.raises(SystemExit) as stop:
+        fitmod.main(args)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and fragment in err and "usage:" not in err
+
+
+def test_sigterm_during_calibrate_is_one_line_and_143(runs, tmp_path, monkeypatch, capsys):
+    import os
+    import signal
+
+    def killed(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(fitmod, "fit", killed)
+    with pytest.raises(SystemExit) as stop:
+        fitmod.main([str(runs[0]), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 143 and err.startswith("kvbench calibrate: interrupted by SIGTERM") and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()

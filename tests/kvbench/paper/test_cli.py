@@ -103,3 +103,38 @@ def test_out_must_be_a_folder(monkeypatch, tmp_path, capsys):
     target.write_text("x")
     assert paper(monkeypatch, "--out", str(target)) == 2
     assert "is a file" in capsys.readouterr().err
+
+
+def test_the_written_paper_has_a_folder_s_usual_permissions(fake_paper, monkeypatch, tmp_path):
+    import os
+
+    out = tmp_path / "paper"
+    assert paper(monkeypatch, "--out", str(out)) == 0
+    mask = os.umask(0)
+    os.umask(mask)
+    assert oct(out.stat().st_mode & 0o777) == oct(0o777 & ~mask)  # not mkdtemp's private 0700
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_sigterm_mid_build_is_one_line_143_and_leaves_no_staging_folder(fake_paper, monkeypatch, tmp_path, capsys, check):
+    import os
+    import signal
+    import tempfile
+
+    out = tmp_path / "paper"
+    assert paper(monkeypatch, "--out", str(out)) == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    temp_before = set(os.listdir(tempfile.gettempdir()))
+    real = cli.generate
+
+    def killed(staging, *args, **kwargs):
+        real(staging, *args, **kwargs)  # the staging folder is full of a new paper
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(cli, "generate", killed)
+    capsys.readouterr()
+    assert paper(monkeypatch, "--out", str(out), *(["--check"] if check else [])) == 143
+    assert capsys.readouterr().err == "kvbench paper: interrupted by SIGTERM; nothing written is marked complete\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no .paper-* beside the paper
+    assert not {n for n in set(os.listdir(tempfile.gettempdir())) - temp_before if n.startswith(".paper-")}
+    assert (out / "fake.md").is_file()  # the previous paper, whole

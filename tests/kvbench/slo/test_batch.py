@@ -176,3 +176,27 @@ def test_bad_input_from_the_command_line_has_no_traceback(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "kvbench: error: argument --tpot-ms: invalid float value: 'abc' (see kvbench slo-batch --help)"
     ]
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--tpot-ms", "1e300"], "--tpot-ms=1e+300 is invalid: use a positive number of milliseconds, at most 100,000"),
+        (["--tpot-ms", "inf"], "--tpot-ms=inf is invalid"),
+        (["--max-batch", str(10**12)], f"--max-batch={10**12} is invalid: use an integer from 1 to 1,048,576"),
+        (["--context-tokens", str(10**9)], f"--context-tokens={10**9} is invalid"),
+        (["--context-tokens", "0"], "--context-tokens=0 is invalid"),
+    ],
+)
+def test_every_numeric_option_is_bounded_so_no_allocation_is(tmp_path, monkeypatch, capsys, args, fragment):
+    assert run_main(monkeypatch, *args, "--out", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment in err, err
+
+
+def test_a_large_tpot_slo_keeps_the_table_and_figure_bounded(tmp_path, monkeypatch):
+    # a 100 s token: the SLO allows a batch far beyond memory; the table and figure stop at 2**20
+    assert run_main(monkeypatch, "--tpot-ms", "100000", "--out", str(tmp_path)) == 0
+    document = json.loads((tmp_path / "slo_batch.json").read_text())
+    assert document["slo_batch"] > 500_000 and document["binding"] == ["memory"]
+    assert pd.read_csv(tmp_path / "tpot_vs_batch.csv")["batch"].max() <= 2**20

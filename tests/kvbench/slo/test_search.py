@@ -165,3 +165,65 @@ def test_bad_input_from_the_command_line_has_no_traceback(tmp_path):
     proc = kvbench("slo-search", "--over", "rate", *SHAREGPT, *SLOS, "--low", "3", "--high", "3", cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
     assert proc.stderr.strip().splitlines() == ["kvbench: error: --high=3.0 is invalid: use a finite number above --low=3"]
+
+
+# --- attainment that rises with the knob, bounds, signals ----------------------------------------
+
+
+def test_a_rising_attainment_is_bisected_for_the_smallest_passing_value():
+    found = bisect(lambda n: n >= 24, 1, 256, integer=True, rel_tol=0.05, max_runs=20)
+    assert (found.status, found.low, found.high, found.converged) == ("rising", 23, 24, True)
+    rate = bisect(lambda r: r >= 3.3, 0.1, 64.0, integer=False, rel_tol=0.05, max_runs=20)
+    assert rate.status == "rising" and rate.low < 3.3 <= rate.high and rate.high / rate.low <= 1.05
+
+
+class _Result:
+    def __init__(self, attainment: float) -> None:
+        self.summary = {column: 1.0 for column in search.PROBE_COLUMNS} | {"slo_attainment": attainment}
+
+
+def test_a_cap_whose_attainment_rises_says_so_instead_of_low_fails(tmp_path, monkeypatch, capsys):
+    # a TTFT SLO over max_num_seqs: a larger cap shortens the queue, so every cap from 24 up passes
+    import kvbench.api
+
+    def fake_run(overrides):
+        cap = int(next(o for o in overrides if o.startswith("scheduler.max_num_seqs=")).split("=")[1])
+        return _Result(1.0 if cap >= 24 else 0.5)
+
+    monkeypatch.setattr(kvbench.api, "run", fake_run)
+    args = ["--over", "max_num_seqs", "workload=lecture_chat", *SMALL, "slo.ttft_s=2", "--high", "256", "--out", str(tmp_path)]
+    assert run_main(monkeypatch, *args) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "attainment rises with max_num_seqs here" in out and "the smallest max_num_seqs meeting it is 24 (bracket 23..24)" in out
+    assert "misses ttft<=2 s for 90 % of requests: the range does not bracket" not in out  # the old, wrong headline
+    document = json.loads((tmp_path / "search.json").read_text())
+    assert (document["status"], document["smallest_passing"], document["bracket"], document["answer"]) == ("rising", 24, [23, 24], None)
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--rel-tol", "inf"], "--rel-tol=inf is invalid"),
+        (["--rel-tol", "nan"], "--rel-tol=nan is invalid"),
+        (["--rel-tol", "1e-20"], "--rel-tol=1e-20 is invalid: use a fraction from 1e-06 to 1"),
+        (["--max-runs", "1000000"], "--max-runs=1000000 is invalid"),
+        (["--low", "1e-300"], "--high=64.0 is invalid: use a range of at most 1e+12"),
+    ],
+)
+def test_numeric_options_are_bounded(tmp_path, monkeypatch, capsys, extra, fragment):
+    assert run_main(monkeypatch, "--over", "rate", *SHAREGPT, *SLOS, *extra, "--out", str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment in err, err
+
+
+def test_sigterm_during_a_probe_is_one_line_and_143(tmp_path, monkeypatch, capsys):
+    import os
+    import signal
+
+    import kvbench.api
+
+    monkeypatch.setattr(kvbench.api, "run", lambda overrides: os.kill(os.getpid(), signal.SIGTERM))
+    assert run_main(monkeypatch, "--over", "rate", *SHAREGPT, *SLOS, "--out", str(tmp_path)) == 143
+    err = capsys.readouterr().err
+    assert err == "kvbench: interrupted by SIGTERM; nothing written is marked complete\n"
+    assert not (tmp_path / "COMPLETE").exists()

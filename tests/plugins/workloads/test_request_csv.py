@@ -163,12 +163,61 @@ def test_a_missing_column_names_both_spellings(tmp_path):
         ("-1,100,10", 1, "arrival_s='-1'"),
         ("nan,100,10", 1, "arrival_s='nan'"),
         ("0.5,100", 3, "no output_tokens value"),
+        # what Python's int() and float() take but no trace writer means as a plain number
+        ("0.5,1_000,10", 2, "prompt_tokens='1_000'"),
+        ("0.5,+5,10", 2, "prompt_tokens='+5'"),
+        ("0.5,\u0665,10", 2, "prompt_tokens='\u0665'"),  # ARABIC-INDIC DIGIT FIVE
+        ("0.5,\uff15,10", 2, "prompt_tokens='\uff15'"),  # FULLWIDTH DIGIT FIVE
+        ("0.5,100,1e3", 3, "output_tokens='1e3'"),
+        ("1_0.5,100,10", 1, "arrival_s='1_0.5'"),
+        ("inf,100,10", 1, "arrival_s='inf'"),
+        ("0x10,100,10", 1, "arrival_s='0x10'"),
+        # a sum that would wrap int64 (and so pass workload.too_long=drop as short)
+        (f"0.5,{2**63 - 1},10", 2, f"prompt_tokens='{2**63 - 1}'"),
+        (f"0.5,{2**31},10", 2, "in [1, 2147483647]"),
+        # latencies would vanish into the arrival time (1e300 + a TTFT == 1e300)
+        ("1e300,100,10", 1, "arrival_s='1e300' is beyond 1e+09 s"),
     ],
 )
 def test_a_bad_value_is_reported_at_its_line_and_column(tmp_path, row, column, fragment):
     path = write(tmp_path, f"arrival_s,prompt_tokens,output_tokens\n0,1,1\n{row}\n")
     message = error(path)
     assert message.startswith(f"{path}:3:{column}: ") and fragment in message
+
+
+def test_plain_numbers_still_read_as_numbers(tmp_path):
+    path = write(tmp_path, "arrival_s,prompt_tokens,output_tokens\n0,1,1\n 2.5 ,007,10\n3e2,2147483647,1\n.5e3,5,5\n")
+    workload = generate(path, arrival="all_at_once", s_max_policy="request")
+    assert workload.prompt_tokens.tolist() == [1, 7, 2147483647, 5]
+    assert source(path, s_max_policy="request").table.arrival_s.tolist() == [0.0, 2.5, 300.0, 500.0]
+
+
+def test_a_byte_order_mark_does_not_hide_the_arrival_column(tmp_path):
+    # Excel's "CSV UTF-8" starts the file with U+FEFF: read as part of the first name, the optional
+    # arrival column went missing and every request arrived at t = 0
+    path = tmp_path / "excel.csv"
+    path.write_bytes("\ufeffarrival_s,prompt_tokens,output_tokens\n0,10,5\n3,10,5\n".encode())
+    assert generate(path).arrival_s.tolist() == [0.0, 3.0]
+
+
+@pytest.mark.parametrize("hidden", ["\u200b", "\ufeff", "\u00a0", "\x1b"])
+def test_an_invisible_character_in_a_header_name_is_named(tmp_path, hidden):
+    path = write(tmp_path, f"arr{hidden}ival_s,prompt_tokens,output_tokens\n0,10,5\n")
+    message = error(path)
+    escape = hidden.encode("unicode_escape").decode()
+    assert message.startswith(f"{path}:1:1: ") and f"invisible characters ({escape})" in message and "'arrival_s'" in message
+
+
+def test_a_folder_or_an_unreadable_file_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "folder.csv").mkdir()
+    assert "no such file" in error(tmp_path / "folder.csv")
+    path = write(tmp_path, KVBENCH_NAMES)
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("builtins.open", denied)  # root reads any file: the denial is simulated
+    assert "cannot be read: Permission denied" in error(path)
 
 
 def test_unsorted_arrivals_are_refused_at_the_first_row_out_of_order(tmp_path):

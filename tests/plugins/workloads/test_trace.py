@@ -210,6 +210,10 @@ def test_too_long_error_names_the_line(tmp_path):
         ("2023-11-16 18:17:05,5", 3, "no GeneratedTokens value"),
         ("2023-11-16T18:17:05,5,1", 1, "TIMESTAMP='2023-11-16T18:17:05' is not a time as YYYY-MM-DD HH:MM:SS.fffffff"),
         ("2023-02-30 18:17:05.0,5,1", 1, "TIMESTAMP='2023-02-30 18:17:05.0'"),
+        ("\u0662\u0660\u0662\u0663-11-16 18:17:05,5,1", 1, "TIMESTAMP='\u0662\u0660\u0662\u0663-11-16"),  # Arabic-Indic
+        ("2023-11-16 18:17:05,1_000,1", 2, "ContextTokens='1_000'"),
+        ("2023-11-16 18:17:05,5,+5", 3, "GeneratedTokens='+5'"),
+        (f"2023-11-16 18:17:05,{2**63 - 1},1", 2, "ContextTokens='9223372036854775807'"),
     ],
 )
 def test_a_bad_azure_row_names_file_line_column(tmp_path, row, column, fragment):
@@ -238,12 +242,51 @@ def test_unsorted_timestamps_are_refused_at_the_row(tmp_path):
         (mooncake_line(-1, 10, 1, [0]), ":2: timestamp=-1 is not a time in milliseconds"),
         (mooncake_line(5, 10, 1, ["a"]), ":2: hash_ids="),
         (mooncake_line(5, 513, 1, [0]), ":2: hash_ids has 1 ids, expected 2"),
+        (mooncake_line(5, "7", 1, [0]), ":2: input_length='7' is not a whole number"),
+        (mooncake_line(5, 2**63 - 1, 1, [0]), ":2: input_length=9223372036854775807 is not a whole number"),
+        ("[" * 100_000 + "]" * 100_000, ":2: JSON nested too deeply"),
     ],
 )
 def test_a_bad_mooncake_line_names_file_and_line(tmp_path, line, fragment):
     path = write(tmp_path, mooncake_line(0, 10, 1, [0]) + "\n" + line + "\n", "m.jsonl")
     message = error(path, "mooncake")
     assert message.startswith(f"{path}{fragment}"), message
+
+
+def test_a_byte_order_mark_is_read_past_in_every_format(tmp_path):
+    azure = tmp_path / "a.csv"
+    azure.write_bytes(("\ufeff" + AZURE).encode())
+    assert generate(azure, "azure").arrival_s.tolist() == pytest.approx(AZURE_ARRIVALS_S)
+    mooncake = tmp_path / "m.jsonl"
+    mooncake.write_bytes(("\ufeff" + MOONCAKE).encode())
+    assert generate(mooncake, "mooncake").prompt_tokens.tolist() == [1000, 512, 1100]
+    hidden = write(tmp_path, "TIMESTAMP\u200b,ContextTokens,GeneratedTokens\n2023-11-16 18:17:04.0,1,1\n", "z.csv")
+    assert "invisible characters (\\u200b)" in error(hidden, "azure")
+
+
+def test_a_too_long_request_cannot_wrap_past_drop(tmp_path):
+    # prompt + output of 2**63 - 1 + 1 wrapped to a negative int64: shorter than any limit, kept
+    path = write(tmp_path, f"prompt_tokens,output_tokens\n10,10\n{2**63 - 1},1\n", "l.csv")
+    assert "is not a whole number of tokens in [1, 2147483647]" in error(path, "lengths", arrival="all_at_once")
+    path = write(tmp_path, f"prompt_tokens,output_tokens\n10,10\n{2**31 - 1},{2**31 - 1}\n", "l2.csv")
+    kept = source(path, "lengths", arrival="all_at_once", too_long="drop")
+    assert kept.num_dropped == 1 and kept.rows.prompt_tokens.tolist() == [10]
+
+
+def test_a_relative_path_reaches_the_packaged_traces_by_bare_name_only(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    # relative to the packaged folder this is kvbench's own textio.py: no longer read from there
+    assert "no such file here or among kvbench's traces" in error(Path("../textio.py"), "lengths", arrival="all_at_once")
+    (tmp_path / "folder.csv").mkdir()
+    assert "is a folder, not a trace file" in error(Path("folder.csv"), "azure")
+
+
+def test_arrivals_beyond_any_trace_span_are_refused(tmp_path):
+    from kvbench.api import run
+
+    with pytest.raises(ConfigError, match=r"the last request arrives .* s after the start, beyond the 1e\+09 s"):
+        run(["workload=azure_conv", "workload.num_requests=20", "workload.rate_scale=1e-300", "wandb.mode=disabled",
+             "progress=false"])  # fmt: skip
 
 
 def test_a_bad_lengths_row_and_missing_columns(tmp_path):

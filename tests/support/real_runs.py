@@ -1,0 +1,30 @@
+"""A simulated run dressed as a real one: its steps table gains the times a GPU with known
+efficiencies would have measured, so that ``kvbench calibrate`` has a known answer to find."""
+
+from __future__ import annotations
+
+from kvbench.output.results import write_run
+
+ARGS = ["wandb.mode=disabled", "progress=false", "workload.num_requests=40", "output.steps=true", "kernel=triton"]
+
+
+def synthetic_real_run(tmp_path, name, block_size_tokens, decode_eff, prefill_eff, overhead_s):
+    """A sim run's folder whose steps table gains the measured times a GPU with these efficiencies
+    would give: weights at full bandwidth, KV at decode_eff, prefill at prefill_eff, overhead per step."""
+    from kvbench.api import run
+
+    result = run([*ARGS, f"allocator.block_size_tokens={block_size_tokens}"])
+    steps, hw = result.steps.copy(), result.config["hardware"]
+    bw = hw["hbm_bandwidth_bytes_per_s"]
+    n = steps["num_steps"].astype(float)
+    decoding = (steps["num_decode_seqs"] > 0).astype(float)
+    steps["measured_s"] = (
+        decoding * n * result.summary["weight_bytes"] / bw
+        + steps["kv_read_bytes"] / (bw * decode_eff)
+        + steps["prefill_s"] * hw["prefill_flops_efficiency"] / prefill_eff
+        + steps["swap_s"] + steps["copy_s"] + n * overhead_s
+    )
+    result.steps = steps
+    folder = tmp_path / name
+    write_run(result, folder, figures=False)
+    return folder
