@@ -32,7 +32,7 @@ COMMON = ["wandb.mode=disabled", "progress=false"]
 
 CHILD = """
 import resource, sys
-from kvbench.app.cli import main
+from kvbench.commands.main import main
 sys.argv = ["kvbench", *sys.argv[1:]]
 try:
     main()

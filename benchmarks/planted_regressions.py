@@ -51,12 +51,12 @@ PYTEST_TIMEOUT_S = 3600
 UNIT_ORDER = ("tests/plugins/allocators", "tests/plugins/preemption", "tests/plugins/schedulers", "tests/kvbench/memory",
               "tests/kvbench/sched", "tests/kvbench/test_engine.py", "tests/kvbench/metrics", "tests/kvbench/exec",
               "tests/kvbench/workload", "tests/kvbench/specs", "tests/plugins/workloads", "tests/kvbench/slo")  # fmt: skip
-UNIT_LAST = ("tests/kvbench/paper", "tests/gpu")
+UNIT_LAST = ("tests/kvbench/studies/paper", "tests/gpu")
 #: the gates themselves (run apart), and tests that install packages into this shared environment
 #: (they check packaging, not numbers, and would race with a parallel run)
 UNIT_EXCLUDED = ("tests/test_golden.py", "tests/test_paper.py", "tests/test_readme_plugin_recipe.py",
                  "tests/test_packaging.py")  # fmt: skip
-UNIT_DESELECTED = ("tests/kvbench/app/test_cli.py::test_an_outside_distribution_adds_an_allocator",)
+UNIT_DESELECTED = ("tests/kvbench/commands/test_main.py::test_an_outside_distribution_adds_an_allocator",)
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ from pathlib import Path
 import pandas as pd
 sys.path.insert(0, "tests/golden")
 import regenerate
-from kvbench.compare.cli import run
+from kvbench.commands.compare import run
 largest, moved = 0.0, 0
 with tempfile.TemporaryDirectory() as tmp:
     for name in sorted(regenerate.scenarios()):

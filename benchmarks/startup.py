@@ -4,7 +4,7 @@
     python benchmarks/startup.py --repeat 3    # quicker, noisier
 
 Each command runs as a fresh process (the ``kvbench`` script next to this Python, or
-``python -m kvbench.app.cli`` where there is none), in a scratch folder so that nothing lands in the
+``python -m kvbench.commands.main`` where there is none), in a scratch folder so that nothing lands in the
 repository. Measured, per command:
 
 - ``wall_s``: wall time from start to exit, the median of ``--repeat`` runs after one untimed warm-up
@@ -54,7 +54,7 @@ RUNS = ("run_1_request", "run_1_request_wandb_offline")
 def kvbench_command() -> list[str]:
     """The ``kvbench`` script this Python installed, as a user runs it; or the module."""
     script = Path(sys.executable).with_name("kvbench")
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "kvbench.app.cli"]
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "kvbench.commands.main"]
 
 
 def quiet_env() -> dict[str, str]:

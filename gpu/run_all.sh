@@ -55,7 +55,7 @@ if [ $DRY = 0 ]; then
 fi
 "${RUN[@]}" - "${NEED_FI:-0}" "$DRY" <<'EOF' || { echo "FATAL: imports failed: nothing measured"; exit 1; }
 import sys
-import torch, triton, kvbench, kvbench.exec.fit, kvbench.kernels.bench  # noqa: F401
+import torch, triton, kvbench, kvbench.commands.calibrate, kvbench.commands.bench_kernels  # noqa: F401
 need_fi, dry = sys.argv[1] == "1", sys.argv[2] == "1"
 print("torch", torch.__version__, "| triton", triton.__version__, "| cuda", torch.cuda.is_available())
 if not dry and not torch.cuda.is_available():
@@ -77,7 +77,7 @@ else
   echo "pytest exit status: $?"
 fi
 
-BENCH=("${RUN[@]}" -m kvbench.kernels.bench hardware="$HARDWARE")
+BENCH=("${RUN[@]}" -m kvbench.commands.bench_kernels hardware="$HARDWARE")
 [ $DRY = 1 ] && BENCH+=(dry_run=true kernels=[triton,torch] warmup_iters=1 timed_iters=1)
 step "2. headline: triton vs flashinfer vs torch, block 16, batch 64, 4K context"
 HEADLINE=(block_sizes=[16] batch_sizes=[64] context_tokens=[4096] time_budget_s=50)
@@ -93,7 +93,7 @@ if [ $DRY = 1 ]; then echo "dry run: the curve is step 2's command with block_si
 fi
 
 step "4. mode=real, Llama-2-7B shape, random bf16 weights, batch 1/64/256, against the roofline"
-REAL=("${RUN[@]}" -c "import sys; from kvbench.app.cli import main; sys.argv[0] = 'kvbench'; main()")
+REAL=("${RUN[@]}" -c "import sys; from kvbench.commands.main import main; sys.argv[0] = 'kvbench'; main()")
 if ! "${RUN[@]}" -c "import kvbench.exec.real" 2>/dev/null; then
   echo "SKIP: mode=real is not available in this kvbench (no kvbench.exec.real): no real-mode runs, no fitted calibration"
 else
@@ -116,7 +116,7 @@ step "5. calibration files"
 mkdir -p "$OUT/calibrations/kernel-bench"
 for d in "$OUT/headline" "$OUT/curve"; do [ -d "$d/calibrations" ] && cp -r "$d/calibrations/." "$OUT/calibrations/kernel-bench/"; done
 if compgen -G "$OUT/real/b*/steps.parquet" >/dev/null; then
-  "${RUN[@]}" -m kvbench.exec.fit "$OUT"/real/b* --out "$OUT/calibrations/real-fit"  # = kvbench calibrate: <out>/<hardware>/<kernel>.json
+  "${RUN[@]}" -m kvbench.commands.calibrate "$OUT"/real/b* --out "$OUT/calibrations/real-fit"  # = kvbench calibrate: <out>/<hardware>/<kernel>.json
 else
   echo "no real-mode steps table: only bench-kernels' calibration (copy it to kvbench/calibrations/$HARDWARE/)"
 fi

@@ -75,7 +75,7 @@ echo "pytest exit status: $?"
 # time_budget_s stops *starting* measurements; the one in flight and the writing need the slack
 BUDGET_S=$(min "$BENCH_BUDGET_S" $(( $(left_s) - 70 )))
 step "kvbench bench-kernels (budget ${BUDGET_S}s)"
-timeout $(( BUDGET_S + 60 )) "$PY" -P -m kvbench.kernels.bench hydra.run.dir="$WORK/bench" time_budget_s="$BUDGET_S"
+timeout $(( BUDGET_S + 60 )) "$PY" -P -m kvbench.commands.bench_kernels hydra.run.dir="$WORK/bench" time_budget_s="$BUDGET_S"
 echo "bench-kernels exit status: $?"
 if [ -f "$WORK/bench/results.csv" ]; then
   cp "$WORK/bench/results.csv" "$OUT/results.csv"
@@ -84,7 +84,7 @@ fi
 
 if [ "${SKIP_GQA:-0}" != 1 ] && [ "$(left_s)" -gt 100 ]; then
   step "the same kernels on a GQA shape (Llama-3-8B: 32 query / 8 KV heads, bf16), fewer points"
-  timeout $(( $(left_s) - 20 )) "$PY" -P -m kvbench.kernels.bench hydra.run.dir="$WORK/gqa" num_kv_heads=8 \
+  timeout $(( $(left_s) - 20 )) "$PY" -P -m kvbench.commands.bench_kernels hydra.run.dir="$WORK/gqa" num_kv_heads=8 \
     dtype=bfloat16 batch_sizes=[16,64] context_tokens=[4096] time_budget_s="$(min 60 $(( $(left_s) - 70 )))"
   echo "gqa exit status: $?"
   [ -d "$WORK/gqa" ] && tar -czf "$OUT/gqa.tar.gz" -C "$WORK" gqa
@@ -92,7 +92,7 @@ fi
 
 if [ "${SKIP_TUNING:-0}" != 1 ] && [ "$(left_s)" -gt 60 ]; then
   step "Triton tile/warps sweep at one point (B=64, ctx=4096, block 16)"
-  timeout $(( $(left_s) - 10 )) "$PY" -P -m kvbench.kernels.bench -m hydra.sweep.dir="$WORK/tuning" \
+  timeout $(( $(left_s) - 10 )) "$PY" -P -m kvbench.commands.bench_kernels -m hydra.sweep.dir="$WORK/tuning" \
     kernels=[triton] block_sizes=[16] batch_sizes=[64] context_tokens=[4096] sdpa_baseline=false \
     check_outputs=false +kernel_options.triton.tile_tokens=16,32,64 +kernel_options.triton.num_warps=4,8
   echo "tuning exit status: $?"

@@ -1,8 +1,16 @@
-"""Use kvbench from Python: compose a config the way the CLI does and run it.
+"""kvbench's public API: compose a config the way the CLI does, build a run's objects, run it.
 
     from kvbench.api import run
     result = run(["allocator=naive", "workload.num_requests=200"])
     result.summary["peak_concurrency"]
+
+    from kvbench.api import build
+    s = build(["model=opt-13b", "hardware=a100-40gb"])   # the run's objects, nothing run
+    s.cost.decode_time_s(640 * 64), s.allocator.budget_bytes
+
+Studies built on kvbench (:mod:`kvbench.studies`) import from here only: the specs, the cost model,
+the allocator's value types, the closed forms of the SLO questions and the files a study writes
+are re-exported below, so that the modules behind them can move without breaking a study.
 """
 
 from __future__ import annotations
@@ -14,10 +22,25 @@ from hydra import initialize_config_module
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, open_dict
 
-from kvbench.app.config import CONFIG_GROUPS, KvbenchConfig
+from kvbench.app.config import CONFIG_GROUPS, KvbenchConfig, to_dataclass
+from kvbench.app.run import RunSetup
 from kvbench.app.searchpath import register as register_searchpath
+from kvbench.atomic import write_frame, write_text
+from kvbench.core.kv import SeqShape, Transfer
 from kvbench.errors import ConfigError
+from kvbench.exec.costmodel import CostModel
+from kvbench.output.figures import pyplot
 from kvbench.output.results import RunResult
+from kvbench.provenance import kvbench_version
+from kvbench.slo.batch import memory_ceiling, slo_batch
+from kvbench.specs.hardware import HardwareSpec
+from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
+
+__all__ = [
+    "ConfigError", "CostModel", "HardwareSpec", "ModelSpec", "RunResult", "RunSetup", "SeqShape", "Transfer",
+    "build", "compose", "hardware_spec", "kvbench_version", "memory_ceiling", "model_spec_of", "pyplot", "run",
+    "slo_batch", "write_frame", "write_text",
+]  # fmt: skip
 
 
 def compose(overrides: Sequence[str] = ()) -> tuple[DictConfig, dict[str, str]]:
@@ -43,3 +66,24 @@ def run(overrides: Sequence[str] = ()) -> RunResult:
 
     cfg, choices = compose(overrides)
     return execute(cfg, choices)
+
+
+def build(overrides: Sequence[str] | DictConfig = ()) -> RunSetup:
+    """The run's objects for ``kvbench <overrides>`` (or an already composed config), validated and
+    built as a run builds them, and not run: specs, allocator (fresh and empty), kernel, cost
+    model, scheduler, workload source."""
+    from kvbench.app.run import setup
+
+    cfg = overrides if isinstance(overrides, DictConfig) else compose(overrides)[0]
+    return setup(cfg)
+
+
+def model_spec_of(cfg: DictConfig) -> ModelSpec:
+    """The model spec of a composed config alone (no hardware needed: a 175B model fits no single
+    GPU config, so :func:`build` would refuse it)."""
+    return model_spec(to_dataclass(ModelConfig, cfg.model, "model"))
+
+
+def hardware_spec(cfg: DictConfig) -> HardwareSpec:
+    """The hardware spec of a composed config alone."""
+    return to_dataclass(HardwareSpec, cfg.hardware, "hardware")

@@ -37,7 +37,7 @@ def kvbench_register_allocators() -> list[type]:
 
     Each class subclasses :class:`kvbench.memory.allocator.Allocator`, sets ``name`` (selected with
     ``allocator=<name>``) and a ``Config`` dataclass of its options. It must pass the allocator
-    conformance suite in :mod:`kvbench.memory.conformance`.
+    conformance suite in :mod:`kvbench.testing.allocators`.
 
     :return: a list of allocator classes (may be empty).
     """

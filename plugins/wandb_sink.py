@@ -180,7 +180,7 @@ def kvbench_run_finished(result) -> None:
         return
     import wandb
 
-    from kvbench.app.provenance import provenance
+    from kvbench.provenance import provenance
 
     s = result.summary
     sweep_dir = sweep_of(result.out_dir)
@@ -233,7 +233,7 @@ def kvbench_sweep_finished(sweep_dir, comparison) -> None:
         return
     import wandb
 
-    from kvbench.app.provenance import provenance
+    from kvbench.provenance import provenance
 
     keys = swept_keys(sweep_dir)
     run = _init(

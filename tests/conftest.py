@@ -48,7 +48,7 @@ def toy_run():
 def fresh_paper(tmp_path_factory):
     """What ``kvbench paper`` writes, built once per session (about a minute, ~150 runs) and shared
     by the paper check (tests/test_paper.py) and the sources' own tests: (folder, sources by name)."""
-    from kvbench.paper.cli import generate
+    from kvbench.commands.paper import generate
 
     folder = tmp_path_factory.mktemp("fresh-paper") / "paper"
     return folder, {source.name: source for source in generate(folder)}

@@ -27,11 +27,11 @@ def test_wheel_ships_conf_plugins_and_entry_points(tmp_path):
             "kvbench_plugins/schedulers/chunked.py", "kvbench_plugins/preemption/swap.py"} <= names
     assert "kvbench/sched/scheduler.py" in names and "kvbench/core/step.py" in names
     assert "kvbench/kernels/triton_decode.py" in names
-    assert "kvbench/paper/data/vllm_paper_reference.json" in names
+    assert "kvbench/studies/paper/data/vllm_paper_reference.json" in names
     [entry_points] = [n for n in names if n.endswith("entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "[kvbench]" in text and "paged = kvbench_plugins.allocators.paged" in text
-    assert "kvbench = kvbench.app.entry:main" in text
+    assert "kvbench = kvbench.commands.entry:main" in text
 
 
 def test_every_package_of_the_source_tree_is_listed_in_pyproject():

@@ -4,13 +4,13 @@ commit it). Figures and Parquet files must exist; their bytes are left to librar
 their numbers are the CSVs', which print floats at a fixed precision so that a fresh build equals
 the committed one on any machine (``tests/portability.py`` proves it under other numpy and BLAS
 code paths). The comparison is ``kvbench paper --check``'s own (its command line is tested on a
-small source in tests/kvbench/paper/test_cli.py); the build is shared with the sources' tests."""
+small source in tests/kvbench/studies/paper/test_cli.py); the build is shared with the sources' tests."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kvbench.paper.cli import differences
+from kvbench.commands.paper import differences
 
 PAPER_DIR = Path(__file__).resolve().parents[1] / "paper"
 

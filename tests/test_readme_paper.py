@@ -66,7 +66,7 @@ def test_each_number_quoted_is_the_papers(phrase, paragraph, rows):
 
 
 def test_numbers_quoted_from_kvbench_specs(paragraph):
-    from kvbench.paper import configs
+    from kvbench.studies.paper import configs
 
     gqa8 = configs.built(["model.hf_config.num_key_value_heads=8"]).model
     mha = configs.built().model

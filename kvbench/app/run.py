@@ -22,11 +22,11 @@ from kvbench.app.config import (
     to_dataclass,
 )
 from kvbench.app.progress import progress_bar
-from kvbench.app.provenance import provenance
+from kvbench.provenance import provenance
 from kvbench.core.request import requests_from_workload
 from kvbench.engine import Engine
 from kvbench.errors import ConfigError, require
-from kvbench.exec.calibration import DecodeEfficiency, calibration_digest, load_fitted_terms
+from kvbench.specs.calibration import DecodeEfficiency, calibration_digest, load_fitted_terms
 from kvbench.exec.costmodel import CostModel
 from kvbench.exec.sim import SimExecutor
 from kvbench.memory.allocator import Allocator

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from kvbench.compare.diff import FAILING
-from kvbench.output.atomic import write_file
+from kvbench.atomic import write_file
 from kvbench.output.figures import pyplot
 
 COLORS = {"beyond": "#d62728", "missing": "#d62728", "within": "#7f7f7f", "new": "#1f77b4", "ignored": "#c7c7c7"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvbench.compare.figure import plot_changes
-from kvbench.output.atomic import (
+from kvbench.atomic import (
     clear_incomplete,
     folder_lock,
     mark_complete,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 
 from kvbench.core.request import Request
-from kvbench.memory.allocator import SeqShape
+from kvbench.core.kv import SeqShape
 
 
 class Status(enum.Enum):

@@ -9,14 +9,15 @@ in one computation.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
 from kvbench.core.sequence import Sequence, SequenceGroup
-from kvbench.memory.allocator import KVCopy, Refusal, Transfer
-from kvbench.memory.ledger import MemoryLedger
+from kvbench.core.kv import KVCopy, Refusal, Transfer
+from kvbench.core.ledger import MemoryLedger
 
 
 class PrefillChunk(NamedTuple):
@@ -29,12 +30,21 @@ class PrefillChunk(NamedTuple):
     num_recomputed_tokens: int
 
 
+class Mechanism(str, enum.Enum):
+    """How a preempted request gives up its memory (a ``str``: a policy may answer "swap")."""
+
+    #: drop its KV; it rejoins the waiting queue and is prefilled again
+    RECOMPUTE = "recompute"
+    #: move its KV to host memory; it comes back before any waiting request is admitted
+    SWAP = "swap"
+
+
 class Preemption(NamedTuple):
     group: SequenceGroup
     #: distinct token positions whose KV it held when preempted
     kv_tokens: int
-    #: the mechanism that was used: "recompute" or "swap"
-    mechanism: str
+    #: the mechanism that was used
+    mechanism: Mechanism
     #: a swap was asked for but could not be done (no room in the host pool, or an allocator
     #: that cannot swap), so the victim was recomputed instead
     fell_back: bool

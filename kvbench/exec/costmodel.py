@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvbench.memory.allocator import Transfer
+from kvbench.core.kv import Transfer
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelSpec
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from kvbench.exec.calibration import DecodeEfficiency, load_decode_efficiency
+from kvbench.specs.calibration import DecodeEfficiency, load_decode_efficiency
 
 
 class Kernel:

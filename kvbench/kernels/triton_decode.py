@@ -276,7 +276,7 @@ def plan_launch(
     partial_lse = torch.empty((batch, num_heads, num_splits), dtype=torch.float32, device=query.device)
     out = torch.empty_like(query)
     head_dim_pad = max(16, _next_pow2(head_dim))
-    upcast = interpret  # the interpreter's bf16 arithmetic is wrong (DESIGN.md): compute in float32
+    upcast = interpret  # the interpreter's bf16 arithmetic does not match a GPU's: compute in float32
 
     split_args = dict(
         query_ptr=query, key_cache_ptr=key_cache, value_cache_ptr=value_cache, block_tables_ptr=block_tables,

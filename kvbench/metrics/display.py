@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from kvbench.memory.ledger import LEDGER_FIELDS
+from kvbench.core.ledger import LEDGER_FIELDS
 from kvbench.metrics.summary import PERCENTILES, Summary
 
 #: printed under every table; the full definitions are in :func:`kvbench.metrics.summary.summarize`

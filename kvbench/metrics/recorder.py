@@ -23,9 +23,8 @@ import numpy as np
 import pandas as pd
 
 from kvbench.core.sequence import REQUEST_COLUMNS, SequenceGroup
-from kvbench.core.step import StepPlan, StepResult
-from kvbench.memory.ledger import LEDGER_FIELDS
-from kvbench.sched.preemption import SWAP
+from kvbench.core.step import Mechanism, StepPlan, StepResult
+from kvbench.core.ledger import LEDGER_FIELDS
 
 #: step-table columns besides the ledger's, in order (one source for the table and its readers)
 STEP_COLUMNS: tuple[str, ...] = (
@@ -159,7 +158,7 @@ class Recorder:
             "num_waiting": plan.num_waiting, "num_swapped": plan.num_swapped,
             "saturated": plan.refusal is not None or bool(preemptions),
             "num_preemptions": len(preemptions),
-            "num_swap_preemptions": sum(p.mechanism == SWAP for p in preemptions) if preemptions else 0,
+            "num_swap_preemptions": sum(p.mechanism == Mechanism.SWAP for p in preemptions) if preemptions else 0,
             "num_swap_fallbacks": sum(p.fell_back for p in preemptions) if preemptions else 0,
             "num_forks": len(plan.forks), "num_copies": len(copies),
             "copy_bytes": sum(c.num_bytes for c in copies) if copies else 0,

@@ -1,7 +1,8 @@
 """Summarize one run's per-request and per-step tables into the numbers a results table prints.
 
-Definitions follow the field (see ``DESIGN.md``, "Metric definitions") and are spelled out in
-:func:`summarize`; :data:`kvbench.metrics.display.METRIC_DEFINITIONS` is the one-line version printed
+Definitions follow the field (vLLM's serving benchmark: TTFT from the intended arrival, TPOT over
+the tokens after the first, goodput as finished requests per second meeting every SLO) and are
+spelled out in :func:`summarize`; :data:`kvbench.metrics.display.METRIC_DEFINITIONS` is the one-line version printed
 under every table.
 The function is pure: same tables in, same dict out, nothing read from the environment.
 """
@@ -13,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from kvbench.memory.ledger import LEDGER_FIELDS
+from kvbench.core.ledger import LEDGER_FIELDS
 from kvbench.metrics.slo_config import SloConfig  # re-exported: it lived here
 
 PERCENTILES = (50, 90, 99)

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvbench.memory.ledger import LEDGER_FIELDS
-from kvbench.output.atomic import write_file
+from kvbench.core.ledger import LEDGER_FIELDS
+from kvbench.atomic import write_file
 
 #: how each ledger part is drawn (stacked in :data:`LEDGER_FIELDS` order); a part not named here is
 #: drawn grey under its field name

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from kvbench.errors import ConfigError
 from kvbench.metrics.display import METRIC_DEFINITIONS, format_bytes, headline_rows
-from kvbench.output.atomic import write_frame
+from kvbench.atomic import write_frame
 from kvbench.output.results import SUMMARY_JSON, read_job
 from kvbench.output.sweep_info import job_overrides, swept_keys, swept_values
 from kvbench.textio import read_json_object

@@ -2,7 +2,7 @@
 of the summary (``summary.json``, :mod:`kvbench.output.run_json`), config, figure.
 
 Every file is written whole or not at all, and ``COMPLETE`` is written last (see
-:mod:`kvbench.output.atomic`): a folder without it holds an interrupted run, which readers flag
+:mod:`kvbench.atomic`): a folder without it holds an interrupted run, which readers flag
 and never read as a result.
 """
 
@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from kvbench.errors import ConfigError
-from kvbench.output.atomic import COMPLETE, check_complete, clear_incomplete, mark_complete, write_frame, write_json
+from kvbench.atomic import COMPLETE, check_complete, clear_incomplete, mark_complete, write_frame, write_json
 from kvbench.output.run_json import run_json
 from kvbench.textio import read_json_object
 
@@ -111,7 +111,7 @@ def read_job(job_dir: Path) -> dict[str, Any] | None:
     """A job folder's summary row, a failure row, a row flagging an incomplete or damaged run, or
     None when the folder holds nothing of a run. An incomplete or damaged run's tables are never
     read: a folder is a result only when its COMPLETE marker lists exactly its files, with their
-    sizes (:func:`kvbench.output.atomic.check_complete`)."""
+    sizes (:func:`kvbench.atomic.check_complete`)."""
     marker = (job_dir / COMPLETE).is_file()
     problem = check_complete(job_dir, RESULT_FILES) if marker else None
     if marker and problem is None:

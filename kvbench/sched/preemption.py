@@ -24,16 +24,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kvbench.core.sequence import SequenceGroup
+from kvbench.core.step import Mechanism
 from kvbench.errors import require
 
 if TYPE_CHECKING:
     from kvbench.exec.costmodel import CostModel
     from kvbench.memory.allocator import Allocator
     from kvbench.memory.host_pool import HostSwapPool
-
-RECOMPUTE = "recompute"
-SWAP = "swap"
-MECHANISMS = (RECOMPUTE, SWAP)
 
 
 class PreemptionContext:
@@ -69,8 +66,8 @@ class PreemptionContext:
         need = self._footprint(group).transfer.num_bytes
         return self._host_pool.used_bytes + need <= self._host_pool.capacity_bytes
 
-    def cost_s(self, group: SequenceGroup, mechanism: str) -> float:
-        return self.swap_s(group) if mechanism == SWAP else self.recompute_s(group)
+    def cost_s(self, group: SequenceGroup, mechanism: Mechanism) -> float:
+        return self.swap_s(group) if mechanism == Mechanism.SWAP else self.recompute_s(group)
 
     def _footprint(self, group: SequenceGroup):
         return self._allocator.footprint([s.seq_id for s in group.held_seqs()])
@@ -119,11 +116,11 @@ class PreemptionPolicy:
     def __init__(self, config: Any = None) -> None:
         self.config = config if config is not None else self.Config()
 
-    def mechanism(self, group: SequenceGroup, ctx: PreemptionContext) -> str:
-        """How ``group`` gives up its memory: :data:`RECOMPUTE` or :data:`SWAP`."""
+    def mechanism(self, group: SequenceGroup, ctx: PreemptionContext) -> Mechanism:
+        """How ``group`` gives up its memory: ``Mechanism.RECOMPUTE`` or ``Mechanism.SWAP``."""
         raise NotImplementedError
 
-    def choose(self, candidates: Sequence[SequenceGroup], ctx: PreemptionContext) -> tuple[int, str]:
+    def choose(self, candidates: Sequence[SequenceGroup], ctx: PreemptionContext) -> tuple[int, Mechanism]:
         """The victim (an index into ``candidates``, which are in admission order) and its mechanism."""
         index = VICTIMS[self.config.victim](candidates, self, ctx)
         return index, self.mechanism(candidates[index], ctx)

@@ -35,12 +35,12 @@ import numpy as np
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import Sequence, SequenceGroup, Status
-from kvbench.core.step import AdmissionRefusal, Preemption, PrefillChunk, StepPlan, StepResult
+from kvbench.core.step import AdmissionRefusal, Mechanism, Preemption, PrefillChunk, StepPlan, StepResult
 from kvbench.errors import ConfigError, require
 from kvbench.exec.costmodel import CostModel
 from kvbench.memory.allocator import NO_PROJECTION, Allocator, DecodeProjection, Refusal, SeqShape
 from kvbench.memory.host_pool import HostSwapPool
-from kvbench.sched.preemption import RECOMPUTE, SWAP, PreemptionContext, PreemptionPolicy
+from kvbench.sched.preemption import PreemptionContext, PreemptionPolicy
 
 
 @dataclass
@@ -571,17 +571,22 @@ class Scheduler:
     def _preempt(self, plan: StepPlan, index: int) -> SequenceGroup:
         """Evict one request among ``running[index:]`` (not yet run this step) as the policy decides."""
         candidates = self.running[index:]
-        choice, mechanism = self.policy.choose(candidates, self.preemption)
+        choice, answer = self.policy.choose(candidates, self.preemption)
+        try:
+            mechanism = Mechanism(answer)  # an outside policy may answer the plain string "swap"
+        except ValueError:
+            raise ConfigError(f"preemption={self.policy.name!r} answered the mechanism {answer!r}: answer "
+                              "Mechanism.RECOMPUTE or Mechanism.SWAP (kvbench.core.step)") from None  # fmt: skip
         victim = candidates[choice]
         del self.running[index + choice]
         if self._work is not None and self._work.group is victim:
             self._take_back(self._work)
-        fell_back = mechanism == SWAP and not self.preemption.can_swap(victim)
+        fell_back = mechanism == Mechanism.SWAP and not self.preemption.can_swap(victim)
         if fell_back:
-            mechanism = RECOMPUTE
+            mechanism = Mechanism.RECOMPUTE
         held = victim.held_seqs()
         kv_tokens = victim.num_cached_positions()
-        if mechanism == SWAP:
+        if mechanism == Mechanism.SWAP:
             transfer = self.allocator.swap_out([s.seq_id for s in held])
             if not self.host_pool.reserve(victim.request_id, transfer.num_bytes):
                 raise RuntimeError("the host pool refused a swap it had room for")

@@ -18,24 +18,13 @@ its KV budget (found by filling a fresh allocator until it refuses), and the sch
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import pandas as pd
-from omegaconf import OmegaConf
-from rich.table import Table
 
-from kvbench.errors import ConfigError, require
 from kvbench.exec.costmodel import CostModel
 from kvbench.memory.allocator import Allocator, SeqShape
 from kvbench.output.figures import pyplot
-from kvbench.output.report import wide_console
-from kvbench.slo.common import (
-    Parser,
-    compose_checked,
-    resolve_out_dir,
-    run_cli,
-    write_folder,
-)
 
 GB = 1e9  # decimal, as the lecture's 3,350 GB/s
 #: bounds on the options, so that every allocation they size stays small: the figure evaluates the
@@ -125,13 +114,13 @@ def batch_table(cost: CostModel, context_tokens: int, batches: list[int], answer
     return pd.DataFrame(rows)
 
 
-def _batches(answer: BatchAnswer, max_batch: int) -> list[int]:
+def batches_to_show(answer: BatchAnswer, max_batch: int) -> list[int]:
     powers = [1 << k for k in range(max_batch.bit_length()) if 1 << k <= max_batch]
     marks = [answer.slo_batch, answer.slo_batch + 1, answer.memory_batch, answer.max_num_seqs, max_batch]
     return sorted({b for b in powers + marks if 1 <= b <= max_batch})
 
 
-def _arithmetic(answer: BatchAnswer) -> str:
+def arithmetic(answer: BatchAnswer) -> str:
     """The closed form written out with this run's numbers."""
     efficiency = "" if answer.decode_efficiency == 1.0 else f" × {answer.decode_efficiency:.3f}"
     return (
@@ -141,7 +130,7 @@ def _arithmetic(answer: BatchAnswer) -> str:
     )
 
 
-def _figure(cost: CostModel, answer: BatchAnswer, max_batch: int, title: str):
+def figure(cost: CostModel, answer: BatchAnswer, max_batch: int, title: str):
     plt = pyplot()
     # element b is decode_time_s(b * C) exactly: every batch from 0 to max_batch
     tpot_ms = cost.decode_times_s(0, answer.context_tokens, max_batch + 1) * 1e3
@@ -162,103 +151,3 @@ def _figure(cost: CostModel, answer: BatchAnswer, max_batch: int, title: str):
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig
-
-
-def _main(argv: list[str]) -> int:
-    parser = Parser("kvbench slo-batch", "The largest decode-only batch whose TPOT meets an SLO, by the "
-                    "cost model's arithmetic, beside the memory ceiling of the run's allocator.")  # fmt: skip
-    parser.add_argument("--tpot-ms", type=float, default=20.0, help="the TPOT SLO in ms (default 20)")
-    parser.add_argument("--context-tokens", type=int, default=640,
-                        help="KV tokens each sequence holds (default 640: the lecture's 512-token prompt + 128 output)")
-    parser.add_argument("--max-batch", type=int, default=None,
-                        help="largest B in the table and figure (default: a power of two above both limits)")
-    parser.add_argument("--out", default=None, help="output folder (default results/slo/<date>/batch-<time>/)")
-    args, overrides = parser.parse(argv)
-    out_dir = resolve_out_dir(args.out, "batch")
-    require(math.isfinite(args.tpot_ms) and 0 < args.tpot_ms <= MAX_TPOT_MS, "--tpot-ms", args.tpot_ms,
-            f"use a positive number of milliseconds, at most {MAX_TPOT_MS:,} (a {MAX_TPOT_MS // 1000:g} s token)")  # fmt: skip
-    require(1 <= args.context_tokens <= MAX_CONTEXT_TOKENS, "--context-tokens", args.context_tokens,
-            f"use an integer from 1 to {MAX_CONTEXT_TOKENS:,} (2**24, above any model's positions)")  # fmt: skip
-    require(args.max_batch is None or 1 <= args.max_batch <= MAX_BATCH, "--max-batch", args.max_batch,
-            f"use an integer from 1 to {MAX_BATCH:,} (the table and the figure hold every batch up to it)")  # fmt: skip
-
-    from kvbench.app.run import setup
-
-    cfg, choices = compose_checked(overrides)
-    s = setup(cfg)
-    context_tokens, tpot_slo_s = args.context_tokens, args.tpot_ms / 1e3
-    if s.model.max_positions and context_tokens > s.model.max_positions:
-        raise ConfigError(f"--context-tokens={context_tokens} is beyond the {s.model.max_positions} positions of "
-                          f"model {s.model.name}: use a shorter context or a longer-context model")  # fmt: skip
-    exact, b_slo = slo_batch(s.cost, context_tokens, tpot_slo_s)
-    s_max_tokens = OmegaConf.select(cfg, "workload.s_max_tokens", default=None) or context_tokens
-    b_mem, held_bytes = memory_ceiling(s.allocator, context_tokens, int(s_max_tokens))
-    answer = BatchAnswer(
-        context_tokens=context_tokens, tpot_slo_s=tpot_slo_s, weight_bytes=s.model.weight_bytes,
-        hbm_bandwidth_bytes_per_s=s.hardware.hbm_bandwidth_bytes_per_s, decode_efficiency=s.cost.decode_efficiency,
-        seq_kv_bytes=context_tokens * s.model.kv_bytes_per_token, exact_batch=exact, slo_batch=b_slo,
-        memory_batch=b_mem, held_bytes_per_seq=held_bytes, budget_bytes=s.budget_bytes,
-        max_num_seqs=int(s.scheduler.config.max_num_seqs),
-    )  # fmt: skip
-    max_batch = args.max_batch or min(MAX_BATCH, 1 << math.ceil(math.log2(max(8, 1.25 * max(b_slo + 1, b_mem)))))
-    table = batch_table(s.cost, context_tokens, _batches(answer, max_batch), answer)
-
-    allocator = choices.get("allocator", s.allocator.name)
-    what = f"{s.model.name} on {s.hardware.name}, allocator {allocator} (block {s.allocator.block_size_tokens}), kernel {s.kernel.name}"
-    out = wide_console()
-    out.print(f"kvbench slo-batch: {what}", highlight=False)
-    out.print(f"decode-only batch, every sequence holding {context_tokens} context tokens "
-              f"(--context-tokens; default 640, the lecture's 512 + 128)", highlight=False)  # fmt: skip
-    out.print(f"kernel decode efficiency {answer.decode_efficiency:.3f} ({s.efficiency.source})", highlight=False)
-    rich_table = Table(title=f"TPOT versus batch: SLO {args.tpot_ms:g} ms")
-    for header in ("B", "KV read GB", "weights ms", "KV ms", "step (TPOT) ms", "tokens/s", "meets SLO?", "fits memory?"):
-        rich_table.add_column(header, justify="right")
-    for row in table.itertuples():
-        note = {b_slo: " ← SLO", b_mem: " ← memory"}.get(row.batch, "")
-        rich_table.add_row(
-            f"{row.batch:,}{note}", f"{row.kv_read_bytes / GB:.2f}", f"{row.weights_s * 1e3:.2f}", f"{row.kv_s * 1e3:.2f}",
-            f"{row.tpot_s * 1e3:.2f}", f"{row.tokens_per_s:,.0f}", "yes" if row.meets_slo else "no",
-            "yes" if row.fits_memory else "no",
-        )  # fmt: skip
-    out.print(rich_table)
-    out.print(f"KV read per sequence per step: {context_tokens} tokens × {s.model.kv_bytes_per_token:,} B = "
-              f"{answer.seq_kv_bytes / GB:.4f} GB; weights {answer.weight_bytes / GB:.3f} GB", highlight=False)  # fmt: skip
-    out.print(f"SLO: {_arithmetic(answer)}", highlight=False)
-    if b_slo == 0:
-        out.print(f"     reading the weights alone takes {s.cost.decode_time_s(0) * 1e3:.2f} ms: no batch meets "
-                  f"{args.tpot_ms:g} ms", highlight=False)  # fmt: skip
-    else:
-        out.print(f"     check: TPOT({b_slo}) = {s.cost.decode_time_s(b_slo * context_tokens) * 1e3:.3f} ms <= "
-                  f"{args.tpot_ms:g} ms < TPOT({b_slo + 1}) = "
-                  f"{s.cost.decode_time_s((b_slo + 1) * context_tokens) * 1e3:.3f} ms", highlight=False)  # fmt: skip
-    if b_mem:
-        out.print(f"memory: allocator {allocator} holds {b_mem:,} such sequences in the {s.budget_bytes / GB:.2f} GB KV "
-                  f"budget, {held_bytes / GB:.4f} GB set aside for each (S_max {max(context_tokens, int(s_max_tokens))})",
-                  highlight=False)  # fmt: skip
-    else:
-        out.print(f"memory: allocator {allocator} cannot hold one sequence of {context_tokens} tokens", highlight=False)
-    others = ", ".join(f"{name} {value:,}" for name, value in answer.limits.items() if name not in answer.binding)
-    out.print(f"[bold]binds: {' and '.join(answer.binding)}: the largest batch is B = {answer.batch:,}[/bold] ({others})",
-              highlight=False)  # fmt: skip
-
-    title = f"{what}\nTPOT SLO {args.tpot_ms:g} ms: B = {b_slo} by the SLO, {b_mem} by memory"
-    # JSON has no NaN: the bytes per sequence of an allocator that holds none is null
-    fields = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in asdict(answer).items()}
-    document = {**fields, "batch": answer.batch, "binding": answer.binding, "arithmetic": _arithmetic(answer),
-                "calibration": s.efficiency.source, "overrides": overrides}  # fmt: skip
-    fig = _figure(s.cost, answer, max_batch, title)
-    try:
-        write_folder(out_dir, {"tpot_vs_batch": table}, {"tpot_vs_batch.png": fig}, {"slo_batch.json": document})
-    finally:
-        pyplot().close(fig)
-    out.print(f"results: {out_dir}", highlight=False)
-    return 0
-
-
-def main() -> None:
-    """Entry point for ``kvbench slo-batch`` (reads ``sys.argv[1:]``)."""
-    run_cli(_main)
-
-
-if __name__ == "__main__":
-    main()

@@ -57,7 +57,7 @@ from kvbench.memory.allocator import (
     SeqShape,
     Transfer,
 )
-from kvbench.memory.ledger import MemoryLedger
+from kvbench.core.ledger import MemoryLedger
 
 
 @dataclass

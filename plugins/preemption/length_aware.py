@@ -9,7 +9,8 @@ the host link), so there is one break-even length per model, machine and block s
 from __future__ import annotations
 
 from kvbench import hookimpl
-from kvbench.sched.preemption import RECOMPUTE, SWAP, PreemptionPolicy
+from kvbench.core.step import Mechanism
+from kvbench.sched.preemption import PreemptionPolicy
 
 
 class LengthAwarePolicy(PreemptionPolicy):
@@ -18,7 +19,7 @@ class LengthAwarePolicy(PreemptionPolicy):
     name = "length_aware"
 
     def mechanism(self, group, ctx) -> str:
-        return SWAP if ctx.swap_s(group) < ctx.recompute_s(group) else RECOMPUTE
+        return Mechanism.SWAP if ctx.swap_s(group) < ctx.recompute_s(group) else Mechanism.RECOMPUTE
 
 
 @hookimpl

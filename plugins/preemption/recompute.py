@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from kvbench import hookimpl
-from kvbench.sched.preemption import RECOMPUTE, PreemptionPolicy
+from kvbench.core.step import Mechanism
+from kvbench.sched.preemption import PreemptionPolicy
 
 
 class RecomputePolicy(PreemptionPolicy):
@@ -16,7 +17,7 @@ class RecomputePolicy(PreemptionPolicy):
     name = "recompute"
 
     def mechanism(self, group, ctx) -> str:
-        return RECOMPUTE
+        return Mechanism.RECOMPUTE
 
 
 @hookimpl

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from kvbench import hookimpl
-from kvbench.sched.preemption import SWAP, PreemptionPolicy
+from kvbench.core.step import Mechanism
+from kvbench.sched.preemption import PreemptionPolicy
 
 
 class SwapPolicy(PreemptionPolicy):
@@ -14,7 +15,7 @@ class SwapPolicy(PreemptionPolicy):
     name = "swap"
 
     def mechanism(self, group, ctx) -> str:
-        return SWAP
+        return Mechanism.SWAP
 
 
 @hookimpl

@@ -26,11 +26,11 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf
 
-from kvbench.output.atomic import mark_complete, write_text
+from kvbench.atomic import mark_complete, write_text
 
 GOLDEN_DIR = Path(__file__).resolve().parent
 KEPT_FILES = ("summary.parquet", "summary.csv", "config.json")
-MAIN = "from kvbench.app.cli import main; main()"  # the `kvbench` console script's entry point
+MAIN = "from kvbench.commands.main import main; main()"  # the `kvbench` console script's entry point
 
 
 def scenarios() -> dict[str, list[str]]:

@@ -7,7 +7,7 @@ import pytest
 
 from kvbench.api import run
 from kvbench.errors import ConfigError
-from kvbench.memory.ledger import LEDGER_FIELDS
+from kvbench.core.ledger import LEDGER_FIELDS
 
 FAST = ["wandb.mode=disabled", "progress=false", "kernel=torch"]
 

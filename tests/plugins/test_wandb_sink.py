@@ -243,7 +243,7 @@ def audit(event, args):
         events.append([event, None, [str(a) for a in (args[1] or [])]])
 sys.addaudithook(audit)
 atexit.register(lambda: open(os.environ["AUDIT_LOG"], "w").write(json.dumps(events)))  # runs last
-from kvbench.app.cli import main
+from kvbench.commands.main import main
 main()
 """
 
@@ -315,7 +315,7 @@ def test_an_offline_run_writes_nothing_outside_its_folder(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "XDG_"))}
     env.update(HOME=str(home), HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore")
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-c", "from kvbench.app.cli import main; main()", "workload.num_requests=20",
+    proc = subprocess.run([sys.executable, "-c", "from kvbench.commands.main import main; main()", "workload.num_requests=20",
                            "progress=false", "wandb.mode=offline", f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-MAIN = "from kvbench.app.cli import main; main()"
+MAIN = "from kvbench.commands.main import main; main()"
 
 
 def kvbench(*args: str, cwd: Path, code: str = MAIN) -> subprocess.CompletedProcess:

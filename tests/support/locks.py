@@ -11,7 +11,7 @@ from pathlib import Path
 HOLD = """
 import sys
 from pathlib import Path
-from kvbench.output.atomic import folder_lock
+from kvbench.atomic import folder_lock
 with folder_lock(Path(sys.argv[1])):
     print("held", flush=True)
     sys.stdin.read()

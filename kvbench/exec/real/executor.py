@@ -27,12 +27,11 @@ import numpy as np
 import torch
 
 from kvbench.core.sequence import Status
-from kvbench.core.step import StepPlan, StepResult
+from kvbench.core.step import Mechanism, StepPlan, StepResult
 from kvbench.errors import ConfigError
 from kvbench.exec.real.cache import KVCache
 from kvbench.exec.real.model import LlamaRunner
 from kvbench.exec.sim import SimExecutor
-from kvbench.sched.preemption import SWAP
 
 
 def prompt_token_ids(
@@ -153,7 +152,7 @@ class RealExecutor:
             for seq in preemption.group.seqs:
                 table = self._tables.pop(seq.seq_id, None)
                 if (
-                    preemption.mechanism == SWAP
+                    preemption.mechanism == Mechanism.SWAP
                     and seq.status is Status.SWAPPED
                     and table is not None
                 ):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kvbench.api import run
-from kvbench.memory.ledger import LEDGER_FIELDS
+from kvbench.core.ledger import LEDGER_FIELDS
 
 #: 200 requests of 512 prompt tokens whose first 256 are one shared system prompt; a budget large
 #: enough that nobody is preempted, so computed tokens can be counted exactly

@@ -35,7 +35,7 @@ def write_frame(frame, out_dir, name):
         os.kill(os.getpid(), getattr(signal, action))
     return real(frame, out_dir, name)
 results.write_frame = write_frame
-from kvbench.app.cli import main
+from kvbench.commands.main import main
 main()
 """
 
@@ -123,17 +123,17 @@ import hydra.core.utils as utils
 def _save_config(*args, **kwargs):
     raise OSError(28, "No space left on device", "results/x/.hydra/config.yaml")
 utils._save_config = _save_config
-from kvbench.app.cli import main
+from kvbench.commands.main import main
 main()
 """
 
 SIGNAL_IN_LOCK = """
 import os, signal
-import kvbench.output.atomic as atomic
+import kvbench.atomic as atomic
 def _write_owner(fd):
     os.kill(os.getpid(), signal.SIGTERM)
 atomic._write_owner = _write_owner
-from kvbench.app.cli import main
+from kvbench.commands.main import main
 main()
 """
 
@@ -155,10 +155,10 @@ def test_a_signal_while_the_lock_is_taken_is_one_line_and_releases_it(tmp_path):
 
 # the second run of a resumed sweep reports a different kvbench than the one that computed job 0
 OTHER_VERSION = """
-import kvbench.app.provenance as provenance
+import kvbench.provenance as provenance
 provenance.kvbench_version.cache_clear()
 provenance.kvbench_version = lambda: "9.9.9"
-from kvbench.app.cli import main
+from kvbench.commands.main import main
 main()
 """
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvbench.compare.cli import build_parser, main
+from kvbench.commands.compare import build_parser, main
 from kvbench_cli import kvbench
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -7,8 +7,8 @@ import shutil
 import pandas as pd
 import pytest
 
-from kvbench.compare.cli import main
-from kvbench.output.atomic import COMPLETE
+from kvbench.commands.compare import main
+from kvbench.atomic import COMPLETE
 from kvbench.output.results import write_failure
 from kvbench_cli import kvbench
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from kvbench.exec.calibration import load_calibration, load_decode_efficiency
+from kvbench.specs.calibration import load_calibration, load_decode_efficiency
 from kvbench.exec.costmodel import CostModel
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelSpec
@@ -73,7 +73,7 @@ def test_a_kernel_sweep_with_calibrations_gives_different_rows_and_no_warning(tm
     write(tmp_path, "flashinfer", {"16": 0.8, "contiguous": 0.92})
     assert load_decode_efficiency("h100-sxm", "flashinfer", 16, calibration_dir=tmp_path).efficiency == 0.8
     sweep = tmp_path / "sweep"
-    cmd = [sys.executable, "-c", "import sys; from kvbench.app.cli import main; sys.argv[0] = 'kvbench'; main()", "-m", "kernel=triton,flashinfer", f"calibration_dir={tmp_path}",
+    cmd = [sys.executable, "-c", "import sys; from kvbench.commands.main import main; sys.argv[0] = 'kvbench'; main()", "-m", "kernel=triton,flashinfer", f"calibration_dir={tmp_path}",
            "workload.num_requests=30", "wandb.mode=disabled", "progress=false", f"hydra.sweep.dir={sweep}"]  # fmt: skip
     env = {**os.environ, "COLUMNS": "200"}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=False)

@@ -22,7 +22,7 @@ ARGS = ["mode=real", "model=tiny-llama", "allocator=paged", "allocator.block_siz
 def tokens(kernel: str, folder) -> list:
     # the interpreter must be chosen before triton is imported: a fresh process, with it in the environment
     env = {**os.environ, "TRITON_INTERPRET": "1", "HYDRA_FULL_ERROR": "0"}
-    code = "from kvbench.app.cli import main; main()"
+    code = "from kvbench.commands.main import main; main()"
     proc = subprocess.run([sys.executable, "-c", code, *ARGS, f"kernel={kernel}", f"hydra.run.dir={folder}"],
                           env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stderr

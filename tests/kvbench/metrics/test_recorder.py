@@ -7,7 +7,7 @@ import numpy as np
 from kvbench.core.sequence import SequenceGroup
 from kvbench.core.step import AdmissionRefusal, StepPlan, StepResult
 from kvbench.memory.allocator import KVCopy, Refusal
-from kvbench.memory.ledger import LEDGER_FIELDS, MemoryLedger
+from kvbench.core.ledger import LEDGER_FIELDS, MemoryLedger
 from kvbench.metrics.recorder import Recorder
 from toy import request
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kvbench.output.atomic import COMPLETE
+from kvbench.atomic import COMPLETE
 from kvbench.output.results import RunResult, finished_config, read_job, write_failure, write_run
 
 

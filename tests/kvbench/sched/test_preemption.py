@@ -8,7 +8,8 @@ from kvbench.core.sequence import SequenceGroup, Status
 from kvbench.errors import ConfigError
 from kvbench.exec.costmodel import CostModel
 from kvbench.memory.host_pool import HostSwapPool
-from kvbench.sched.preemption import RECOMPUTE, SWAP, PreemptionConfig, PreemptionContext
+from kvbench.core.step import Mechanism
+from kvbench.sched.preemption import PreemptionConfig, PreemptionContext
 from kvbench_plugins.preemption.recompute import RecomputePolicy
 from kvbench_plugins.preemption.swap import SwapPolicy
 from toy import TOY_MODEL, paged, prefill_s, request, swap_s, toy_hardware
@@ -30,21 +31,21 @@ def running_groups(*computed_tokens: int, budget_tokens: int = 256):
 
 def test_newest_is_the_last_admitted():
     groups, ctx = running_groups(8, 40, 16)
-    assert RecomputePolicy(PreemptionConfig("newest")).choose(groups, ctx) == (2, RECOMPUTE)
+    assert RecomputePolicy(PreemptionConfig("newest")).choose(groups, ctx) == (2, Mechanism.RECOMPUTE)
 
 
 def test_least_progress_loses_the_fewest_tokens_and_breaks_ties_toward_the_newest():
     groups, ctx = running_groups(24, 8, 40, 8)
-    assert RecomputePolicy(PreemptionConfig("least_progress")).choose(groups, ctx) == (3, RECOMPUTE)
+    assert RecomputePolicy(PreemptionConfig("least_progress")).choose(groups, ctx) == (3, Mechanism.RECOMPUTE)
 
 
 def test_cost_aware_recompute_prefers_short_victims_swap_prefers_full_blocks():
     # recompute costs grow faster than the bytes they free: the shortest is cheapest per byte
     groups, ctx = running_groups(24, 8, 40)
-    assert RecomputePolicy(PreemptionConfig("cost_aware")).choose(groups, ctx) == (1, RECOMPUTE)
+    assert RecomputePolicy(PreemptionConfig("cost_aware")).choose(groups, ctx) == (1, Mechanism.RECOMPUTE)
     # a swap moves whole blocks, one copy each: per byte freed all cost the same, the newest goes
     groups, ctx = running_groups(24, 8, 40)
-    assert SwapPolicy(PreemptionConfig("cost_aware")).choose(groups, ctx) == (2, SWAP)
+    assert SwapPolicy(PreemptionConfig("cost_aware")).choose(groups, ctx) == (2, Mechanism.SWAP)
 
 
 def test_the_context_prices_a_victim_with_the_executors_cost_model():

@@ -11,9 +11,9 @@ import pytest
 
 from kvbench.api import compose
 from kvbench.app.run import setup
-from kvbench.exec import calibration
+from kvbench.specs import calibration
 from kvbench.exec.costmodel import CostModel
-from kvbench.slo import batch
+from kvbench.commands import slo_batch as slo_batch_command
 from kvbench.slo.batch import memory_ceiling, slo_batch
 from kvbench_cli import kvbench
 
@@ -31,7 +31,7 @@ def run_main(monkeypatch, *args: str) -> int:
     """``kvbench slo-batch <args>`` in this process; the exit status (0 when main returns)."""
     monkeypatch.setattr(sys, "argv", ["kvbench slo-batch", *args])
     try:
-        batch.main()
+        slo_batch_command.main()
     except SystemExit as exc:
         return int(exc.code or 0)
     return 0

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from kvbench.api import run
+from kvbench.commands import slo_search as search_command
 from kvbench.slo import search
 from kvbench.slo.search import bisect, expected_runs, is_monotone
 from kvbench_cli import kvbench
@@ -26,7 +27,7 @@ def run_main(monkeypatch, *args: str) -> int:
     """``kvbench slo-search <args>`` in this process; the exit status (0 when main returns)."""
     monkeypatch.setattr(sys, "argv", ["kvbench slo-search", *args])
     try:
-        search.main()
+        search_command.main()
     except SystemExit as exc:
         return int(exc.code or 0)
     return 0

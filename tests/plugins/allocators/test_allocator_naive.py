@@ -12,7 +12,7 @@ from kvbench import hookspecs
 from kvbench.app.config import plugin_config
 from kvbench.errors import ConfigError
 from kvbench.memory.allocator import Refusal, SeqShape
-from kvbench.memory.conformance import AllocatorConformance
+from kvbench.testing.allocators import AllocatorConformance
 from kvbench_plugins.allocators import naive
 from kvbench_plugins.allocators.naive import NaiveAllocator, NaiveConfig
 

@@ -14,7 +14,7 @@ from kvbench import hookspecs
 from kvbench.app.config import plugin_config
 from kvbench.errors import ConfigError
 from kvbench.memory.allocator import Refusal, SeqShape
-from kvbench.memory.conformance import OPERATIONS, AllocatorConformance, CachingAllocatorConformance
+from kvbench.testing.allocators import OPERATIONS, AllocatorConformance, CachingAllocatorConformance
 from kvbench_plugins.allocators import paged
 from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
 

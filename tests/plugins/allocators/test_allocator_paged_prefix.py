@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvbench.memory.allocator import SeqShape
-from kvbench.memory.conformance import check_cache, check_ledger, prefix_hashes
+from kvbench.testing.allocators import check_cache, check_ledger, prefix_hashes
 from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
 
 B = 16  # tokens per block

@@ -13,7 +13,7 @@ from kvbench import hookspecs
 from kvbench.app.config import plugin_config
 from kvbench.errors import ConfigError
 from kvbench.memory.allocator import Refusal, SeqShape
-from kvbench.memory.conformance import AllocatorConformance
+from kvbench.testing.allocators import AllocatorConformance
 from kvbench_plugins.allocators import per_request
 from kvbench_plugins.allocators.per_request import PerRequestAllocator, PerRequestConfig
 

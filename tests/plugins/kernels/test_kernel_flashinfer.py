@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from kvbench.errors import ConfigError
-from kvbench.kernels.conformance import DECODE_CASES, DTYPES, assert_matches_reference
+from kvbench.testing.kernels import DECODE_CASES, DTYPES, assert_matches_reference
 from kvbench.kernels.layout import make_paged_case
 from kvbench_plugins.kernels.flashinfer import (
     BUNDLED_VARIANTS,
@@ -86,7 +86,7 @@ def test_without_cuda_real_mode_refuses_in_one_line_before_importing_flashinfer(
 
 
 def test_sim_mode_needs_no_gpu_and_reads_the_calibration(tmp_path, monkeypatch):
-    import kvbench.exec.calibration as calibration
+    import kvbench.specs.calibration as calibration
 
     monkeypatch.setattr(calibration, "CALIBRATION_DIR", tmp_path)
     assert not FlashInferKernel().decode_efficiency("h200", 16, contiguous=False).calibrated

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from kvbench.kernels.conformance import DECODE_CASES, DTYPES, assert_matches_reference
+from kvbench.testing.kernels import DECODE_CASES, DTYPES, assert_matches_reference
 from kvbench.kernels.layout import make_paged_case
 from kvbench_plugins.kernels.torch_ref import TorchKernel, paged_decode_reference
 

@@ -26,7 +26,7 @@ triton = pytest.importorskip("triton", reason="the triton package is not install
 
 from kvbench.errors import ConfigError  # noqa: E402
 from kvbench.kernels import triton_decode  # noqa: E402
-from kvbench.kernels.conformance import DECODE_CASES, DTYPES, assert_matches_reference  # noqa: E402
+from kvbench.testing.kernels import DECODE_CASES, DTYPES, assert_matches_reference  # noqa: E402
 from kvbench.kernels.layout import make_paged_case  # noqa: E402
 from kvbench_plugins.kernels.triton_paged import TritonConfig, TritonKernel  # noqa: E402
 

@@ -244,7 +244,7 @@ REGISTERED = (
     "from kvbench_plugins.workloads import request_csv\n"
     "pm = plugin_manager()\n"
     "pm.is_registered(request_csv) or pm.register(request_csv)\n"
-    "from kvbench.app.cli import main; main()\n"
+    "from kvbench.commands.main import main; main()\n"
 )
 
 

@@ -322,7 +322,7 @@ REGISTERED = (
     "from kvbench_plugins.workloads import trace\n"
     "pm = plugin_manager()\n"
     "pm.is_registered(trace) or pm.register(trace)\n"
-    "from kvbench.app.cli import main; main()\n"
+    "from kvbench.commands.main import main; main()\n"
 )
 COMMON = ("wandb.mode=disabled", "progress=false", "kernel=torch", "output.write=false")
 

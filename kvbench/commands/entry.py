@@ -1,0 +1,18 @@
+"""The ``kvbench`` console script: the smallest module that can catch a Ctrl-C or SIGTERM that
+arrives while the command is still importing (Hydra, pandas, torch take a second or more), so
+that an early interrupt is one line and exit 130/143 like a late one, not a traceback from inside
+an import."""
+
+from __future__ import annotations
+
+
+def main() -> None:
+    from kvbench.commands.signals import exit_interrupted, handle_sigterm
+
+    handle_sigterm()
+    try:
+        from kvbench.commands.main import main as cli_main
+
+        cli_main()
+    except KeyboardInterrupt as exc:  # each command handles its own; this is one that came before it could
+        exit_interrupted(exc, "kvbench", "nothing was written")

@@ -1,0 +1,160 @@
+"""``kvbench paper``: regenerate ``paper/`` (the lecture's and the vLLM paper's numbers, reproduced).
+
+    kvbench paper                 # rewrite ./paper from kvbench's closed forms and runs
+    kvbench paper --check         # regenerate into a temporary folder; exit 1 if ./paper differs
+    kvbench paper --only lecture  # one source (a partial paper/: for working on its rows)
+
+Everything is built in a temporary folder beside the target and moved into place at the end, so
+an interrupted run leaves the previous ``paper/`` whole.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kvbench.errors import ConfigError
+from kvbench.studies.paper.document import Source
+from kvbench.studies.paper.render import verdict_line, write_paper
+from kvbench.studies.paper.runs import Runs
+from kvbench.commands.common import Parser, run_cli
+
+#: source name -> module whose ``build(runs, figures_dir)`` returns its :class:`Source`
+SOURCES = {"lecture": "kvbench.studies.paper.lecture", "vllm_paper": "kvbench.studies.paper.vllm_paper"}
+#: files compared byte for byte by ``--check``; the rest (PNG, Parquet) must exist on both sides:
+#: their bytes depend on library versions, and their contents are the CSVs' numbers
+TEXT_SUFFIXES = (".md", ".csv")
+
+
+def generate(out_dir: Path, only: list[str] | None = None, progress=None) -> list[Source]:
+    """Build every source into ``out_dir`` (which must be empty or absent)."""
+    runs = Runs(progress=progress)
+    sources = []
+    for name in only or list(SOURCES):
+        module = importlib.import_module(SOURCES[name])
+        sources.append(module.build(runs, out_dir / "figures"))
+    write_paper(sources, runs.table(), out_dir)
+    return sources
+
+
+def _files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+
+
+def differences(committed: Path, fresh: Path) -> list[str]:
+    """What differs between the committed paper and a fresh one, one line each."""
+    if not committed.is_dir():
+        return [f"{committed} does not exist: run `kvbench paper` and commit it"]
+    old, new = _files(committed), _files(fresh)
+    lines = [f"{committed / name}: not produced any more (remove it)" for name in sorted(old - new)]
+    lines += [f"{committed / name}: missing (kvbench paper writes it)" for name in sorted(new - old)]
+    for name in sorted(old & new):
+        if not name.endswith(TEXT_SUFFIXES):
+            continue
+        a = (committed / name).read_text().splitlines()
+        b = (fresh / name).read_text().splitlines()
+        if a != b:
+            diff = [d for d in difflib.unified_diff(a, b, lineterm="", n=0) if d[:1] in "+-" and d[:3] not in ("+++", "---")]
+            lines.append(f"{committed / name}: differs ({len(diff)} changed lines), first: {diff[0][:160]}")
+    return lines
+
+
+def _progress_printer():
+    """A rich status line naming the run in progress (on a terminal); None elsewhere."""
+    if not sys.stderr.isatty():
+        return None, None
+    from rich.console import Console
+
+    status = Console(stderr=True).status("kvbench paper: starting")
+    status.start()
+    count = [0]
+
+    def show(command: str) -> None:
+        count[0] += 1
+        status.update(f"kvbench paper: run {count[0]}: {command}")
+
+    return show, status
+
+
+def _body(argv: list[str]) -> int:
+    parser = Parser("kvbench paper", "Regenerate paper/: the lecture's and the vLLM paper's numbers, reproduced.")
+    parser.add_argument("--out", default="paper", help="the folder to (re)write (default: ./paper)")
+    parser.add_argument("--check", action="store_true", help="regenerate into a temporary folder and compare with --out")
+    parser.add_argument("--only", action="append", choices=sorted(SOURCES), help="one source (repeat for more)")
+    args, overrides = parser.parse(argv)
+    if overrides:
+        raise ConfigError("kvbench paper takes no overrides: its runs are fixed by the sources it reproduces")
+    if args.check and args.only:
+        raise ConfigError("--check compares the whole paper: drop --only")
+    out_dir = Path(args.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir} is a file, not a folder")
+    parent = out_dir.resolve().parent
+    if not args.check:
+        parent.mkdir(parents=True, exist_ok=True)  # the staging folder is made beside the target
+
+    started = time.perf_counter()
+    staging = Path(tempfile.mkdtemp(prefix=".paper-", dir=None if args.check else parent))
+    try:
+        return _build(args, out_dir, parent, staging, started)
+    finally:  # an error or a signal (SIGTERM unwinds here too) leaves no staging folder behind
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _build(args, out_dir: Path, parent: Path, staging: Path, started: float) -> int:
+    show, status = _progress_printer()
+    try:
+        sources = generate(staging, args.only, show)
+    finally:
+        if status is not None:
+            status.stop()
+    for source in sources:
+        print(f"{source.name}: {verdict_line(source.rows)}")
+    disagree = [row for s in sources for row in s.rows if row.sim_agrees is False]
+    for row in disagree:
+        print(f"kvbench paper: {row.key}: the run gives {row.simulated!r} but the closed form {row.formula_value!r}",
+              file=sys.stderr)  # fmt: skip
+
+    if args.check:
+        found = differences(out_dir, staging)
+        for line in found:
+            print(line)
+        verdict = "up to date" if not found else f"out of date in {len(found)} files: run `kvbench paper` and commit"
+        print(f"{out_dir}: {verdict} ({time.perf_counter() - started:.0f} s)")
+        return 1 if found or disagree else 0
+
+    # mkdtemp made the staging folder private (0700); the paper is a folder like any other
+    staging.chmod(0o777 & ~_umask())
+    old = parent / f".paper-old-{staging.name}"
+    # no signal between the two renames: it would leave the old paper aside and no paper/ at all
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        if out_dir.exists():
+            out_dir.rename(old)
+        staging.rename(out_dir)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    shutil.rmtree(old, ignore_errors=True)
+    print(f"wrote {out_dir}/ ({len(_files(out_dir))} files) in {time.perf_counter() - started:.0f} s")
+    return 1 if disagree else 0
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def main() -> None:
+    run_cli(_body, "kvbench paper")
+
+
+if __name__ == "__main__":
+    main()
