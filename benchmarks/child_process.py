@@ -41,5 +41,10 @@ def measure(argv: list[str], *, env: dict[str, str] | None = None, cwd: str | No
         proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
         out.seek(0)
         err.seek(0)
-        return Measured(wall_s, usage.ru_maxrss * 1024, proc.returncode,  # Linux: ru_maxrss is in KiB
-                        out.read().decode(errors="replace"), err.read().decode(errors="replace"))  # fmt: skip
+        return Measured(
+            wall_s,
+            usage.ru_maxrss * 1024,
+            proc.returncode,  # Linux: ru_maxrss is in KiB
+            out.read().decode(errors="replace"),
+            err.read().decode(errors="replace"),
+        )

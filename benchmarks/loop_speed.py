@@ -80,8 +80,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.scenarios.remove("arxiv")
         print("loop_speed: no --arxiv-lengths, so the arxiv scenario is left out", file=sys.stderr)
     if "arxiv" in args.scenarios and not entry_points(group="kvbench", name="request_csv"):
-        parser.error("the arxiv scenario needs kvbench's request_csv workload, which is not installed: "
-                     "reinstall kvbench (pip install -e .)")  # fmt: skip
+        parser.error(
+            "the arxiv scenario needs kvbench's request_csv workload, which is not installed: "
+            "reinstall kvbench (pip install -e .)"
+        )
     if args.arxiv_lengths is not None and not args.arxiv_lengths.is_file():
         parser.error(f"--arxiv-lengths {args.arxiv_lengths}: no such file; give Vidur's arXiv length CSV")
     if args.vidur_run and not Path(args.vidur_run).is_file():
@@ -104,8 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
             scenarios["arxiv"] = arxiv_scenario(args.arxiv_lengths, args.num_requests, work)
         for name in args.scenarios:
             runs = measure_scenario(scenarios[name], args.vidur_run, args.repeat, work)
-            report["scenarios"][name] = {"description": scenarios[name].description, "runs": runs,
-                                         **summarize(runs)}  # fmt: skip
+            report["scenarios"][name] = {"description": scenarios[name].description, "runs": runs, **summarize(runs)}
     report["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     text = markdown(report)
     print(text)

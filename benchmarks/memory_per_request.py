@@ -73,40 +73,75 @@ def azure_file(n: int, work: Path) -> Path:
 def mooncake_file(n: int, work: Path) -> Path:
     """A Mooncake conversation trace of ``n`` lines: the packaged one repeated, shifted in time,
     each copy's hash ids offset so that no copy shares a prefix with another."""
-    lines = [json.loads(line) for line in (TRACES / "mooncake_fast25_conversation_trace.jsonl").read_text().splitlines() if line]
+    lines = [
+        json.loads(line)
+        for line in (TRACES / "mooncake_fast25_conversation_trace.jsonl").read_text().splitlines()
+        if line
+    ]
     span = lines[-1]["timestamp"] - lines[0]["timestamp"] + 1
     top = max(max(r["hash_ids"], default=0) for r in lines) + 1
     path = work / f"mooncake_{n}.jsonl"
     with path.open("w") as out:
         for i in range(n):
             copy, r = divmod(i, len(lines))
-            row = dict(lines[r], timestamp=lines[r]["timestamp"] + copy * span,
-                       hash_ids=[h + copy * top for h in lines[r]["hash_ids"]])  # fmt: skip
+            row = dict(
+                lines[r],
+                timestamp=lines[r]["timestamp"] + copy * span,
+                hash_ids=[h + copy * top for h in lines[r]["hash_ids"]],
+            )
             out.write(json.dumps(row) + "\n")
     return path
 
 
 KINDS = (
     Kind("synthetic", "workload=lecture_chat (all at once)", (20_000, 100_000), synthetic("lecture_chat")),
-    Kind("synthetic_poisson", "workload=sharegpt_like (Poisson arrivals, many steps)", (20_000, 100_000),
-         synthetic("sharegpt_like")),
-    Kind("fan_out_4", "workload=lecture_chat workload.num_branches=4", (10_000, 50_000),
-         synthetic("lecture_chat", "workload.num_branches=4")),
-    Kind("synthetic_prefix_cached", "workload=lecture_chat workload.shared_prefix_tokens=256 allocator.prefix_caching=true",
-         (20_000, 100_000), synthetic("lecture_chat", "workload.shared_prefix_tokens=256", "allocator.prefix_caching=true")),
-    Kind("trace_azure", "workload=azure_conv replaying an Azure 2023 trace file", (20_000, 100_000),
-         lambda n, work: ["workload=azure_conv", f"workload.path={azure_file(n, work)}"]),
-    Kind("trace_mooncake_cached", "workload=mooncake_conversation allocator.prefix_caching=true (hash ids, prefix cache)",
-         (6_000, 18_000),
-         lambda n, work: ["workload=mooncake_conversation", f"workload.path={mooncake_file(n, work)}",
-                          "model=llama2-7b-32k", "allocator.prefix_caching=true"]),
-)  # fmt: skip
+    Kind(
+        "synthetic_poisson",
+        "workload=sharegpt_like (Poisson arrivals, many steps)",
+        (20_000, 100_000),
+        synthetic("sharegpt_like"),
+    ),
+    Kind(
+        "fan_out_4",
+        "workload=lecture_chat workload.num_branches=4",
+        (10_000, 50_000),
+        synthetic("lecture_chat", "workload.num_branches=4"),
+    ),
+    Kind(
+        "synthetic_prefix_cached",
+        "workload=lecture_chat workload.shared_prefix_tokens=256 allocator.prefix_caching=true",
+        (20_000, 100_000),
+        synthetic("lecture_chat", "workload.shared_prefix_tokens=256", "allocator.prefix_caching=true"),
+    ),
+    Kind(
+        "trace_azure",
+        "workload=azure_conv replaying an Azure 2023 trace file",
+        (20_000, 100_000),
+        lambda n, work: ["workload=azure_conv", f"workload.path={azure_file(n, work)}"],
+    ),
+    Kind(
+        "trace_mooncake_cached",
+        "workload=mooncake_conversation allocator.prefix_caching=true (hash ids, prefix cache)",
+        (6_000, 18_000),
+        lambda n, work: [
+            "workload=mooncake_conversation",
+            f"workload.path={mooncake_file(n, work)}",
+            "model=llama2-7b-32k",
+            "allocator.prefix_caching=true",
+        ],
+    ),
+)
 
 
 def peak_rss_bytes(overrides: list[str], work: Path) -> int:
     out = work / "run"
-    done = subprocess.run([sys.executable, "-c", CHILD, *overrides, *COMMON, f"hydra.run.dir={out}", "check_memory=false"],
-                          cwd=work, capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, *overrides, *COMMON, f"hydra.run.dir={out}", "check_memory=false"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("maxrss_kb ")]
     if done.returncode != 0 or not lines:
         raise SystemExit(f"memory_per_request: kvbench {' '.join(overrides)} failed:\n{done.stderr[-2000:]}")
@@ -120,25 +155,44 @@ def measure(kind: Kind) -> dict:
         rss1 = peak_rss_bytes(kind.overrides(n1, work), work)
         rss2 = peak_rss_bytes(kind.overrides(n2, work), work)
     per = (rss2 - rss1) / (n2 - n1)
-    row = {"kind": kind.name, "what": kind.what, "n1": n1, "n2": n2, "peak_rss_n1_bytes": rss1,
-           "peak_rss_n2_bytes": rss2, "bytes_per_request": round(per)}  # fmt: skip
-    print(f"{kind.name}: {per:,.0f} B per request ({rss1 / 1e6:,.0f} MB at {n1:,}, {rss2 / 1e6:,.0f} MB at {n2:,})", flush=True)
+    row = {
+        "kind": kind.name,
+        "what": kind.what,
+        "n1": n1,
+        "n2": n2,
+        "peak_rss_n1_bytes": rss1,
+        "peak_rss_n2_bytes": rss2,
+        "bytes_per_request": round(per),
+    }
+    print(
+        f"{kind.name}: {per:,.0f} B per request ({rss1 / 1e6:,.0f} MB at {n1:,}, {rss2 / 1e6:,.0f} MB at {n2:,})",
+        flush=True,
+    )
     return row
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["# Memory per simulated request", "",
-             f"`python benchmarks/memory_per_request.py` ({os.uname().machine}, Python {sys.version.split()[0]}): growth of "
-             "the peak resident set of a whole `kvbench` run between N1 and N2 requests, over N2 - N1.", "",
-             "| kind | workload | N1 | N2 | peak RSS at N1 | peak RSS at N2 | bytes per request |", "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        "# Memory per simulated request",
+        "",
+        f"`python benchmarks/memory_per_request.py` ({os.uname().machine}, Python {sys.version.split()[0]}): growth of "
+        "the peak resident set of a whole `kvbench` run between N1 and N2 requests, over N2 - N1.",
+        "",
+        "| kind | workload | N1 | N2 | peak RSS at N1 | peak RSS at N2 | bytes per request |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| `{r['kind']}` | {r['what']} | {r['n1']:,} | {r['n2']:,} | {r['peak_rss_n1_bytes'] / 1e6:,.0f} MB | "
-                     f"{r['peak_rss_n2_bytes'] / 1e6:,.0f} MB | {r['bytes_per_request']:,} |")  # fmt: skip
+        lines.append(
+            f"| `{r['kind']}` | {r['what']} | {r['n1']:,} | {r['n2']:,} | {r['peak_rss_n1_bytes'] / 1e6:,.0f} MB | "
+            f"{r['peak_rss_n2_bytes'] / 1e6:,.0f} MB | {r['bytes_per_request']:,} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python benchmarks/memory_per_request.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python benchmarks/memory_per_request.py", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--only", action="append", choices=[k.name for k in KINDS], help="one kind (repeatable)")
     args = parser.parse_args(argv)
     path = RESULTS / "memory_per_request.json"

@@ -48,14 +48,29 @@ PYTEST = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
 PYTEST_TIMEOUT_S = 3600
 #: the unit suite's folders, fastest to fail on a semantic bug first; anything not listed runs
 #: after them, and the paper's own tests (a minute to build) and the GPU script's dry run last
-UNIT_ORDER = ("tests/plugins/allocators", "tests/plugins/preemption", "tests/plugins/schedulers", "tests/kvbench/memory",
-              "tests/kvbench/sched", "tests/kvbench/test_engine.py", "tests/kvbench/metrics", "tests/kvbench/exec",
-              "tests/kvbench/workload", "tests/kvbench/specs", "tests/plugins/workloads", "tests/kvbench/slo")  # fmt: skip
+UNIT_ORDER = (
+    "tests/plugins/allocators",
+    "tests/plugins/preemption",
+    "tests/plugins/schedulers",
+    "tests/kvbench/memory",
+    "tests/kvbench/sched",
+    "tests/kvbench/test_engine.py",
+    "tests/kvbench/metrics",
+    "tests/kvbench/exec",
+    "tests/kvbench/workload",
+    "tests/kvbench/specs",
+    "tests/plugins/workloads",
+    "tests/kvbench/slo",
+)
 UNIT_LAST = ("tests/kvbench/studies/paper", "tests/gpu")
 #: the gates themselves (run apart), and tests that install packages into this shared environment
 #: (they check packaging, not numbers, and would race with a parallel run)
-UNIT_EXCLUDED = ("tests/test_golden.py", "tests/test_paper.py", "tests/test_readme_plugin_recipe.py",
-                 "tests/test_packaging.py")  # fmt: skip
+UNIT_EXCLUDED = (
+    "tests/test_golden.py",
+    "tests/test_paper.py",
+    "tests/test_readme_plugin_recipe.py",
+    "tests/test_packaging.py",
+)
 UNIT_DESELECTED = ("tests/kvbench/commands/test_main.py::test_an_outside_distribution_adds_an_allocator",)
 
 
@@ -70,39 +85,98 @@ class Mutant:
 
 #: one-line bugs of the kinds a change to an allocator, a scheduler or the cost model could make
 SEMANTIC = (
-    Mutant("block_rounding", "paged allocation takes n // B + 1 blocks: one too many when n is a multiple of B",
-           "plugins/allocators/paged.py", "num_blocks = -(-num_tokens // self._block_size_tokens)",
-           "num_blocks = num_tokens // self._block_size_tokens + 1"),
-    Mutant("watermark_ignored", "admission keeps no watermark free",
-           "kvbench/sched/scheduler.py", "self._headroom_bytes = self.watermark_bytes if self.num_running_seqs else 0",
-           "self._headroom_bytes = 0"),
-    Mutant("victim_order", "preemption takes the oldest running request instead of the newest",
-           "kvbench/sched/preemption.py", "    return len(candidates) - 1\n", "    return 0\n"),
-    Mutant("weights_time_2pct", "a cost-model constant moved by 2 %: weights stream at 98 % of HBM bandwidth",
-           "kvbench/exec/costmodel.py", "self.model.weight_bytes / self.hardware.hbm_bandwidth_bytes_per_s",
-           "self.model.weight_bytes / (0.98 * self.hardware.hbm_bandwidth_bytes_per_s)"),
-    Mutant("prefix_cache_mru", "the prefix cache evicts its most recently used block instead of the least",
-           "plugins/allocators/paged.py", "self._evictable.popitem(last=False)", "self._evictable.popitem(last=True)"),
-    Mutant("freed_block_kept", "a freed sequence keeps its first block (a leak, as a preempted request keeping one block)",
-           "plugins/allocators/paged.py", "                self._free_block_ids.extend(reversed(table))\n",
-           "                self._free_block_ids.extend(reversed(table[1:]))\n"),
-    Mutant("recompute_count", "a recompute preemption counts one position fewer as recomputed",
-           "kvbench/sched/scheduler.py", "victim.num_recomputed_tokens += kv_tokens", "victim.num_recomputed_tokens += kv_tokens - 1"),
-    Mutant("tpot_denominator", "TPOT divides by all output tokens, not by the tokens after the first",
-           "kvbench/metrics/summary.py", "/ (longest_tokens[has_tpot] - 1)", "/ longest_tokens[has_tpot]"),
-    Mutant("percentile_method", "percentiles take the lower sample instead of interpolating",
-           "kvbench/metrics/summary.py", "float(np.percentile(values, p))", "float(np.percentile(values, p, method='lower'))"),
-    Mutant("swap_overhead_once", "a swap pays the per-copy overhead once instead of once per copy",
-           "kvbench/exec/costmodel.py", "transfer.num_runs * hw.host_transfer_overhead_s", "hw.host_transfer_overhead_s"),
-    Mutant("seq_cap_off_by_one", "admission stops one sequence below max_num_seqs",
-           "kvbench/sched/scheduler.py", "            if self.num_running_seqs + group.num_live > cap:",
-           "            if self.num_running_seqs + group.num_live >= cap:"),
-    Mutant("chunked_decodes_free", "chunked prefill does not charge decodes to the step's token budget",
-           "plugins/schedulers/chunked.py", "budget -= self._run_running(plan, budget)", "self._run_running(plan, budget)"),
-    Mutant("copy_cost_halved", "a device copy is priced as a read only (bytes / bandwidth, not 2 x bytes)",
-           "kvbench/exec/costmodel.py", "return 2.0 * num_bytes / self.hardware.hbm_bandwidth_bytes_per_s",
-           "return num_bytes / self.hardware.hbm_bandwidth_bytes_per_s"),
-)  # fmt: skip
+    Mutant(
+        "block_rounding",
+        "paged allocation takes n // B + 1 blocks: one too many when n is a multiple of B",
+        "plugins/allocators/paged.py",
+        "num_blocks = -(-num_tokens // self._block_size_tokens)",
+        "num_blocks = num_tokens // self._block_size_tokens + 1",
+    ),
+    Mutant(
+        "watermark_ignored",
+        "admission keeps no watermark free",
+        "kvbench/sched/scheduler.py",
+        "self._headroom_bytes = self.watermark_bytes if self.num_running_seqs else 0",
+        "self._headroom_bytes = 0",
+    ),
+    Mutant(
+        "victim_order",
+        "preemption takes the oldest running request instead of the newest",
+        "kvbench/sched/preemption.py",
+        "    return len(candidates) - 1\n",
+        "    return 0\n",
+    ),
+    Mutant(
+        "weights_time_2pct",
+        "a cost-model constant moved by 2 %: weights stream at 98 % of HBM bandwidth",
+        "kvbench/exec/costmodel.py",
+        "self.model.weight_bytes / self.hardware.hbm_bandwidth_bytes_per_s",
+        "self.model.weight_bytes / (0.98 * self.hardware.hbm_bandwidth_bytes_per_s)",
+    ),
+    Mutant(
+        "prefix_cache_mru",
+        "the prefix cache evicts its most recently used block instead of the least",
+        "plugins/allocators/paged.py",
+        "self._evictable.popitem(last=False)",
+        "self._evictable.popitem(last=True)",
+    ),
+    Mutant(
+        "freed_block_kept",
+        "a freed sequence keeps its first block (a leak, as a preempted request keeping one block)",
+        "plugins/allocators/paged.py",
+        "                self._free_block_ids.extend(reversed(table))\n",
+        "                self._free_block_ids.extend(reversed(table[1:]))\n",
+    ),
+    Mutant(
+        "recompute_count",
+        "a recompute preemption counts one position fewer as recomputed",
+        "kvbench/sched/scheduler.py",
+        "victim.num_recomputed_tokens += kv_tokens",
+        "victim.num_recomputed_tokens += kv_tokens - 1",
+    ),
+    Mutant(
+        "tpot_denominator",
+        "TPOT divides by all output tokens, not by the tokens after the first",
+        "kvbench/metrics/summary.py",
+        "/ (longest_tokens[has_tpot] - 1)",
+        "/ longest_tokens[has_tpot]",
+    ),
+    Mutant(
+        "percentile_method",
+        "percentiles take the lower sample instead of interpolating",
+        "kvbench/metrics/summary.py",
+        "float(np.percentile(values, p))",
+        "float(np.percentile(values, p, method='lower'))",
+    ),
+    Mutant(
+        "swap_overhead_once",
+        "a swap pays the per-copy overhead once instead of once per copy",
+        "kvbench/exec/costmodel.py",
+        "transfer.num_runs * hw.host_transfer_overhead_s",
+        "hw.host_transfer_overhead_s",
+    ),
+    Mutant(
+        "seq_cap_off_by_one",
+        "admission stops one sequence below max_num_seqs",
+        "kvbench/sched/scheduler.py",
+        "            if self.num_running_seqs + group.num_live > cap:",
+        "            if self.num_running_seqs + group.num_live >= cap:",
+    ),
+    Mutant(
+        "chunked_decodes_free",
+        "chunked prefill does not charge decodes to the step's token budget",
+        "plugins/schedulers/chunked.py",
+        "budget -= self._run_running(plan, budget)",
+        "self._run_running(plan, budget)",
+    ),
+    Mutant(
+        "copy_cost_halved",
+        "a device copy is priced as a read only (bytes / bandwidth, not 2 x bytes)",
+        "kvbench/exec/costmodel.py",
+        "return 2.0 * num_bytes / self.hardware.hbm_bandwidth_bytes_per_s",
+        "return num_bytes / self.hardware.hbm_bandwidth_bytes_per_s",
+    ),
+)
 
 #: the loop's end, where a planted slowdown spins for (factor - 1) x the loop's wall time so far
 LOOP_END = ("kvbench/engine.py", "        return recorder.finish(groups)\n")
@@ -111,9 +185,11 @@ SLOWDOWNS = (1.3, 3.0)
 
 def slowdown(factor: float) -> Mutant:
     path, old = LOOP_END
-    spin = (f"        _clock = __import__('time').perf_counter\n"
-            f"        _until = _clock() + {factor - 1!r} * (_clock() - recorder._wall_start_s)\n"
-            f"        while _clock() < _until:\n            pass\n")  # fmt: skip
+    spin = (
+        f"        _clock = __import__('time').perf_counter\n"
+        f"        _until = _clock() + {factor - 1!r} * (_clock() - recorder._wall_start_s)\n"
+        f"        while _clock() < _until:\n            pass\n"
+    )
     return Mutant(f"slowdown_{factor:g}x", f"the loop takes {factor:g}x its time", path, old, spin + old)
 
 
@@ -124,8 +200,10 @@ def plant(mutant: Mutant | None, dest: Path) -> Path:
         target = dest / mutant.path
         text = target.read_text()
         if text.count(mutant.old) != 1:
-            raise SystemExit(f"planted_regressions: {mutant.name}: the text to replace occurs {text.count(mutant.old)} "
-                             f"times in {mutant.path} (the code moved: update the mutant)")  # fmt: skip
+            raise SystemExit(
+                f"planted_regressions: {mutant.name}: the text to replace occurs {text.count(mutant.old)} "
+                f"times in {mutant.path} (the code moved: update the mutant)"
+            )
         target.write_text(text.replace(mutant.old, mutant.new))
     return dest
 
@@ -139,8 +217,15 @@ class Detection:
 
 def pytest_in(tree: Path, args: list[str]) -> Detection:
     started = time.perf_counter()
-    done = subprocess.run([*PYTEST, *args], cwd=tree, env=child_env(tree, {"PYTHONWARNINGS": "ignore"}),
-                          capture_output=True, text=True, timeout=PYTEST_TIMEOUT_S, check=False)  # fmt: skip
+    done = subprocess.run(
+        [*PYTEST, *args],
+        cwd=tree,
+        env=child_env(tree, {"PYTHONWARNINGS": "ignore"}),
+        capture_output=True,
+        text=True,
+        timeout=PYTEST_TIMEOUT_S,
+        check=False,
+    )
     failures = [line for line in done.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
     first = re.sub(r"\s+-\s.*$", "", failures[0]).split(" ", 1)[1] if failures else ""
     if done.returncode not in (0, 1) and not first:
@@ -188,8 +273,15 @@ print(json.dumps({"largest_rel": largest, "metrics_moved": moved}))
 def golden_shift(tree: Path) -> dict[str, float]:
     """How far a planted bug moves the golden scenarios: the largest relative change of any simulated
     metric (inf: a metric that was 0), and how many (job, metric) values moved at all."""
-    done = subprocess.run([sys.executable, "-c", SHIFT_CODE], cwd=tree, env=child_env(tree, {"PYTHONWARNINGS": "ignore"}),
-                          capture_output=True, text=True, timeout=PYTEST_TIMEOUT_S, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", SHIFT_CODE],
+        cwd=tree,
+        env=child_env(tree, {"PYTHONWARNINGS": "ignore"}),
+        capture_output=True,
+        text=True,
+        timeout=PYTEST_TIMEOUT_S,
+        check=False,
+    )
     if done.returncode != 0:
         return {"largest_rel": math.nan, "metrics_moved": -1}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -207,7 +299,9 @@ class SemanticResult:
 
     @property
     def caught_by(self) -> list[str]:
-        return [gate for gate, d in (("golden", self.golden), ("paper", self.paper), ("unit", self.unit)) if not d.passed]
+        return [
+            gate for gate, d in (("golden", self.golden), ("paper", self.paper), ("unit", self.unit)) if not d.passed
+        ]
 
 
 def detect(mutant: Mutant | None, workdir: Path) -> SemanticResult:
@@ -217,8 +311,11 @@ def detect(mutant: Mutant | None, workdir: Path) -> SemanticResult:
     unit = pytest_in(tree, [*unit_paths(tree), *(f"--deselect={d}" for d in UNIT_DESELECTED)])
     name, what = (mutant.name, mutant.what) if mutant else ("control", "nothing planted (must pass everything)")
     result = SemanticResult(name, what, golden, paper, unit, golden_shift(tree))
-    print(f"- {name}: caught by {', '.join(result.caught_by) or 'NOTHING'}; golden metrics moved {result.shift}"
-          f"{'; first unit failure ' + unit.first_failure if unit.first_failure else ''}", flush=True)  # fmt: skip
+    print(
+        f"- {name}: caught by {', '.join(result.caught_by) or 'NOTHING'}; golden metrics moved {result.shift}"
+        f"{'; first unit failure ' + unit.first_failure if unit.first_failure else ''}",
+        flush=True,
+    )
     return result
 
 
@@ -265,50 +362,79 @@ def shift_text(shift: dict) -> str:
 
 def markdown(results: dict) -> str:
     """The tables of docs/ci.md, from the JSON results (``semantic`` and ``speed`` rows by name)."""
+
     def cell(d: dict) -> str:
         return "**caught**" if _caught(d) else "pass"
 
-    lines = ["# Planted regressions", "",
-             f"`python benchmarks/planted_regressions.py` on {results.get('cores')} cores (rows merged across runs by name).", "",
-             "| mutant | the bug | golden gate (largest change) | paper check | unit suite (first failing test) |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "# Planted regressions",
+        "",
+        f"`python benchmarks/planted_regressions.py` on {results.get('cores')} cores (rows merged across runs by name).",
+        "",
+        "| mutant | the bug | golden gate (largest change) | paper check | unit suite (first failing test) |",
+        "|---|---|---|---|---|",
+    ]
     semantic = list(results["semantic"].values())
     for r in semantic:
         unit = cell(r["unit"]) + (f" `{r['unit']['first_failure']}`" if r["unit"]["first_failure"] else "")
-        lines.append(f"| `{r['name']}` | {r['what']} | {cell(r['golden'])}{shift_text(r.get('shift', {}))} | "
-                     f"{cell(r['paper'])} | {unit} |")  # fmt: skip
+        lines.append(
+            f"| `{r['name']}` | {r['what']} | {cell(r['golden'])}{shift_text(r.get('shift', {}))} | "
+            f"{cell(r['paper'])} | {unit} |"
+        )
     mutants = [r for r in semantic if r["name"] != "control"]
     gates = {gate: sum(_caught(r[gate]) for r in mutants) for gate in ("golden", "paper", "unit")}
     caught = sum(any(_caught(r[gate]) for gate in gates) for r in mutants)
-    lines += ["", f"Caught: {caught} of {len(mutants)} mutants (golden gate {gates['golden']}, paper check "
-              f"{gates['paper']}, unit suite {gates['unit']}).", ""]  # fmt: skip
-    shifted = [(r["shift"]["largest_rel"], r["name"]) for r in mutants
-               if r.get("shift", {}).get("metrics_moved", 0) > 0 and not math.isnan(r["shift"]["largest_rel"])]
+    lines += [
+        "",
+        f"Caught: {caught} of {len(mutants)} mutants (golden gate {gates['golden']}, paper check "
+        f"{gates['paper']}, unit suite {gates['unit']}).",
+        "",
+    ]
+    shifted = [
+        (r["shift"]["largest_rel"], r["name"])
+        for r in mutants
+        if r.get("shift", {}).get("metrics_moved", 0) > 0 and not math.isnan(r["shift"]["largest_rel"])
+    ]
     if shifted:
         least, name = min(shifted)
-        lines += [f"Largest change of a golden metric: at least {least:.2g} relative for every mutant that moved the "
-                  f"golden scenarios (the least, `{name}`), against the golden gate's float tolerance of 1e-9.", ""]  # fmt: skip
+        lines += [
+            f"Largest change of a golden metric: at least {least:.2g} relative for every mutant that moved the "
+            f"golden scenarios (the least, `{name}`), against the golden gate's float tolerance of 1e-9.",
+            "",
+        ]
     if results["speed"]:
-        lines += [f"Paired speed gate (`benchmarks/speed_gate.py`: head/base, the median over its pairs, must be <= "
-                  f"{MAX_SLOWDOWN}):", "",
-                  "| planted | machine | gate runs | failed | head/base, events | head/base, decode | in-suite gates (`pytest benchmarks`) |",
-                  "|---|---|---:|---:|---|---|---|"]  # fmt: skip
+        lines += [
+            f"Paired speed gate (`benchmarks/speed_gate.py`: head/base, the median over its pairs, must be <= "
+            f"{MAX_SLOWDOWN}):",
+            "",
+            "| planted | machine | gate runs | failed | head/base, events | head/base, decode | in-suite gates (`pytest benchmarks`) |",
+            "|---|---|---:|---:|---|---|---|",
+        ]
         for sp in results["speed"].values():
-            spans = {c: f"{min(r[c] for r in sp['ratios']):.3f}-{max(r[c] for r in sp['ratios']):.3f}" for c in sp["ratios"][0]}
+            spans = {
+                c: f"{min(r[c] for r in sp['ratios']):.3f}-{max(r[c] for r in sp['ratios']):.3f}"
+                for c in sp["ratios"][0]
+            }
             suite = sp["in_suite"]
             suite = "—" if suite is None else ("pass" if suite["passed"] else f"**caught** `{suite['first_failure']}`")
             machine = "busy (another CPU-bound process)" if sp["busy"] else "idle"
-            lines.append(f"| {sp['name']} | {machine} | {len(sp['ratios'])} | {sp['failed_runs']} | {spans.get('events', '')} | "
-                         f"{spans.get('decode', '')} | {suite} |")  # fmt: skip
+            lines.append(
+                f"| {sp['name']} | {machine} | {len(sp['ratios'])} | {sp['failed_runs']} | {spans.get('events', '')} | "
+                f"{spans.get('decode', '')} | {suite} |"
+            )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str]) -> int:
     names = [m.name for m in SEMANTIC] + ["control"] + [slowdown(f).name for f in SLOWDOWNS] + ["speed_control"]
-    parser = argparse.ArgumentParser(prog="python benchmarks/planted_regressions.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python benchmarks/planted_regressions.py", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--only", action="append", choices=names, help="one mutant or control (repeatable)")
     parser.add_argument("--speed-runs", type=int, default=5, help="paired-gate runs per planted slowdown (default 5)")
-    parser.add_argument("--control-runs", type=int, default=10, help="paired-gate runs of the unchanged build (default 10)")
+    parser.add_argument(
+        "--control-runs", type=int, default=10, help="paired-gate runs of the unchanged build (default 10)"
+    )
     parser.add_argument("--busy", action="store_true", help="keep another CPU-bound process running throughout")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for planted_regressions.{json,md}")
     args = parser.parse_args(argv)
@@ -323,13 +449,17 @@ def main(argv: list[str]) -> int:
             speed = []
             base = plant(None, work / "speed-base")
             if "speed_control" in chosen:
-                speed.append(speed_runs("unchanged", 1.0, base, plant(None, work / "speed-same"), args.control_runs, args.busy))
+                speed.append(
+                    speed_runs("unchanged", 1.0, base, plant(None, work / "speed-same"), args.control_runs, args.busy)
+                )
             for factor in SLOWDOWNS:
                 mutant = slowdown(factor)
                 if mutant.name in chosen:
                     head = plant(mutant, work / mutant.name)
                     result = speed_runs(mutant.name, factor, base, head, args.speed_runs, args.busy)
-                    result.in_suite = pytest_in(head, ["benchmarks/test_speed_gate.py", "--benchmark-enable", "-k", "not paired"])
+                    result.in_suite = pytest_in(
+                        head, ["benchmarks/test_speed_gate.py", "--benchmark-enable", "-k", "not paired"]
+                    )
                     speed.append(result)
     finally:
         if hog is not None:

@@ -31,19 +31,36 @@ from pathlib import Path
 
 import numpy as np
 from child_process import measure
-
 from kvbench_plugins.workloads.request_csv import read_requests
 
 KV_BUDGET_BYTES = 7424 * 16 * 524_288  # Vidur's planner: 7,424 blocks of 16 Llama-2-7B tokens
 MAX_TOKENS = 4096  # Vidur's per-request limit (prompt + output) and Llama-2-7B's positions
 ARXIV_RATE_PER_S = 3.0
 SEED = 42
-COMMON = ["wandb.mode=disabled", "progress=false", "kernel=torch", f"hardware.kv_budget_bytes={KV_BUDGET_BYTES}",
-          "output.figures=false"]  # fmt: skip
-VLLM = [*COMMON, "scheduler=prefill_first", "allocator=paged", "allocator.block_size_tokens=16",
-        "scheduler.max_num_batched_tokens=4096", "preemption=recompute", "scheduler.max_num_seqs=128"]  # fmt: skip
-ORCA = [*COMMON, "scheduler=mixed", "allocator=naive", f"allocator.s_max_tokens={MAX_TOKENS}",
-        "scheduler.max_num_seqs=128", "scheduler.max_num_batched_tokens=100000000"]  # fmt: skip
+COMMON = [
+    "wandb.mode=disabled",
+    "progress=false",
+    "kernel=torch",
+    f"hardware.kv_budget_bytes={KV_BUDGET_BYTES}",
+    "output.figures=false",
+]
+VLLM = [
+    *COMMON,
+    "scheduler=prefill_first",
+    "allocator=paged",
+    "allocator.block_size_tokens=16",
+    "scheduler.max_num_batched_tokens=4096",
+    "preemption=recompute",
+    "scheduler.max_num_seqs=128",
+]
+ORCA = [
+    *COMMON,
+    "scheduler=mixed",
+    "allocator=naive",
+    f"allocator.s_max_tokens={MAX_TOKENS}",
+    "scheduler.max_num_seqs=128",
+    "scheduler.max_num_batched_tokens=100000000",
+]
 VIDUR_COMMON = {"BLOCK": "16", "BATCH_CAP": "128", "SEED": str(SEED)}
 
 
@@ -56,9 +73,19 @@ class Scenario:
 
 
 def fixed_scenarios(num_requests: int, output_tokens: int) -> list[Scenario]:
-    workload = ["workload=lecture_chat", f"workload.num_requests={num_requests}", f"workload.output_tokens={output_tokens}"]
-    vidur = {**VIDUR_COMMON, "N": str(num_requests), "QPS": "static", "LENGTHS": "fixed", "PROMPT": "512",
-             "DECODE": str(output_tokens)}  # fmt: skip
+    workload = [
+        "workload=lecture_chat",
+        f"workload.num_requests={num_requests}",
+        f"workload.output_tokens={output_tokens}",
+    ]
+    vidur = {
+        **VIDUR_COMMON,
+        "N": str(num_requests),
+        "QPS": "static",
+        "LENGTHS": "fixed",
+        "PROMPT": "512",
+        "DECODE": str(output_tokens),
+    }
     lengths = f"{num_requests:,} x 512/{output_tokens} at t = 0"
     return [
         Scenario("vllm", f"{lengths}, paged prefill-first (vLLM v0)", [*VLLM, *workload], {**vidur, "SCHED": "vllm"}),
@@ -76,11 +103,19 @@ def arxiv_scenario(lengths_csv: Path, num_requests: int, folder: Path) -> Scenar
     arrival_s = np.cumsum(rng.exponential(1.0 / ARXIV_RATE_PER_S, len(order)))
     kvbench_csv, vidur_csv = folder / "arxiv_kvbench.csv", folder / "arxiv_vidur.csv"
     with kvbench_csv.open("w", newline="") as f:  # repr: 17 digits, so both read the same doubles
-        csv.writer(f).writerows([("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
-                                 *zip(map(repr, arrival_s.tolist()), prompt.tolist(), output.tolist())])  # fmt: skip
+        csv.writer(f).writerows(
+            [
+                ("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
+                *zip(map(repr, arrival_s.tolist()), prompt.tolist(), output.tolist()),
+            ]
+        )
     with vidur_csv.open("w", newline="") as f:
-        csv.writer(f).writerows([("request_id", "arrival_s", "prompt_tokens", "decode_tokens"),
-                                 *zip(range(len(order)), map(repr, arrival_s.tolist()), prompt.tolist(), output.tolist())])  # fmt: skip
+        csv.writer(f).writerows(
+            [
+                ("request_id", "arrival_s", "prompt_tokens", "decode_tokens"),
+                *zip(range(len(order)), map(repr, arrival_s.tolist()), prompt.tolist(), output.tolist()),
+            ]
+        )
     return Scenario(
         "arxiv",
         f"{len(order):,} arXiv-summarization requests (mean {prompt.mean():.0f}/{output.mean():.0f} tokens), "
@@ -100,15 +135,24 @@ def kvbench_command() -> list[str]:
 
 def run_kvbench(scenario: Scenario, run_dir: Path, *, write_outputs: bool = True, extra: tuple[str, ...] = ()) -> dict:
     """One ``kvbench`` process; with ``write_outputs`` its normal tables (Parquet + CSV, no figures)."""
-    overrides = [*scenario.kvbench_overrides, f"hydra.run.dir={run_dir}", f"output.write={str(write_outputs).lower()}", *extra]
+    overrides = [
+        *scenario.kvbench_overrides,
+        f"hydra.run.dir={run_dir}",
+        f"output.write={str(write_outputs).lower()}",
+        *extra,
+    ]
     run = measure([*kvbench_command(), *overrides]).check(f"kvbench ({scenario.name})")
     row = {"process_s": run.wall_s, "peak_rss_bytes": run.peak_rss_bytes}
     if write_outputs:
         with (run_dir / "summary.csv").open(newline="") as f:
             summary = next(csv.DictReader(f))
-        row.update(loop_s=float(summary["sim_wall_s"]), steps=int(summary["num_steps"]),
-                   requests=int(summary["num_finished"]), simulated_s=float(summary["duration_s"]),
-                   tpot_p50_s=float(summary["tpot_p50_s"]))  # fmt: skip
+        row.update(
+            loop_s=float(summary["sim_wall_s"]),
+            steps=int(summary["num_steps"]),
+            requests=int(summary["num_finished"]),
+            simulated_s=float(summary["duration_s"]),
+            tpot_p50_s=float(summary["tpot_p50_s"]),
+        )
     return row
 
 
@@ -149,6 +193,4 @@ def same_requests(kvbench_requests_csv: Path, vidur_requests_csv: str | None) ->
         return None
     ours = read_request_list(kvbench_requests_csv, "output_tokens")
     theirs = read_request_list(Path(vidur_requests_csv), "decode_tokens")
-    return len(ours) == len(theirs) and all(
-        a[1:] == b[1:] and abs(a[0] - b[0]) <= 1e-9 for a, b in zip(ours, theirs)
-    )
+    return len(ours) == len(theirs) and all(a[1:] == b[1:] and abs(a[0] - b[0]) <= 1e-9 for a, b in zip(ours, theirs))

@@ -36,14 +36,18 @@ def git(*args: str) -> str:
     except FileNotFoundError:
         raise TreeError("git is not installed") from None
     if done.returncode != 0:
-        raise TreeError(f"git {' '.join(args)}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'failed'}")
+        raise TreeError(
+            f"git {' '.join(args)}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'failed'}"
+        )
     return done.stdout
 
 
 def export_commit(revision: str, dest: Path) -> str:
     """Write the files of ``revision`` (a commit, tag or ``HEAD~1``) into ``dest``; its full hash."""
     commit = git("rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}").strip()
-    archive = subprocess.run(["git", "archive", "--format=tar", commit], cwd=ROOT, capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", commit], cwd=ROOT, capture_output=True, check=True
+    ).stdout
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(dest, filter="data")
@@ -63,7 +67,10 @@ def export_worktree(dest: Path) -> None:
 def uncommitted_source_change() -> bool:
     """Whether kvbench's code (package, plugins, configs) in the working tree differs from HEAD."""
     paths = ("--", "kvbench", "plugins", "conf")
-    return bool(git("diff", "--name-only", "HEAD", *paths).strip() or git("ls-files", "--others", "--exclude-standard", *paths).strip())
+    return bool(
+        git("diff", "--name-only", "HEAD", *paths).strip()
+        or git("ls-files", "--others", "--exclude-standard", *paths).strip()
+    )
 
 
 def _project(tree: Path) -> dict | None:
@@ -112,17 +119,25 @@ def child_env(tree: Path, extra: dict[str, str] | None = None) -> dict[str, str]
     that copy has no ``conf`` subpackage, so Hydra's configs would come from the installed kvbench.
     """
     path = [str(import_path(tree)), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONSAFEPATH": "1",
-            **(extra or {})}  # fmt: skip
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(path),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONSAFEPATH": "1",
+        **(extra or {}),
+    }
 
 
 def imported_from(tree: Path) -> dict[str, str]:
     """Where a child process given :func:`child_env` and run in ``tree`` imports kvbench, its
     configs and its plugins from, and the version it reports (the speed gate's and the planted
     campaign's check that a tree runs its own code under its own name)."""
-    code = ("import json, kvbench, kvbench.conf, kvbench_plugins; from importlib.metadata import version; "
-            "print(json.dumps({'kvbench': kvbench.__file__, 'conf': list(kvbench.conf.__path__)[0], "
-            "'plugins': list(kvbench_plugins.__path__)[0], 'version': version('kvbench')}))")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", code], cwd=tree, env=child_env(tree), capture_output=True, text=True,
-                          check=True)  # fmt: skip
+    code = (
+        "import json, kvbench, kvbench.conf, kvbench_plugins; from importlib.metadata import version; "
+        "print(json.dumps({'kvbench': kvbench.__file__, 'conf': list(kvbench.conf.__path__)[0], "
+        "'plugins': list(kvbench_plugins.__path__)[0], 'version': version('kvbench')}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tree, env=child_env(tree), capture_output=True, text=True, check=True
+    )
     return json.loads(done.stdout)

@@ -45,18 +45,36 @@ from source_trees import TreeError, child_env, export_commit, export_worktree, u
 MAX_SLOWDOWN = 1.15
 #: timed pairs per config (one base run and one head run each), after one untimed pair
 PAIRS = 20
-COMMON = ["wandb.mode=disabled", "progress=false", "kernel=torch", "workload=lecture_chat",
-          "hardware.kv_budget_bytes=62277025792"]  # fmt: skip
+COMMON = [
+    "wandb.mode=disabled",
+    "progress=false",
+    "kernel=torch",
+    "workload=lecture_chat",
+    "hardware.kv_budget_bytes=62277025792",
+]
 #: the loops the gate times, by name: kvbench commands on which the two sides must agree step for
 #: step, each about 50 ms of loop on a 2-core machine (short runs: a burst of load spoils fewer)
 CONFIGS = {
     # many events: 3,000 requests through vLLM's 128 sequences, most steps admissions and finishes
-    "events": [*COMMON, "workload.num_requests=3000", "scheduler=prefill_first", "allocator=paged",
-               "scheduler.max_num_batched_tokens=4096", "scheduler.max_num_seqs=128"],
+    "events": [
+        *COMMON,
+        "workload.num_requests=3000",
+        "scheduler=prefill_first",
+        "allocator=paged",
+        "scheduler.max_num_batched_tokens=4096",
+        "scheduler.max_num_seqs=128",
+    ],
     # long quiet decode runs: 2,000 requests of 512 + 1,024 tokens, reserve-to-max (event-driven spans)
-    "decode": [*COMMON, "workload.num_requests=2000", "workload.output_tokens=1024", "allocator=naive",
-               "allocator.s_max_tokens=4096", "scheduler.max_num_seqs=128", "scheduler.max_num_batched_tokens=100000000"],
-}  # fmt: skip
+    "decode": [
+        *COMMON,
+        "workload.num_requests=2000",
+        "workload.output_tokens=1024",
+        "allocator=naive",
+        "allocator.s_max_tokens=4096",
+        "scheduler.max_num_seqs=128",
+        "scheduler.max_num_batched_tokens=100000000",
+    ],
+}
 
 #: a side's worker process: reads a config name per line, runs it, answers one JSON line
 WORKER = """
@@ -99,8 +117,15 @@ class Worker:
 
     def __init__(self, tree: Path, configs: dict[str, list[str]]) -> None:
         self.tree = tree
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(configs)], env=child_env(tree), cwd=tree,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER, json.dumps(configs)],
+            env=child_env(tree),
+            cwd=tree,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         where = self._answer()["kvbench_file"]
         if not Path(where).is_relative_to(tree):
             raise NotComparable(f"the process meant for {tree} imported kvbench from {where}")
@@ -126,8 +151,9 @@ class Worker:
             stream.close()
 
 
-def compare_trees(base: Path, head: Path, configs: dict[str, list[str]] = CONFIGS, pairs: int = PAIRS,
-                  progress=None) -> list[Verdict]:  # fmt: skip
+def compare_trees(
+    base: Path, head: Path, configs: dict[str, list[str]] = CONFIGS, pairs: int = PAIRS, progress=None
+) -> list[Verdict]:
     """Time both trees, run for run in turn (base first in even pairs, head first in odd ones)."""
     workers = {"base": Worker(base, configs), "head": Worker(head, configs)}
     try:
@@ -141,12 +167,21 @@ def compare_trees(base: Path, head: Path, configs: dict[str, list[str]] = CONFIG
                 del runs[side][0]  # the untimed pair: first calls import and warm what later runs reuse
             work = {run[1:] for side in runs for run in runs[side]}
             if len(work) != 1:
-                raise NotComparable(f"{name}: the two versions simulate different work (steps, output tokens: base "
-                                    f"{sorted({r[1:] for r in runs['base']})}, head {sorted({r[1:] for r in runs['head']})}); "
-                                    "time them again once the change is the base")  # fmt: skip
+                raise NotComparable(
+                    f"{name}: the two versions simulate different work (steps, output tokens: base "
+                    f"{sorted({r[1:] for r in runs['base']})}, head {sorted({r[1:] for r in runs['head']})}); "
+                    "time them again once the change is the base"
+                )
             base_s, head_s = ([r[0] for r in runs[side]] for side in ("base", "head"))
-            verdicts.append(Verdict(name, tuple(h / b for b, h in zip(base_s, head_s)), statistics.median(base_s),
-                                    statistics.median(head_s), runs["base"][0][1]))  # fmt: skip
+            verdicts.append(
+                Verdict(
+                    name,
+                    tuple(h / b for b, h in zip(base_s, head_s)),
+                    statistics.median(base_s),
+                    statistics.median(head_s),
+                    runs["base"][0][1],
+                )
+            )
             if progress is not None:
                 progress(f"{name}: head/base {verdicts[-1].ratio:.3f}")
         return verdicts
@@ -164,14 +199,20 @@ def default_revisions() -> tuple[str, str | None]:
 def report(verdicts: list[Verdict], base_name: str, head_name: str) -> str:
     lines = [f"speed gate: head {head_name} against base {base_name}, median of {PAIRS} paired runs"]
     for v in verdicts:
-        lines.append(f"  {v.config:>7}: base {v.base_median_s * 1e3:7.1f} ms, head {v.head_median_s * 1e3:7.1f} ms (medians), "
-                     f"head/base {v.ratio:.3f} ({'ok' if v.passed else 'SLOWER'}, bound {MAX_SLOWDOWN}; {v.num_steps:,} steps)")  # fmt: skip
+        lines.append(
+            f"  {v.config:>7}: base {v.base_median_s * 1e3:7.1f} ms, head {v.head_median_s * 1e3:7.1f} ms (medians), "
+            f"head/base {v.ratio:.3f} ({'ok' if v.passed else 'SLOWER'}, bound {MAX_SLOWDOWN}; {v.num_steps:,} steps)"
+        )
     failed = [v.config for v in verdicts if not v.passed]
-    lines.append(f"speed gate: {'FAIL: slower than x' + str(MAX_SLOWDOWN) + ' in ' + ', '.join(failed) if failed else 'OK'}")
+    lines.append(
+        f"speed gate: {'FAIL: slower than x' + str(MAX_SLOWDOWN) + ' in ' + ', '.join(failed) if failed else 'OK'}"
+    )
     return "\n".join(lines)
 
 
-def run_gate(base_rev: str | None, head_rev: str | None, base_tree: Path | None, head_tree: Path | None) -> tuple[list[Verdict], str]:
+def run_gate(
+    base_rev: str | None, head_rev: str | None, base_tree: Path | None, head_tree: Path | None
+) -> tuple[list[Verdict], str]:
     with tempfile.TemporaryDirectory(prefix="kvbench-speed-gate-") as tmp:
         if base_tree is None or head_tree is None:
             if base_rev is None:
@@ -186,7 +227,9 @@ def run_gate(base_rev: str | None, head_rev: str | None, base_tree: Path | None,
                 head_name = f"{head_rev} ({export_commit(head_rev, head_tree)[:10]})"
         else:
             base_name, head_name = str(base_tree), str(head_tree)
-        verdicts = compare_trees(base_tree.resolve(), head_tree.resolve(), progress=lambda m: print(f"  {m}", file=sys.stderr))
+        verdicts = compare_trees(
+            base_tree.resolve(), head_tree.resolve(), progress=lambda m: print(f"  {m}", file=sys.stderr)
+        )
     return verdicts, report(verdicts, base_name, head_name)
 
 
@@ -198,7 +241,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--head-tree", type=Path, help="a folder holding a kvbench checkout, instead of --head")
     args = parser.parse_args(argv)
     if (args.base_tree is None) != (args.head_tree is None) or (args.base_tree and (args.base or args.head)):
-        print("speed gate: error: give --base-tree and --head-tree together, and not with --base/--head", file=sys.stderr)
+        print(
+            "speed gate: error: give --base-tree and --head-tree together, and not with --base/--head", file=sys.stderr
+        )
         return 2
     for folder in filter(None, (args.base_tree, args.head_tree)):
         if not (folder / "kvbench" / "__init__.py").is_file():

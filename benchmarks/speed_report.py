@@ -9,8 +9,12 @@ LOOP_SPEEDUP_GOAL = 30.0
 PROCESS_SPEEDUP_GOAL = 10.0
 PEAK_RSS_GOAL_MB = 200.0  # MB = 10^6 bytes
 MB = 1e6
-PART_NAMES = {"startup": "start-up", "per_request_besides_loop": "workload, summary, tables", "loop": "loop",
-              "writing_outputs": "writing outputs"}  # fmt: skip
+PART_NAMES = {
+    "startup": "start-up",
+    "per_request_besides_loop": "workload, summary, tables",
+    "loop": "loop",
+    "writing_outputs": "writing outputs",
+}
 
 
 def _median(runs: list[dict], side: str, key: str) -> float | None:
@@ -32,8 +36,11 @@ def _verdict(value: float | None, goal: float, at_least: bool) -> str:
 def summarize(runs: list[dict]) -> dict:
     """One scenario's paired runs, each {"kvbench", "kvbench_no_output", "kvbench_startup", and with
     Vidur "vidur", "same_requests"}."""
-    med = {f"{side}_{key}": _median(runs, side, key)
-           for side in ("kvbench", "vidur") for key in ("loop_s", "process_s", "peak_rss_bytes", "steps", "requests", "simulated_s", "tpot_p50_s")}  # fmt: skip
+    med = {
+        f"{side}_{key}": _median(runs, side, key)
+        for side in ("kvbench", "vidur")
+        for key in ("loop_s", "process_s", "peak_rss_bytes", "steps", "requests", "simulated_s", "tpot_p50_s")
+    }
     med["kvbench_no_output_process_s"] = _median(runs, "kvbench_no_output", "process_s")
     startup_s = _median(runs, "kvbench_startup", "process_s")
     ratio = lambda a, b: a / b if a is not None and b else None
@@ -69,7 +76,9 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def _pair(kvbench: float | None, vidur: float | None, fmt: str) -> str:
-    return f"{format(kvbench, fmt) if kvbench is not None else '-'} / {format(vidur, fmt) if vidur is not None else '-'}"
+    return (
+        f"{format(kvbench, fmt) if kvbench is not None else '-'} / {format(vidur, fmt) if vidur is not None else '-'}"
+    )
 
 
 def _speedup(value: float | None, verdict: str) -> str:
@@ -81,12 +90,16 @@ def markdown(report: dict) -> str:
     lines = [
         f"# kvbench against Vidur 0.0.26: loop, whole process and peak memory ({report['num_requests']:,} requests)",
         "",
-        (f"Measured {report['measured_at']} with `{report['command']}`: {report['repeat']} paired runs per "
-         "scenario (kvbench, then Vidur, in turn), medians. Goals: loop >= "
-         f"{LOOP_SPEEDUP_GOAL:g}x, process >= {PROCESS_SPEEDUP_GOAL:g}x, kvbench peak RSS <= {PEAK_RSS_GOAL_MB:g} MB."),
+        (
+            f"Measured {report['measured_at']} with `{report['command']}`: {report['repeat']} paired runs per "
+            "scenario (kvbench, then Vidur, in turn), medians. Goals: loop >= "
+            f"{LOOP_SPEEDUP_GOAL:g}x, process >= {PROCESS_SPEEDUP_GOAL:g}x, kvbench peak RSS <= {PEAK_RSS_GOAL_MB:g} MB."
+        ),
         "",
-        ("| scenario | steps kvbench / Vidur | loop s kvbench / Vidur | loop speed-up | process s kvbench / Vidur "
-         "| process speed-up | peak RSS MB kvbench / Vidur | memory goal | loop µs per step kvbench / Vidur |"),
+        (
+            "| scenario | steps kvbench / Vidur | loop s kvbench / Vidur | loop speed-up | process s kvbench / Vidur "
+            "| process speed-up | peak RSS MB kvbench / Vidur | memory goal | loop µs per step kvbench / Vidur |"
+        ),
         "|---|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for name, s in report["scenarios"].items():
@@ -99,32 +112,48 @@ def markdown(report: dict) -> str:
             f"| {_pair(s['kvbench_peak_rss_mb'], s['vidur_peak_rss_mb'], '.0f')} | {g['peak_memory']} "
             f"| {_pair(s['loop_us_per_step']['kvbench'], s['loop_us_per_step']['vidur'], '.1f')} |"
         )
-    lines += ["", ("Where kvbench's process time goes (medians, s). Start-up: the same run cut to one request and "
-                   "writing nothing; writing outputs: the run with outputs less the run without; the rest, less "
-                   "the loop, is building the workload, the summary and the tables:"), "",
-              "| scenario | start-up | workload, summary, tables | loop | writing outputs | process | largest |",
-              "|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    lines += [
+        "",
+        (
+            "Where kvbench's process time goes (medians, s). Start-up: the same run cut to one request and "
+            "writing nothing; writing outputs: the run with outputs less the run without; the rest, less "
+            "the loop, is building the workload, the summary and the tables:"
+        ),
+        "",
+        "| scenario | start-up | workload, summary, tables | loop | writing outputs | process | largest |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     for name, s in report["scenarios"].items():
         p = s["kvbench_process_parts_s"]
-        lines.append(f"| {name} | {p['startup']:.2f} | {p['per_request_besides_loop']:.2f} | {p['loop']:.3f} "
-                     f"| {p['writing_outputs']:.2f} | {s['median']['kvbench_process_s']:.2f} "
-                     f"| {PART_NAMES[s['kvbench_process_dominated_by']]} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {p['startup']:.2f} | {p['per_request_besides_loop']:.2f} | {p['loop']:.3f} "
+            f"| {p['writing_outputs']:.2f} | {s['median']['kvbench_process_s']:.2f} "
+            f"| {PART_NAMES[s['kvbench_process_dominated_by']]} |"
+        )
     startup_mb = max(s["kvbench_startup_peak_rss_mb"] for s in report["scenarios"].values())
     lines += [
         "",
         "What is measured:",
         "",
-        ("- loop: each simulator's own event-loop timer (kvbench: `sim_wall_s` of its summary; Vidur: the "
-         "harness's `simulate()` minus writing its outputs);"),
-        ("- process: start to exit of one simulator process writing its normal outputs. kvbench: the `kvbench` "
-         "command writing summary, requests, steps and refusals as Parquet + CSV, config.json and its log (no "
-         "figures, no W&B). Vidur: its Python process writing request_metrics.csv and its other metrics CSVs "
-         "(no plots, no Chrome trace), as the harness times it (the harness's own set-up check and report "
-         "are not counted);"),
-        ("- peak RSS: each process's own ru_maxrss, from its own wait4 (kvbench) or getrusage (Vidur's harness); "
-         f"kvbench's start-up alone reaches {startup_mb:.0f} MB;"),
-        ("- checks: the steps column compares the steps both scheduled (kvbench's step count, Vidur's batches); "
-         f"{_requests_check(report)}.{_steps_check(report)}"),
+        (
+            "- loop: each simulator's own event-loop timer (kvbench: `sim_wall_s` of its summary; Vidur: the "
+            "harness's `simulate()` minus writing its outputs);"
+        ),
+        (
+            "- process: start to exit of one simulator process writing its normal outputs. kvbench: the `kvbench` "
+            "command writing summary, requests, steps and refusals as Parquet + CSV, config.json and its log (no "
+            "figures, no W&B). Vidur: its Python process writing request_metrics.csv and its other metrics CSVs "
+            "(no plots, no Chrome trace), as the harness times it (the harness's own set-up check and report "
+            "are not counted);"
+        ),
+        (
+            "- peak RSS: each process's own ru_maxrss, from its own wait4 (kvbench) or getrusage (Vidur's harness); "
+            f"kvbench's start-up alone reaches {startup_mb:.0f} MB;"
+        ),
+        (
+            "- checks: the steps column compares the steps both scheduled (kvbench's step count, Vidur's batches); "
+            f"{_requests_check(report)}.{_steps_check(report)}"
+        ),
         "",
     ]
     return "\n".join(lines)

@@ -92,8 +92,14 @@ def measure(name: str, args: list[str], expected: int, repeat: int, scratch: Pat
 def top_imports(scratch: Path, top: int) -> list[dict]:
     """The ``top`` imports of the 1-request run with the largest cumulative time (-X importtime)."""
     cli = kvbench_command()
-    argv = [sys.executable, "-X", "importtime", *(cli[1:] if cli[0] == sys.executable else cli), *RUN_1,
-            f"hydra.run.dir={scratch / 'importtime'}"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-X",
+        "importtime",
+        *(cli[1:] if cli[0] == sys.executable else cli),
+        *RUN_1,
+        f"hydra.run.dir={scratch / 'importtime'}",
+    ]
     proc = subprocess.run(argv, cwd=scratch, capture_output=True, text=True, env=quiet_env())
     if proc.returncode != 0:
         sys.exit(f"startup: `{' '.join(argv)}` exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
@@ -104,8 +110,14 @@ def top_imports(scratch: Path, top: int) -> list[dict]:
             continue
         self_us, cumulative_us, name = line.removeprefix("import time:").split("|")
         depth = (len(name) - len(name.lstrip())) // 2
-        rows.append({"module": name.strip(), "depth": depth, "cumulative_ms": int(cumulative_us) / 1000,
-                     "self_ms": int(self_us) / 1000})  # fmt: skip
+        rows.append(
+            {
+                "module": name.strip(),
+                "depth": depth,
+                "cumulative_ms": int(cumulative_us) / 1000,
+                "self_ms": int(self_us) / 1000,
+            }
+        )
     return sorted(rows, key=lambda row: -row["cumulative_ms"])[:top]
 
 
@@ -122,11 +134,19 @@ def markdown(result: dict) -> str:
     ]
     for row in result["commands"].values():
         met = "yes" if row["wall_s"] < GOAL_S else "no"
-        lines.append(f"| `{row['command']}` | {row['exit_status']} | {row['wall_s']:.2f} | "
-                     f"{row['wall_min_s']:.2f}-{row['wall_max_s']:.2f} | {row['peak_rss_mib']:.0f} | < {GOAL_S:g} s | {met} |")  # fmt: skip
-    lines += ["", f"Runs add `hydra.run.dir=<a scratch folder>`. Imports of `kvbench {' '.join(RUN_1)}` with "
-              "the largest cumulative time (`python -X importtime`, one run; a package's time includes "
-              "the imports nested under it):", "", "| module | depth | cumulative ms | self ms |", "|---|---:|---:|---:|"]  # fmt: skip
+        lines.append(
+            f"| `{row['command']}` | {row['exit_status']} | {row['wall_s']:.2f} | "
+            f"{row['wall_min_s']:.2f}-{row['wall_max_s']:.2f} | {row['peak_rss_mib']:.0f} | < {GOAL_S:g} s | {met} |"
+        )
+    lines += [
+        "",
+        f"Runs add `hydra.run.dir=<a scratch folder>`. Imports of `kvbench {' '.join(RUN_1)}` with "
+        "the largest cumulative time (`python -X importtime`, one run; a package's time includes "
+        "the imports nested under it):",
+        "",
+        "| module | depth | cumulative ms | self ms |",
+        "|---|---:|---:|---:|",
+    ]
     for row in result["top_imports"]:
         lines.append(f"| `{row['module']}` | {row['depth']} | {row['cumulative_ms']:.1f} | {row['self_ms']:.1f} |")
     return "\n".join(lines) + "\n"
@@ -143,8 +163,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=positive_int, default=5, help="timed runs per command (default 5)")
     parser.add_argument("--top", type=positive_int, default=15, help="imports listed (default 15)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results",
-                        help="folder for startup.json and startup.md (default benchmarks/results)")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parent / "results",
+        help="folder for startup.json and startup.md (default benchmarks/results)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kvbench-startup-") as tmp:
         scratch = Path(tmp)

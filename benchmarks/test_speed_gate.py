@@ -47,23 +47,50 @@ from kvbench.exec.sim import SimExecutor
 ROUNDS = 8
 #: Vidur's KV pool for Llama-2-7B on an H100: 7,424 blocks of 16 tokens of 512 KiB
 KV_BUDGET_BYTES = 7424 * 16 * 524_288
-COMMON = ["wandb.mode=disabled", "progress=false", "kernel=torch", "workload=lecture_chat",
-          f"hardware.kv_budget_bytes={KV_BUDGET_BYTES}"]  # fmt: skip
+COMMON = [
+    "wandb.mode=disabled",
+    "progress=false",
+    "kernel=torch",
+    "workload=lecture_chat",
+    f"hardware.kv_budget_bytes={KV_BUDGET_BYTES}",
+]
 #: decode-heavy: 200 requests of 512 prompt + 1,024 output tokens, all at t = 0 (7,168 and 7,186 steps)
 DECODE_HEAVY = ["workload.num_requests=200", "workload.output_tokens=1024"]
 CONFIGS = {
     # reserve-to-max (Orca): 29 slots of 4,096 tokens, each step decodes all and admits whole prompts
-    "orca": [*COMMON, *DECODE_HEAVY, "scheduler=mixed", "allocator=naive", "allocator.s_max_tokens=4096",
-             "scheduler.max_num_seqs=128", "scheduler.max_num_batched_tokens=100000000"],
+    "orca": [
+        *COMMON,
+        *DECODE_HEAVY,
+        "scheduler=mixed",
+        "allocator=naive",
+        "allocator.s_max_tokens=4096",
+        "scheduler.max_num_seqs=128",
+        "scheduler.max_num_batched_tokens=100000000",
+    ],
     # vLLM v0: paged blocks of 16, prefill-first, at most 32 sequences
-    "vllm32": [*COMMON, *DECODE_HEAVY, "scheduler=prefill_first", "allocator=paged", "allocator.block_size_tokens=16",
-               "scheduler.max_num_batched_tokens=4096", "preemption=recompute", "scheduler.max_num_seqs=32"],
-}  # fmt: skip
+    "vllm32": [
+        *COMMON,
+        *DECODE_HEAVY,
+        "scheduler=prefill_first",
+        "allocator=paged",
+        "allocator.block_size_tokens=16",
+        "scheduler.max_num_batched_tokens=4096",
+        "preemption=recompute",
+        "scheduler.max_num_seqs=32",
+    ],
+}
 #: many events, few quiet runs: 2,000 requests of 512 + 128 tokens through vLLM's 128 sequences
 #: (about 2,300 steps, most of them admissions), so the per-event cost dominates
-EVENT_HEAVY = [*COMMON, "workload.num_requests=2000", "scheduler=prefill_first", "allocator=paged",
-               "allocator.block_size_tokens=16", "scheduler.max_num_batched_tokens=4096",
-               "preemption=recompute", "scheduler.max_num_seqs=128"]  # fmt: skip
+EVENT_HEAVY = [
+    *COMMON,
+    "workload.num_requests=2000",
+    "scheduler=prefill_first",
+    "allocator=paged",
+    "allocator.block_size_tokens=16",
+    "scheduler.max_num_batched_tokens=4096",
+    "preemption=recompute",
+    "scheduler.max_num_seqs=128",
+]
 
 # Thresholds: a safe fraction of what was measured (2 cores, shared and busy, Python 3.11), so a
 # slower or noisier CI machine passes and a real regression does not.
@@ -109,7 +136,9 @@ def _timed_s(target: Callable, args: tuple = ()) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
-def _gated(benchmark, fresh: Callable, reference: Callable[[], tuple[float, object]]) -> tuple[float, float, object, object]:
+def _gated(
+    benchmark, fresh: Callable, reference: Callable[[], tuple[float, object]]
+) -> tuple[float, float, object, object]:
     """kvbench's best ``Engine.run`` time and the reference's over ``ROUNDS`` rounds each, and the
     last result of each.
 
@@ -131,8 +160,9 @@ def _gated(benchmark, fresh: Callable, reference: Callable[[], tuple[float, obje
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 def test_event_driven_beats_step_by_step(benchmark, config):
     step_by_step = _runner(CONFIGS[config], event_driven=False)
-    event_s, step_s, event_record, step_record = _gated(benchmark, _runner(CONFIGS[config], event_driven=True),
-                                                        lambda: _timed_s(_run, step_by_step()[0]))  # fmt: skip
+    event_s, step_s, event_record, step_record = _gated(
+        benchmark, _runner(CONFIGS[config], event_driven=True), lambda: _timed_s(_run, step_by_step()[0])
+    )
     # the same work on both sides, or the ratio means nothing
     assert event_record.steps["num_steps"].sum() == step_record.steps["num_steps"].sum()
     assert len(event_record.requests) == len(step_record.requests) == 200
@@ -157,8 +187,9 @@ def python_yardstick(num_events: int = 150_000) -> int:
 
 
 def test_loop_keeps_pace_with_a_python_yardstick(benchmark):
-    kvbench_s, yardstick_s, _, _ = _gated(benchmark, _runner(EVENT_HEAVY, event_driven=True),
-                                          lambda: _timed_s(python_yardstick))  # fmt: skip
+    kvbench_s, yardstick_s, _, _ = _gated(
+        benchmark, _runner(EVENT_HEAVY, event_driven=True), lambda: _timed_s(python_yardstick)
+    )
     ratio = kvbench_s / yardstick_s
     benchmark.extra_info.update(yardstick_s=yardstick_s, ratio_to_yardstick=ratio)
     assert ratio <= MAX_RATIO_TO_YARDSTICK, (
@@ -196,5 +227,9 @@ def test_a_tree_is_timed_with_its_own_code_and_configs(tmp_path):
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+: on 3.10 a tree carries no metadata of its own
 
     version = tomllib.loads((tree / "pyproject.toml").read_text())["project"]["version"]
-    assert found == {"kvbench": str(links / "kvbench" / "__init__.py"), "conf": str(links / "kvbench" / "conf"),
-                     "plugins": str(links / "kvbench_plugins"), "version": version}, found  # fmt: skip
+    assert found == {
+        "kvbench": str(links / "kvbench" / "__init__.py"),
+        "conf": str(links / "kvbench" / "conf"),
+        "plugins": str(links / "kvbench_plugins"),
+        "version": version,
+    }, found

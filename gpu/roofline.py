@@ -24,8 +24,12 @@ def roofline_ratios(folder: Path) -> dict:
     decode = steps[(steps["num_prefill_tokens"] == 0) & (steps["num_decode_seqs"] > 0)]
     roofline_s = (decode["num_steps"] * summary["weight_bytes"] + decode["kv_read_bytes"]) / bandwidth
     ratio = (decode["measured_s"] / roofline_s).to_numpy(float)
-    row = {"run": folder.name, "decode_steps": int(decode["num_steps"].sum()),
-           "measured_over_roofline_p50": float(np.median(ratio)), "measured_over_roofline_p90": float(np.quantile(ratio, 0.9))}
+    row = {
+        "run": folder.name,
+        "decode_steps": int(decode["num_steps"].sum()),
+        "measured_over_roofline_p50": float(np.median(ratio)),
+        "measured_over_roofline_p90": float(np.quantile(ratio, 0.9)),
+    }
     if "predicted_s" in steps:
         err = (steps["predicted_s"] - steps["measured_s"]).abs() / steps["measured_s"]
         row.update(sim_error_p50=float(err.median()), sim_error_p90=float(err.quantile(0.9)))

@@ -29,6 +29,7 @@ from kvbench.atomic import write_frame, write_text
 from kvbench.core.kv import SeqShape, Transfer
 from kvbench.errors import ConfigError
 from kvbench.exec.costmodel import CostModel
+from kvbench.metrics.catalogue import ledger_parts, metric
 from kvbench.output.figures import pyplot
 from kvbench.output.results import RunResult
 from kvbench.provenance import kvbench_version
@@ -37,10 +38,28 @@ from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
 
 __all__ = [
-    "ConfigError", "CostModel", "HardwareSpec", "ModelSpec", "RunResult", "RunSetup", "SeqShape", "Transfer",
-    "build", "compose", "hardware_spec", "kvbench_version", "memory_ceiling", "model_spec_of", "pyplot", "run",
-    "slo_batch", "write_frame", "write_text",
-]  # fmt: skip
+    "ConfigError",
+    "CostModel",
+    "HardwareSpec",
+    "ModelSpec",
+    "RunResult",
+    "RunSetup",
+    "SeqShape",
+    "Transfer",
+    "build",
+    "compose",
+    "hardware_spec",
+    "kvbench_version",
+    "ledger_parts",
+    "memory_ceiling",
+    "metric",
+    "model_spec_of",
+    "pyplot",
+    "run",
+    "slo_batch",
+    "write_frame",
+    "write_text",
+]
 
 
 def compose(overrides: Sequence[str] = ()) -> tuple[DictConfig, dict[str, str]]:

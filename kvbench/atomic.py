@@ -118,7 +118,9 @@ def check_complete(out_dir: Path, owned: Iterable[str] = ()) -> str | None:
         if not path.is_file():
             return f"{name}, listed in COMPLETE, is missing"
         if isinstance(size, int) and path.stat().st_size != size:
-            return f"{name} is {path.stat().st_size:,} bytes where COMPLETE says {size:,} (changed after the run wrote it)"
+            return (
+                f"{name} is {path.stat().st_size:,} bytes where COMPLETE says {size:,} (changed after the run wrote it)"
+            )
     for name in owned:
         if name != COMPLETE and name not in sizes and (out_dir / name).is_file():
             return f"{name} is there but not listed in COMPLETE (left by another run)"
@@ -188,9 +190,13 @@ def _acquire(lock: Path, out_dir: Path) -> int:
             fd = os.open(lock, flags, 0o644)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise ConfigError(f"{lock} is a symbolic link: kvbench does not follow it; remove it and run again") from None
-            raise ConfigError(f"cannot lock {out_dir} for writing ({exc.strerror or exc} on {lock.name}); "
-                              "free space or write elsewhere with hydra.run.dir=<folder>") from None  # fmt: skip
+                raise ConfigError(
+                    f"{lock} is a symbolic link: kvbench does not follow it; remove it and run again"
+                ) from None
+            raise ConfigError(
+                f"cannot lock {out_dir} for writing ({exc.strerror or exc} on {lock.name}); "
+                "free space or write elsewhere with hydra.run.dir=<folder>"
+            ) from None
         try:
             held = _lock_open_file(fd, lock, out_dir)
         except BaseException:
@@ -210,9 +216,10 @@ def _lock_open_file(fd: int, lock: Path, out_dir: Path) -> bool:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise ConfigError(f"{out_dir} is being written by another kvbench run ({_owner_text(fd)}): wait for it, "
-                          "or write elsewhere with hydra.run.dir=<folder> (hydra.sweep.dir=<folder> for a sweep)"
-                          ) from None  # fmt: skip
+        raise ConfigError(
+            f"{out_dir} is being written by another kvbench run ({_owner_text(fd)}): wait for it, "
+            "or write elsewhere with hydra.run.dir=<folder> (hydra.sweep.dir=<folder> for a sweep)"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"cannot lock {out_dir} for writing ({exc.strerror or exc}): write elsewhere") from None
     try:

@@ -76,9 +76,13 @@ def run_folders(folder: Path) -> list[Path]:
         raise ConfigError(f"kvbench calibrate: {folder} is not a folder: give a real run's results folder")
     if (folder / "steps.parquet").is_file() or (folder / "steps.csv").is_file():
         return [folder]
-    runs = sorted(p.parent for p in folder.glob("*/steps.parquet")) or sorted(p.parent for p in folder.glob("*/steps.csv"))
+    runs = sorted(p.parent for p in folder.glob("*/steps.parquet")) or sorted(
+        p.parent for p in folder.glob("*/steps.csv")
+    )
     if not runs:
-        raise ConfigError(f"kvbench calibrate: {folder} has no steps table (steps.parquet): run mode=real with output.steps=true")
+        raise ConfigError(
+            f"kvbench calibrate: {folder} has no steps table (steps.parquet): run mode=real with output.steps=true"
+        )
     return runs
 
 
@@ -101,8 +105,9 @@ def _read_steps(folder: Path):
         return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
     except Exception as exc:  # noqa: BLE001 - pyarrow's and pandas' errors for a damaged table share no base
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise ConfigError(f"kvbench calibrate: {path} cannot be read as a table ({type(exc).__name__}: {detail}); "
-                          "re-run the real run") from None  # fmt: skip
+        raise ConfigError(
+            f"kvbench calibrate: {path} cannot be read as a table ({type(exc).__name__}: {detail}); re-run the real run"
+        ) from None
 
 
 def load_run(folder: Path) -> RunData:
@@ -114,11 +119,15 @@ def load_run(folder: Path) -> RunData:
         raise ConfigError(f"kvbench calibrate: {folder} is not a complete run: {problem}; re-run it")
     steps = _read_steps(folder)
     if "measured_s" not in steps or steps["measured_s"].isna().all():
-        raise ConfigError(f"kvbench calibrate: {folder} has no measured step times (no measured_s in its steps table): "
-                          "calibrate from a mode=real run")  # fmt: skip
+        raise ConfigError(
+            f"kvbench calibrate: {folder} has no measured step times (no measured_s in its steps table): "
+            "calibrate from a mode=real run"
+        )
     missing = [c for c in REQUIRED_STEP_COLUMNS if c not in steps]
     if missing:
-        raise ConfigError(f"kvbench calibrate: {folder}'s steps table lacks {', '.join(missing)}: rerun it with this kvbench")
+        raise ConfigError(
+            f"kvbench calibrate: {folder}'s steps table lacks {', '.join(missing)}: rerun it with this kvbench"
+        )
     summary = read_json_object(folder / "summary.json", "kvbench calibrate: run summary")
     config = read_json_object(folder / "config.json", "kvbench calibrate: run config")
     try:
@@ -140,10 +149,17 @@ def load_run(folder: Path) -> RunData:
         layout = "contiguous" if contiguous else str(int(summary["block_size_tokens"]))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         detail = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
-        raise ConfigError(f"kvbench calibrate: {folder} is not a complete run folder (summary.json, config.json): "
-                          f"{detail}") from None  # fmt: skip
-    return RunData(folder=folder, hardware=hardware, kernel=kernel, layout=layout, steps=steps[steps["measured_s"].notna()],
-                   **numbers)  # fmt: skip
+        raise ConfigError(
+            f"kvbench calibrate: {folder} is not a complete run folder (summary.json, config.json): {detail}"
+        ) from None
+    return RunData(
+        folder=folder,
+        hardware=hardware,
+        kernel=kernel,
+        layout=layout,
+        steps=steps[steps["measured_s"].notna()],
+        **numbers,
+    )
 
 
 def fit(runs: list[RunData]) -> Fit:
@@ -151,8 +167,10 @@ def fit(runs: list[RunData]) -> Fit:
     and the per-step overhead over every measured row of ``runs`` (all on one hardware)."""
     hardware = {r.hardware for r in runs}
     if len(hardware) != 1:
-        raise ConfigError(f"kvbench calibrate: the runs are on several hardware configs ({', '.join(sorted(hardware))}): "
-                          "calibrate one hardware at a time")  # fmt: skip
+        raise ConfigError(
+            f"kvbench calibrate: the runs are on several hardware configs ({', '.join(sorted(hardware))}): "
+            "calibrate one hardware at a time"
+        )
     groups = sorted({(r.kernel, r.layout) for r in runs})
     columns, targets = [], []
     for r in runs:
@@ -170,28 +188,36 @@ def fit(runs: list[RunData]) -> Fit:
         targets.append(s["measured_s"].to_numpy(float) - fixed_s)
     a, y = np.concatenate(columns), np.concatenate(targets)
     if not (np.isfinite(a).all() and np.isfinite(y).all()):
-        raise ConfigError("kvbench calibrate: a steps table holds a number that is not finite (nan or inf) in "
-                          f"{', '.join(REQUIRED_STEP_COLUMNS)}: re-run the real run")  # fmt: skip
+        raise ConfigError(
+            "kvbench calibrate: a steps table holds a number that is not finite (nan or inf) in "
+            f"{', '.join(REQUIRED_STEP_COLUMNS)}: re-run the real run"
+        )
     used = np.abs(a).sum(axis=0) > 0  # a run without prefill rows cannot fit the prefill term
     for i, g in enumerate(groups):
         if not used[i]:
-            raise ConfigError(f"kvbench calibrate: kernel={g[0]} layout={g[1]} has no decode step that read KV: nothing to fit")
+            raise ConfigError(
+                f"kvbench calibrate: kernel={g[0]} layout={g[1]} has no decode step that read KV: nothing to fit"
+            )
     if not used[-1]:
         raise ConfigError("kvbench calibrate: no measured steps")
     # scale columns to unit norm so seconds and step counts condition alike
     scale = np.where(used, np.linalg.norm(a, axis=0), 1.0)
     design = a[:, used] / scale[used]
     if np.linalg.matrix_rank(design) < design.shape[1]:
-        raise ConfigError("kvbench calibrate: the steps cannot separate KV read time from per-step overhead "
-                          "(too few distinct steps, or all read the same KV): calibrate from runs with growing contexts or several batches")  # fmt: skip
+        raise ConfigError(
+            "kvbench calibrate: the steps cannot separate KV read time from per-step overhead "
+            "(too few distinct steps, or all read the same KV): calibrate from runs with growing contexts or several batches"
+        )
     solution, *_ = np.linalg.lstsq(design, y, rcond=None)
     x = np.zeros(a.shape[1])
     x[used] = solution / scale[used]
     decode = {}
     for i, g in enumerate(groups):
         if x[i] <= 0:
-            raise ConfigError(f"kvbench calibrate: kernel={g[0]} layout={g[1]}: the fit gives KV reads no time "
-                              f"(1/efficiency={x[i]:.3g}): the measured times do not grow with KV read")  # fmt: skip
+            raise ConfigError(
+                f"kvbench calibrate: kernel={g[0]} layout={g[1]}: the fit gives KV reads no time "
+                f"(1/efficiency={x[i]:.3g}): the measured times do not grow with KV read"
+            )
         decode[g] = 1.0 / x[i]
     prefill = None
     if used[-2]:
@@ -201,7 +227,9 @@ def fit(runs: list[RunData]) -> Fit:
     truth = np.concatenate([r.steps["measured_s"].to_numpy(float) for r in runs])
     predicted = a @ x + (truth - y)  # the fitted terms plus the fixed ones
     rel = np.abs(predicted - truth) / np.where(truth > 0, truth, np.inf)
-    return Fit(hardware.pop(), decode, prefill, float(x[-1]), len(y), float(np.median(rel)), float(np.quantile(rel, 0.9)))
+    return Fit(
+        hardware.pop(), decode, prefill, float(x[-1]), len(y), float(np.median(rel)), float(np.quantile(rel, 0.9))
+    )
 
 
 def write_fit(result: Fit, out_dir: Path, command: str) -> list[Path]:
@@ -223,9 +251,18 @@ def write_fit(result: Fit, out_dir: Path, command: str) -> list[Path]:
         if root not in path.resolve().parents:  # a name that is safe but a symlink inside --out that leads out
             raise ConfigError(f"kvbench calibrate: {path} resolves outside --out {out_dir}: remove the link")
         table = {layout: e for (k, layout), e in result.decode_efficiency.items() if k == kernel}
-        write_calibration(path, result.hardware, kernel, table,
-                          {**provenance, "fit_rows": result.num_rows,
-                           "fit_relative_error_p50": result.relative_error_p50,
-                           "fit_relative_error_p90": result.relative_error_p90}, **fitted)  # fmt: skip
+        write_calibration(
+            path,
+            result.hardware,
+            kernel,
+            table,
+            {
+                **provenance,
+                "fit_rows": result.num_rows,
+                "fit_relative_error_p50": result.relative_error_p50,
+                "fit_relative_error_p90": result.relative_error_p90,
+            },
+            **fitted,
+        )
         written.append(path)
     return written

@@ -20,8 +20,7 @@ import numpy as np
 
 from kvbench.core.request import Request
 from kvbench.core.sequence import SequenceGroup
-from kvbench.core.step import StepPlan, StepResult
-from kvbench.exec.sim import SimExecutor
+from kvbench.core.step import Executor, StepPlan, StepResult
 from kvbench.metrics.recorder import Recorder, RunRecord
 from kvbench.sched.scheduler import Scheduler
 
@@ -31,8 +30,14 @@ MAX_SPAN_STEPS = 1 << 14
 
 
 class Engine:
-    def __init__(self, scheduler: Scheduler, executor: SimExecutor, *, event_driven: bool = True,
-                 on_finished: Callable[[int], None] = lambda n: None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        executor: Executor,
+        *,
+        event_driven: bool = True,
+        on_finished: Callable[[int], None] = lambda n: None,
+    ) -> None:
         self.scheduler = scheduler
         self.executor = executor
         self.event_driven = event_driven

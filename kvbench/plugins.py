@@ -87,8 +87,7 @@ def lookup(group: str, name: str, pm: pluggy.PluginManager | None = None) -> typ
     classes = registry(group, pm)
     if name not in classes:
         raise ConfigError(
-            f"{group}.name={name!r} is not a registered {group}; choose one of: "
-            f"{', '.join(sorted(classes))}"
+            f"{group}.name={name!r} is not a registered {group}; choose one of: {', '.join(sorted(classes))}"
         )
     return classes[name]
 

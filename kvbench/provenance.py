@@ -27,11 +27,17 @@ def kvbench_commit() -> str | None:
     tracked files; None for an installed wheel or where git is missing."""
     source = Path(__file__).resolve().parents[1]
     try:
-        head = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        head = subprocess.run(
+            ["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
         if head.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5)  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
@@ -44,4 +50,6 @@ def provenance() -> dict[str, str | None]:
 
 def version_line() -> str:
     commit = kvbench_commit()
-    return f"kvbench {kvbench_version()}" + (f" (commit {commit[:12]}{'+dirty' if commit.endswith('+dirty') else ''})" if commit else "")
+    return f"kvbench {kvbench_version()}" + (
+        f" (commit {commit[:12]}{'+dirty' if commit.endswith('+dirty') else ''})" if commit else ""
+    )

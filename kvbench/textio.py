@@ -39,7 +39,9 @@ def read_text(path: Path, what: str) -> str:
         try:
             return handle.read()
         except UnicodeDecodeError as exc:
-            raise ConfigError(f"{what} {visible(str(path))} is not UTF-8 text (byte {exc.start}): save it as UTF-8") from None
+            raise ConfigError(
+                f"{what} {visible(str(path))} is not UTF-8 text (byte {exc.start}): save it as UTF-8"
+            ) from None
         except OSError as exc:
             raise ConfigError(f"{what} {visible(str(path))} cannot be read: {os_reason(exc)}") from None
 
@@ -51,7 +53,9 @@ def parse_json(text: str, where: str) -> Any:
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except RecursionError:  # the C parser recurses per level and stops near Python's recursion limit
-        raise ConfigError(f"{where}: JSON nested too deeply (about a thousand levels); not a file kvbench reads") from None
+        raise ConfigError(
+            f"{where}: JSON nested too deeply (about a thousand levels); not a file kvbench reads"
+        ) from None
 
 
 def read_json(path: Path, what: str) -> Any:

@@ -64,7 +64,9 @@ DISPLAY_ONLY = ("progress", "wandb.", "output.", "hydra.")
 
 
 def _loggable(summary: dict) -> dict:
-    return {k: v for k, v in summary.items() if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v))}
+    return {
+        k: v for k, v in summary.items() if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v))
+    }
 
 
 def _summary_values(summary: dict) -> dict:
@@ -187,8 +189,10 @@ def kvbench_run_finished(result) -> None:
     requests = sampled(result.requests, wandb.Table.MAX_ROWS)
     notes = None
     if len(requests) < len(result.requests):
-        notes = (f"requests table: {len(requests)} of {len(result.requests)} rows (every "
-                 f"{math.ceil(len(result.requests) / len(requests))}-th row); all in {result.out_dir or 'results/'}/requests.parquet")  # fmt: skip
+        notes = (
+            f"requests table: {len(requests)} of {len(result.requests)} rows (every "
+            f"{math.ceil(len(result.requests) / len(requests))}-th row); all in {result.out_dir or 'results/'}/requests.parquet"
+        )
     run = _init(
         settings,
         mode,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, settings
+from toy import TOY_KV_BYTES, TOY_MODEL, ToyRun, toy_hardware
 
 from kvbench.core.step import StepPlan
 from kvbench.testing import build_engine
-from toy import TOY_KV_BYTES, TOY_MODEL, ToyRun, toy_hardware
 
 # Property tests are judged by what they find, never by how fast this machine generates examples:
 # no per-example deadline and no "too slow" health check, either of which fails a correct test on a
@@ -23,13 +23,30 @@ def toy_run():
     machine (the allocator's budget, ``host_swap_bytes`` of host pool, or ``hardware``) and keeps
     every plan; other options go to the scheduler's config (the watermark defaults to 0)."""
 
-    def run(scheduler_class, policy_class, allocator, requests: list, *, host_swap_bytes: int = 10**6,
-            hardware=None, victim: str = "newest", event_driven: bool = False, **scheduler_options) -> ToyRun:  # fmt: skip
+    def run(
+        scheduler_class,
+        policy_class,
+        allocator,
+        requests: list,
+        *,
+        host_swap_bytes: int = 10**6,
+        hardware=None,
+        victim: str = "newest",
+        event_driven: bool = False,
+        **scheduler_options,
+    ) -> ToyRun:
         hardware = hardware or toy_hardware(allocator.budget_bytes // TOY_KV_BYTES, host_swap_bytes)
         options = {"watermark_fraction": 0.0, **scheduler_options}
-        engine = build_engine(scheduler_class, policy_class, allocator, hardware=hardware,
-                              scheduler_config=scheduler_class.Config(**options), victim=victim,
-                              event_driven=event_driven, model=TOY_MODEL)  # fmt: skip
+        engine = build_engine(
+            scheduler_class,
+            policy_class,
+            allocator,
+            hardware=hardware,
+            scheduler_config=scheduler_class.Config(**options),
+            victim=victim,
+            event_driven=event_driven,
+            model=TOY_MODEL,
+        )
         plans: list[StepPlan] = []
         schedule = engine.scheduler.schedule
 

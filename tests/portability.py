@@ -79,8 +79,12 @@ def dispatch_settings() -> list[Setting]:
     settings[0].env["OPENBLAS_CORETYPE"] = "Prescott"
     settings.append(Setting("OpenBLAS Nehalem kernels", {"OPENBLAS_CORETYPE": "Nehalem"}))
     if has.get("AVX2"):  # OpenBLAS's Haswell kernels need AVX2
-        settings.append(Setting("numpy without AVX-512, OpenBLAS Haswell kernels",
-                                {"NPY_DISABLE_CPU_FEATURES": avx512, "OPENBLAS_CORETYPE": "Haswell"}))  # fmt: skip
+        settings.append(
+            Setting(
+                "numpy without AVX-512, OpenBLAS Haswell kernels",
+                {"NPY_DISABLE_CPU_FEATURES": avx512, "OPENBLAS_CORETYPE": "Haswell"},
+            )
+        )
     return settings
 
 
@@ -106,8 +110,23 @@ def oldest_setting(venv: Path) -> Setting:
 
     def prepare() -> str:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        done = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-e",
-                               str(ROOT), *pins, *TEST_TOOLS], capture_output=True, text=True, check=False)  # fmt: skip
+        done = subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-e",
+                str(ROOT),
+                *pins,
+                *TEST_TOOLS,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         return "" if done.returncode == 0 else f"pip install failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
 
     return Setting("oldest allowed " + ", ".join(pins), python=str(python), prepare=prepare)
@@ -115,12 +134,14 @@ def oldest_setting(venv: Path) -> Setting:
 
 def versions(python: str, env: dict[str, str]) -> str:
     """What the subprocess really runs with: library versions and numpy's active SIMD features."""
-    code = ("import numpy, pandas, pyarrow\n"
-            "try:\n    from numpy._core import _multiarray_umath as u\n"
-            "except ImportError:\n    from numpy.core import _multiarray_umath as u\n"
-            "top = [f for f in u.__cpu_dispatch__ if u.__cpu_features__.get(f)]\n"
-            "print(f'numpy {numpy.__version__}, pandas {pandas.__version__}, pyarrow {pyarrow.__version__}; '\n"
-            "      f'numpy SIMD beyond baseline: {\" \".join(top) or \"none\"}')")  # fmt: skip
+    code = (
+        "import numpy, pandas, pyarrow\n"
+        "try:\n    from numpy._core import _multiarray_umath as u\n"
+        "except ImportError:\n    from numpy.core import _multiarray_umath as u\n"
+        "top = [f for f in u.__cpu_dispatch__ if u.__cpu_features__.get(f)]\n"
+        "print(f'numpy {numpy.__version__}, pandas {pandas.__version__}, pyarrow {pyarrow.__version__}; '\n"
+        '      f\'numpy SIMD beyond baseline: {" ".join(top) or "none"}\')'
+    )
     done = subprocess.run([python, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, check=False)
     return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
 
@@ -132,8 +153,15 @@ def run(setting: Setting) -> Setting:
         setting.passed, setting.output = False, failure
         return setting
     env = {**os.environ, **setting.env, "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([setting.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CHECKS], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=PYTEST_TIMEOUT_S, check=False)  # fmt: skip
+    done = subprocess.run(
+        [setting.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CHECKS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PYTEST_TIMEOUT_S,
+        check=False,
+    )
     setting.wall_s = time.perf_counter() - started
     setting.passed = done.returncode == 0
     setting.output = f"{versions(setting.python, setting.env)}\n{done.stdout[-6000:]}{done.stderr[-2000:]}"
@@ -153,8 +181,11 @@ def main(argv: list[str]) -> int:
             for setting in pool.map(run, settings):
                 verdict = "pass" if setting.passed else "FAIL"
                 env = " ".join(f"{k}={v!r}" for k, v in setting.env.items()) or "-"
-                print(f"- {verdict}: {setting.name} ({setting.wall_s:.0f} s)\n    env: {env}\n    "
-                      f"{setting.output.splitlines()[0] if setting.output else ''}", flush=True)  # fmt: skip
+                print(
+                    f"- {verdict}: {setting.name} ({setting.wall_s:.0f} s)\n    env: {env}\n    "
+                    f"{setting.output.splitlines()[0] if setting.output else ''}",
+                    flush=True,
+                )
                 if not setting.passed:
                     print(setting.output)
     failed = [s.name for s in settings if not s.passed]

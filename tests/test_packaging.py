@@ -14,17 +14,33 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_wheel_ships_conf_plugins_and_entry_points(tmp_path):
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(ROOT)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
     [wheel] = tmp_path.glob("kvbench-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for group in CONFIG_GROUPS:
         yamls = [n for n in names if n.startswith(f"kvbench/conf/{group}/") and n.endswith(".yaml")]
         assert yamls, f"conf/{group}/*.yaml missing from the wheel"
     assert "kvbench/conf/config.yaml" in names
-    assert {"kvbench_plugins/allocators/paged.py", "kvbench_plugins/kernels/triton_paged.py",
-            "kvbench_plugins/schedulers/chunked.py", "kvbench_plugins/preemption/swap.py"} <= names
+    assert {
+        "kvbench_plugins/allocators/paged.py",
+        "kvbench_plugins/kernels/triton_paged.py",
+        "kvbench_plugins/schedulers/chunked.py",
+        "kvbench_plugins/preemption/swap.py",
+    } <= names
     assert "kvbench/sched/scheduler.py" in names and "kvbench/core/step.py" in names
     assert "kvbench/kernels/triton_decode.py" in names
     assert "kvbench/studies/paper/data/vllm_paper_reference.json" in names
@@ -43,7 +59,8 @@ def test_every_package_of_the_source_tree_is_listed_in_pyproject():
     listed = set(setuptools["packages"])
     found = {
         ".".join(("kvbench_plugins", *init.parent.relative_to(ROOT / "plugins").parts)).rstrip(".")
-        if init.is_relative_to(ROOT / "plugins") else ".".join(init.parent.relative_to(ROOT).parts)
+        if init.is_relative_to(ROOT / "plugins")
+        else ".".join(init.parent.relative_to(ROOT).parts)
         for init in [*ROOT.glob("kvbench/**/__init__.py"), *ROOT.glob("plugins/**/__init__.py")]
-    }  # fmt: skip
+    }
     assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"

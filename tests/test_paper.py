@@ -19,5 +19,10 @@ def test_committed_paper_is_what_kvbench_paper_produces(fresh_paper):
     folder, sources = fresh_paper
     found = differences(PAPER_DIR, folder)
     assert not found, "\n".join([*found, "If the change is intended, run `kvbench paper` and commit paper/."])
-    disagree = [(row.key, row.simulated, row.formula_value) for s in sources.values() for row in s.rows if row.sim_agrees is False]
+    disagree = [
+        (row.key, row.simulated, row.formula_value)
+        for s in sources.values()
+        for row in s.rows
+        if row.sim_agrees is False
+    ]
     assert not disagree, f"runs that disagree with their closed form (simulated, closed form): {disagree}"

@@ -55,7 +55,9 @@ QUOTED = {
 def test_each_number_quoted_is_the_papers(phrase, paragraph, rows):
     key, column, decimals = QUOTED[phrase]
     if column is None:  # a row count
-        value = int((rows.index.str.startswith("lecture.") if key == "lecture" else rows.index.str.startswith("vllm.")).sum())
+        value = int(
+            (rows.index.str.startswith("lecture.") if key == "lecture" else rows.index.str.startswith("vllm.")).sum()
+        )
     else:
         value = float(rows.loc[key, column])
     shown = f"{value:,.{decimals}f}"
@@ -70,7 +72,10 @@ def test_numbers_quoted_from_kvbench_specs(paragraph):
 
     gqa8 = configs.built(["model.hf_config.num_key_value_heads=8"]).model
     mha = configs.built().model
-    assert f"keeps the MHA model's {mha.num_params / 1e9:.2f}e9 parameters (GQA-8 has {gqa8.num_params / 1e9:.2f}e9)" in paragraph
+    assert (
+        f"keeps the MHA model's {mha.num_params / 1e9:.2f}e9 parameters (GQA-8 has {gqa8.num_params / 1e9:.2f}e9)"
+        in paragraph
+    )
     kv66 = configs.model("opt-66b").kv_bytes_per_token
     assert f"9.7K slots need {9700 * kv66 / 2**30:.1f} GiB" in paragraph
     layers = configs.model("opt-13b").num_layers

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from kvbench_cli import kvbench
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -23,7 +22,8 @@ SMALL = ["workload.num_requests=40", "wandb.mode=disabled", "progress=false"]
 def recipe() -> tuple[dict[str, str], list[str]]:
     """The recipe's files (path -> text) and its shell commands, from the README's Plugins section."""
     text = README.read_text()
-    section = text[text.index("**Your own allocator in five files**"):]
+    heading = re.search(r"\*\*Your own allocator in (\w+) files\*\*", text)
+    section = text[heading.start() :]
     section = section[: section.index("\n### ")]
     files = {m["path"]: m["body"] for m in FILE_BLOCK.finditer(section)}
     [commands] = re.findall(r"```bash\n(.*?)```", section, re.S)
@@ -32,6 +32,8 @@ def recipe() -> tuple[dict[str, str], list[str]]:
 
 def test_the_recipe_has_every_file_a_plugin_needs():
     files, commands = recipe()
+    count = re.search(r"\*\*Your own allocator in (\w+) files\*\*", README.read_text())[1]
+    assert count == {3: "three", 4: "four", 5: "five"}[len(files)], "the heading counts the files it lists"
     assert set(files) == {
         "pyproject.toml",
         "my_kvbench_plugin/__init__.py",

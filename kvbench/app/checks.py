@@ -15,8 +15,12 @@ from kvbench.errors import ConfigError, require
 
 def check_seed(seed) -> None:
     # numpy's generator takes any integer >= 0, but the seed is also an int64 column of the results
-    require(isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= INT64_MAX, "seed", seed,
-            "use an integer from 0 to 2**63-1")  # fmt: skip
+    require(
+        isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= INT64_MAX,
+        "seed",
+        seed,
+        "use an integer from 0 to 2**63-1",
+    )
 
 
 #: kvbench's resident memory per simulated request, in bytes, by kind of workload: the growth of
@@ -46,7 +50,9 @@ MEMORY_BYTES_PER_EXTRA_BRANCH = 400
 MEMORY_BASE_BYTES = 250_000_000
 
 
-def _cgroup_headroom_bytes(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> int | None:
+def _cgroup_headroom_bytes(
+    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
+) -> int | None:
     """What this process's cgroup (a container's or a CI job's memory limit) still allows: its
     limit less its usage; None without a limit. Version 2 (``memory.max``) or version 1
     (``memory.limit_in_bytes``), whichever the process is in."""
@@ -107,9 +113,12 @@ def memory_estimate(num_requests: int, *, trace: bool, branches: int, prefix_cac
     """Bytes a run of ``num_requests`` needs, and the arithmetic in words."""
     kind = ("prefix_cached_trace" if trace else "prefix_cached") if prefix_cached else "trace" if trace else "synthetic"
     per = MEMORY_BYTES_PER_REQUEST[kind] + (branches - 1) * MEMORY_BYTES_PER_EXTRA_BRANCH
-    what = {"synthetic": "a generated request", "trace": "a replayed trace request",
-            "prefix_cached": "a request with a shared prefix under prefix caching",
-            "prefix_cached_trace": "a trace request with prefix hashes under prefix caching"}[kind]  # fmt: skip
+    what = {
+        "synthetic": "a generated request",
+        "trace": "a replayed trace request",
+        "prefix_cached": "a request with a shared prefix under prefix caching",
+        "prefix_cached_trace": "a trace request with prefix hashes under prefix caching",
+    }[kind]
     words = f"{MEMORY_BASE_BYTES / 1e6:,.0f} MB + {num_requests:,} x {per:,} B ({what}"
     words += f", {branches} branches" if branches > 1 else ""
     return MEMORY_BASE_BYTES + num_requests * per, words + "; measured)"
@@ -128,12 +137,16 @@ def check_memory(source_cls, source_config, allocator, enabled: bool = True) -> 
     branches = int(getattr(source_config, "num_branches", 1) or 1)
     trace = getattr(source_cls, "replays_a_file", False)
     prefix_cached = bool(getattr(allocator.capabilities, "caches_prefixes", False)) and bool(
-        getattr(source_cls, "carries_prefix_hashes", lambda config: False)(source_config))
+        getattr(source_cls, "carries_prefix_hashes", lambda config: False)(source_config)
+    )
     estimate, words = memory_estimate(int(num_requests), trace=trace, branches=branches, prefix_cached=prefix_cached)
     if estimate > available:
         given = getattr(source_config, "num_requests", None)
-        what = (f"workload.num_requests={given}" if given is not None
-                else f"the {int(num_requests):,} rows of workload.path={getattr(source_config, 'path', '?')}")  # fmt: skip
+        what = (
+            f"workload.num_requests={given}"
+            if given is not None
+            else f"the {int(num_requests):,} rows of workload.path={getattr(source_config, 'path', '?')}"
+        )
         if branches > 1:
             what += f" with workload.num_branches={branches}"
         raise ConfigError(
@@ -164,14 +177,20 @@ def check_top_level_keys(cfg: DictConfig) -> None:
     known = [f.name for f in dataclasses.fields(KvbenchConfig)]
     for key in cfg.keys():
         if key not in known:
-            raise ConfigError(f"{key}={OmegaConf.select(cfg, str(key))!r} is not a kvbench config key; "
-                              f"the top-level keys are: {', '.join(known)}")  # fmt: skip
+            raise ConfigError(
+                f"{key}={OmegaConf.select(cfg, str(key))!r} is not a kvbench config key; "
+                f"the top-level keys are: {', '.join(known)}"
+            )
 
 
 def calibration_dir_path(value: str | None) -> Path | None:
     if value is None:
         return None
     path = Path(value).expanduser()
-    require(path.is_dir(), "calibration_dir", value,
-            "no such folder: give a folder of <hardware>/<kernel>.json files, or null for kvbench's own")  # fmt: skip
+    require(
+        path.is_dir(),
+        "calibration_dir",
+        value,
+        "no such folder: give a folder of <hardware>/<kernel>.json files, or null for kvbench's own",
+    )
     return path

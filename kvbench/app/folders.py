@@ -60,14 +60,18 @@ def check_writable(folder: Path, option: str) -> None:
     path_max = _limit("PC_PATH_MAX", 4096)
     # a run folder adds a few levels (date/time/job/.hydra/...): keep room for them
     if len(os.fsencode(str(path))) + 128 > path_max:
-        raise ConfigError(f"{option}={_short(folder)} is invalid: the path is too long for this filesystem ({path_max} bytes); use a shorter one")
+        raise ConfigError(
+            f"{option}={_short(folder)} is invalid: the path is too long for this filesystem ({path_max} bytes); use a shorter one"
+        )
     ancestor = path
     while not ancestor.exists():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise ConfigError(f"{option}={str(folder)!r} is invalid: {ancestor} is a file, not a folder; write elsewhere")
     if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError(f"{option}={str(folder)!r} is invalid: {ancestor} is not writable; write elsewhere with {option}=<folder>")
+        raise ConfigError(
+            f"{option}={str(folder)!r} is invalid: {ancestor} is not writable; write elsewhere with {option}=<folder>"
+        )
 
 
 #: arguments that make Hydra print something and exit without running a job (nothing is written)
@@ -89,7 +93,9 @@ def prepare_output(args: list[str]) -> Path | None:
         with tempfile.TemporaryFile(dir=root):  # the real test: permissions, read-only mounts, quotas
             pass
     except OSError as exc:
-        raise ConfigError(f"{option}={str(root)!r} is invalid: cannot write there ({exc.strerror or exc}); write elsewhere with {option}=<folder>") from None
+        raise ConfigError(
+            f"{option}={str(root)!r} is invalid: cannot write there ({exc.strerror or exc}); write elsewhere with {option}=<folder>"
+        ) from None
     return explicit_output_dir(args)
 
 

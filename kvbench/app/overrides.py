@@ -52,8 +52,10 @@ def _not_a_key(exc: BaseException, cause: BaseException) -> str | None:
     keys = ", ".join(str(k) for k in parent.keys() if k != "hydra")
     name = parent.get("name") if where and "name" in parent else None
     place = f"{where} ({name})" if isinstance(name, str) else where or "the top level"
-    return (f"{typed} is not a config key: {leaf!r} is not in {place}; its keys are: {keys} "
-            f"(to add a key on purpose, write +{typed})")  # fmt: skip
+    return (
+        f"{typed} is not a config key: {leaf!r} is not in {place}; its keys are: {keys} "
+        f"(to add a key on purpose, write +{typed})"
+    )
 
 
 def hydra_error_line(exc: BaseException, args: Sequence[str] = ()) -> str:

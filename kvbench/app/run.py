@@ -22,11 +22,9 @@ from kvbench.app.config import (
     to_dataclass,
 )
 from kvbench.app.progress import progress_bar
-from kvbench.provenance import provenance
 from kvbench.core.request import requests_from_workload
 from kvbench.engine import Engine
 from kvbench.errors import ConfigError, require
-from kvbench.specs.calibration import DecodeEfficiency, calibration_digest, load_fitted_terms
 from kvbench.exec.costmodel import CostModel
 from kvbench.exec.sim import SimExecutor
 from kvbench.memory.allocator import Allocator
@@ -35,7 +33,9 @@ from kvbench.metrics.prefix_bounds import prefix_cache_bounds
 from kvbench.metrics.summary import SloConfig, summarize
 from kvbench.output.results import RunResult
 from kvbench.plugins import lookup
+from kvbench.provenance import provenance
 from kvbench.sched.scheduler import Scheduler
+from kvbench.specs.calibration import DecodeEfficiency, calibration_digest, load_fitted_terms
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
 from kvbench.workload.arrivals import check_arrival_span
@@ -77,7 +77,9 @@ def setup(cfg: DictConfig) -> RunSetup:
     model = model_spec(model_config)
     hardware = to_dataclass(HardwareSpec, cfg.hardware, "hardware")
     budget_bytes = hardware.kv_budget(model.weight_bytes)
-    allocator = _instantiate("allocator", cfg.allocator, budget_bytes=budget_bytes, kv_bytes_per_token=model.kv_bytes_per_token)
+    allocator = _instantiate(
+        "allocator", cfg.allocator, budget_bytes=budget_bytes, kv_bytes_per_token=model.kv_bytes_per_token
+    )
     kernel = _instantiate("kernel", cfg.kernel)
     if cfg.mode == "real":
         reason = type(kernel).unavailable_reason(_real_device())
@@ -94,7 +96,9 @@ def setup(cfg: DictConfig) -> RunSetup:
     cost = CostModel(model, hardware, efficiency.efficiency, prefill_flops_efficiency, step_overhead_s)
     policy = _instantiate("preemption", cfg.preemption)
     host_pool = HostSwapPool(int(hardware.host_swap_bytes))
-    scheduler = _instantiate("scheduler", cfg.scheduler, allocator=allocator, policy=policy, cost=cost, host_pool=host_pool)
+    scheduler = _instantiate(
+        "scheduler", cfg.scheduler, allocator=allocator, policy=policy, cost=cost, host_pool=host_pool
+    )
     if cfg.workload is None or "name" not in cfg.workload:
         raise ConfigError("workload.name is missing: pick one with workload=<name>")
     source_cls = lookup("workload", cfg.workload["name"])
@@ -150,7 +154,9 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
     requests = requests_from_workload(workload, int(cfg.seed))
     real = cfg.mode == "real"
     executor = _real_executor(s, requests, int(cfg.seed)) if real else SimExecutor(s.cost)
-    with progress_bar(workload.num_requests, "running" if real else "simulating", enabled=bool(cfg.progress)) as advance:
+    with progress_bar(
+        workload.num_requests, "running" if real else "simulating", enabled=bool(cfg.progress)
+    ) as advance:
         # a real step's tokens depend on the previous step's: real mode takes steps one by one
         engine = Engine(s.scheduler, executor, event_driven=bool(cfg.event_driven) and not real, on_finished=advance)
         record = engine.run(requests)
@@ -160,7 +166,8 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
         # one list of generated token ids per branch (a fan-out's branches in seq_id order)
         first_seq_ids = np.cumsum([0] + [r.num_branches for r in requests[:-1]])
         record.requests["output_token_ids"] = [
-            [executor.generated(int(first) + b) for b in range(r.num_branches)] for first, r in zip(first_seq_ids, requests)
+            [executor.generated(int(first) + b) for b in range(r.num_branches)]
+            for first, r in zip(first_seq_ids, requests)
         ]
     summary = labels(cfg, s, choices)
     summary.update(
@@ -173,8 +180,15 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
         calibration=s.efficiency.source,
         calibration_sha256=calibration_digest(s.hardware.name, s.kernel.name, cfg.get("calibration_dir")),
     )
-    summary.update(summarize(record.requests, record.steps, budget_bytes=s.budget_bytes,
-                             kv_bytes_per_token=s.model.kv_bytes_per_token, slo=s.slo))  # fmt: skip
+    summary.update(
+        summarize(
+            record.requests,
+            record.steps,
+            budget_bytes=s.budget_bytes,
+            kv_bytes_per_token=s.model.kv_bytes_per_token,
+            slo=s.slo,
+        )
+    )
     if real:
         predicted_s, measured_s = zip(*executor.step_times_s) if executor.step_times_s else ((), ())
         summary.update(prediction_error(predicted_s, measured_s))

@@ -51,8 +51,8 @@ def main() -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from kvbench.commands.main import _unknown_flag
     from kvbench.app.overrides import hydra_error_line
+    from kvbench.commands.main import _unknown_flag
     from kvbench.commands.signals import exit_interrupted, handle_sigterm
     from kvbench.errors import error_line
 
@@ -60,8 +60,10 @@ def main() -> None:
     args = sys.argv[1:]
     unknown = _unknown_flag(args)
     if unknown:
-        print(error_line("kvbench bench-kernels", unknown.replace("kvbench --help", "kvbench bench-kernels --help")),
-              file=sys.stderr)  # fmt: skip
+        print(
+            error_line("kvbench bench-kernels", unknown.replace("kvbench --help", "kvbench bench-kernels --help")),
+            file=sys.stderr,
+        )
         sys.exit(2)
     full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing several lines

@@ -17,11 +17,17 @@ from kvbench.errors import ConfigError, error_line
 def _parse(args_in: list[str]):
     from kvbench.commands.arguments import OneLineParser
 
-    parser = OneLineParser(prog="kvbench calibrate", description="Fit the simulator's efficiency terms to real runs' measured step times.")
+    parser = OneLineParser(
+        prog="kvbench calibrate", description="Fit the simulator's efficiency terms to real runs' measured step times."
+    )
     parser.add_argument("runs", nargs="+", type=Path, help="real run folders (or sweep folders of them)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help=f"calibration folder: writes <out>/<hardware>/<kernel>.json (default {DEFAULT_OUT}); "
-                             "use it with calibration_dir=<out>")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"calibration folder: writes <out>/<hardware>/<kernel>.json (default {DEFAULT_OUT}); "
+        "use it with calibration_dir=<out>",
+    )
     return parser.parse_args(args_in)
 
 
@@ -42,8 +48,12 @@ def main(argv: list[str] | None = None) -> None:
         print(error_line("kvbench calibrate", str(exc).removeprefix("kvbench calibrate: ")), file=sys.stderr)
         raise SystemExit(2) from None
     except OSError as exc:
-        print(error_line("kvbench calibrate", f"could not write {exc.filename or 'the calibration'}: {exc.strerror or exc}"),
-              file=sys.stderr)  # fmt: skip
+        print(
+            error_line(
+                "kvbench calibrate", f"could not write {exc.filename or 'the calibration'}: {exc.strerror or exc}"
+            ),
+            file=sys.stderr,
+        )
         raise SystemExit(2) from None
     except KeyboardInterrupt as exc:
         exit_interrupted(exc, "kvbench calibrate", "no calibration file was half-written")
@@ -51,12 +61,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{result.hardware} {kernel} [{layout}]: decode efficiency {e:.4f}")
     if result.prefill_flops_efficiency is not None:
         print(f"prefill FLOP efficiency {result.prefill_flops_efficiency:.4f}")
-    print(f"step overhead {result.step_overhead_s * 1e6:.2f} us; fit over {result.num_rows} rows, "
-          f"relative error p50 {result.relative_error_p50:.2%} p90 {result.relative_error_p90:.2%}")
+    print(
+        f"step overhead {result.step_overhead_s * 1e6:.2f} us; fit over {result.num_rows} rows, "
+        f"relative error p50 {result.relative_error_p50:.2%} p90 {result.relative_error_p90:.2%}"
+    )
     for path in written:
         print(f"wrote {path}")
     print(f"use it: kvbench ... calibration_dir={args.out}")
-
 
 
 if __name__ == "__main__":

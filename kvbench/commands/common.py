@@ -63,7 +63,9 @@ def run_cli(body: Callable[[list[str]], int], prog: str = "kvbench") -> None:
         print(error_line(prog, exc), file=sys.stderr)
         sys.exit(2)
     except OSError as exc:  # the output folder vanished or the disk filled: nothing is marked complete
-        print(error_line(prog, f"could not write {exc.filename or 'the results'}: {exc.strerror or exc}"), file=sys.stderr)
+        print(
+            error_line(prog, f"could not write {exc.filename or 'the results'}: {exc.strerror or exc}"), file=sys.stderr
+        )
         sys.exit(2)
     except KeyboardInterrupt as exc:
         exit_interrupted(exc, prog, "nothing written is marked complete")
@@ -77,5 +79,3 @@ def resolve_out_dir(given: str | None, kind: str) -> Path:
     out_dir = Path(given) if given else Path("results") / "slo" / f"{now:%Y-%m-%d}" / f"{kind}-{now:%H-%M-%S-%f}"
     check_writable(out_dir, "--out")  # before any run: a folder that cannot be written is one line up front
     return out_dir
-
-

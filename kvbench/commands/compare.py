@@ -35,22 +35,40 @@ def build_parser() -> OneLineParser:
     parser = OneLineParser(
         prog=PROG,
         description="Compare two kvbench result folders (a run or a sweep each), job by job and metric by "
-                    "metric. Jobs are matched by their resolved config (config.json) less progress, output "
-                    "and wandb. Exit status: 0 within tolerance, 1 some metric beyond it, 2 unusable input.",
+        "metric. Jobs are matched by their resolved config (config.json) less progress, output "
+        "and wandb. Exit status: 0 within tolerance, 1 some metric beyond it, 2 unusable input.",
         epilog=f"Tolerance {SPEC_HELP}. Rules are fnmatch globs over summary columns; the last match wins: "
-               "the shipped kvbench/compare/tolerances.yaml, then --tolerances, then each --tol.",
-    )  # fmt: skip
+        "the shipped kvbench/compare/tolerances.yaml, then --tolerances, then each --tol.",
+    )
     parser.add_argument("base", type=Path, help="the reference: a run folder or a sweep folder")
     parser.add_argument("head", type=Path, help="the candidate: a run folder or a sweep folder")
-    parser.add_argument("--tolerances", type=Path, metavar="FILE",
-                        help="YAML file of rules, tolerances: {<glob>: <spec>}, read after the defaults")  # fmt: skip
-    parser.add_argument("--tol", action="append", default=[], metavar="PATTERN=SPEC",
-                        help="one more rule, read last (repeatable), e.g. --tol 'ttft_*=rel:0.05'")  # fmt: skip
+    parser.add_argument(
+        "--tolerances",
+        type=Path,
+        metavar="FILE",
+        help="YAML file of rules, tolerances: {<glob>: <spec>}, read after the defaults",
+    )
+    parser.add_argument(
+        "--tol",
+        action="append",
+        default=[],
+        metavar="PATTERN=SPEC",
+        help="one more rule, read last (repeatable), e.g. --tol 'ttft_*=rel:0.05'",
+    )
     parser.add_argument("--all", action="store_true", help="list every metric, not only those that differ")
-    parser.add_argument("--out", type=Path, metavar="DIR",
-                        help="folder for compare.{parquet,csv,png} (default: results/compare/<date>/<time>)")  # fmt: skip
-    parser.add_argument("--ignore-config", action="append", default=[], metavar="KEY",
-                        help="also ignore this config key (and what is under it) when matching jobs (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="folder for compare.{parquet,csv,png} (default: results/compare/<date>/<time>)",
+    )
+    parser.add_argument(
+        "--ignore-config",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="also ignore this config key (and what is under it) when matching jobs (repeatable)",
+    )
     return parser
 
 
@@ -72,15 +90,19 @@ def run(argv: list[str]) -> int:
     base, head = load_side(args.base, "base"), load_side(args.head, "head")
     matching = match_jobs(base, head, ignored)
     if not matching.pairs:
-        raise ConfigError(f"no job matched: {explain_unmatched(matching, ignored)}; compare runs of the same "
-                          "command, or --ignore-config KEY for a key that cannot change a number")  # fmt: skip
+        raise ConfigError(
+            f"no job matched: {explain_unmatched(matching, ignored)}; compare runs of the same "
+            "command, or --ignore-config KEY for a key that cannot change a number"
+        )
     if matching.base_only or matching.head_only:
         raise ConfigError(f"{explain_unmatched(matching, ignored)}; run the same sweep on both sides")
 
     frame = compare_jobs(matching.pairs, rules)
     out = console()
     for rule in unused_patterns(frame, user_rules):
-        out.print(Text(f"kvbench compare: warning: {rule.source} pattern {rule.pattern!r} matches no metric", style="yellow"))
+        out.print(
+            Text(f"kvbench compare: warning: {rule.source} pattern {rule.pattern!r} matches no metric", style="yellow")
+        )
     print_report(frame, len(matching.pairs), args.all, out)
     save(frame, out_dir)
     out.print(f"comparison: {out_dir} (compare.parquet, compare.csv, compare.png)", highlight=False, soft_wrap=True)
@@ -99,15 +121,24 @@ def main(argv: list[str] | None = None) -> None:
         print(error_line(PROG, exc), file=sys.stderr)
         sys.exit(UNUSABLE)
     except OSError as exc:  # the --out folder vanished or the disk filled: nothing is marked complete
-        print(error_line(PROG, f"could not write {exc.filename or 'the comparison'}: {exc.strerror or exc}; "
-                               "free space or choose another --out DIR"), file=sys.stderr)  # fmt: skip
+        print(
+            error_line(
+                PROG,
+                f"could not write {exc.filename or 'the comparison'}: {exc.strerror or exc}; "
+                "free space or choose another --out DIR",
+            ),
+            file=sys.stderr,
+        )
         sys.exit(UNUSABLE)
     except KeyboardInterrupt as exc:
         exit_interrupted(exc, PROG, "no comparison written is marked complete")
     except Exception as exc:
         # not "a metric moved" (1) nor bad input (2): a CI gate must be able to tell a kvbench bug apart
-        print(f"{PROG}: internal error (a bug in kvbench, please report it): {type(exc).__name__}: "
-              f"{str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)  # fmt: skip
+        print(
+            f"{PROG}: internal error (a bug in kvbench, please report it): {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}",
+            file=sys.stderr,
+        )
         traceback.print_exc()
         sys.exit(INTERNAL)
     sys.exit(status)

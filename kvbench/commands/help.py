@@ -33,7 +33,9 @@ def render_help(args: Sequence[str]) -> str:
     with initialize_config_module("kvbench.conf", version_base="1.3"):
         cfg = compose("config", overrides=overrides, return_hydra_config=True)
         loader = GlobalHydra.instance().config_loader()
-        groups = "\n".join(f"{group}: {', '.join(sorted(loader.get_group_options(group)))}" for group in sorted(CONFIG_GROUPS))
+        groups = "\n".join(
+            f"{group}: {', '.join(sorted(loader.get_group_options(group)))}" for group in sorted(CONFIG_GROUPS)
+        )
     template = str(cfg.hydra.help.template)
     app_config = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
     return string.Template(template).safe_substitute(

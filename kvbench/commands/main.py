@@ -1,8 +1,8 @@
 """The ``kvbench`` command: Hydra parses and sweeps the config, each job runs the engine.
 
-    kvbench                                        # one run on the defaults (simulated H100)
-    kvbench -m allocator=naive,paged kernel=triton,flashinfer   # a sweep and one comparison table
-    kvbench bench-kernels ...                      # the kernel benchmark (needs a CUDA GPU)
+kvbench                                        # one run on the defaults (simulated H100)
+kvbench -m allocator=naive,paged kernel=triton,flashinfer   # a sweep and one comparison table
+kvbench bench-kernels ...                      # the kernel benchmark (needs a CUDA GPU)
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from kvbench.app.config import KvbenchConfig
 from kvbench.app.folders import prepare_output
-from kvbench.commands.help import wants_help
 from kvbench.app.searchpath import register as register_searchpath
+from kvbench.commands.help import wants_help
 from kvbench.commands.signals import handle_sigterm, signal_number
 from kvbench.errors import ConfigError, error_line, visible
 
@@ -89,9 +89,9 @@ def _already_complete(out_dir: Path, cfg: DictConfig, label: str) -> bool:
     """A sweep re-run into its folder: this job finished before, with this very config, this very
     kvbench (version and commit) and the same calibration file; said in one line when it must be
     re-run for one of the last two."""
+    from kvbench.output.results import finished_config, read_job
     from kvbench.provenance import provenance
     from kvbench.specs.calibration import calibration_digest
-    from kvbench.output.results import finished_config, read_job
 
     try:
         done = finished_config(out_dir)
@@ -104,16 +104,22 @@ def _already_complete(out_dir: Path, cfg: DictConfig, label: str) -> bool:
     then = {key: row.get(key) for key in now}
     if then != now:
         was = f"kvbench {then['kvbench_version']} (commit {then['kvbench_commit']})"
-        print(f"kvbench: job {label} in {out_dir} was computed by {was}, not by this kvbench {now['kvbench_version']} "
-              f"(commit {now['kvbench_commit']}): re-running it", file=sys.stderr)  # fmt: skip
+        print(
+            f"kvbench: job {label} in {out_dir} was computed by {was}, not by this kvbench {now['kvbench_version']} "
+            f"(commit {now['kvbench_commit']}): re-running it",
+            file=sys.stderr,
+        )
         return False
     try:
         digest = calibration_digest(str(cfg.hardware.name), str(cfg.kernel.name), cfg.get("calibration_dir"))
     except ConfigError:
         return False  # the job itself will say what is wrong with the file
     if row.get("calibration_sha256", "") != digest:
-        print(f"kvbench: job {label} in {out_dir} was computed with another calibration file (sha256 "
-              f"{row.get('calibration_sha256') or 'none'}, now {digest or 'none'}): re-running it", file=sys.stderr)  # fmt: skip
+        print(
+            f"kvbench: job {label} in {out_dir} was computed with another calibration file (sha256 "
+            f"{row.get('calibration_sha256') or 'none'}, now {digest or 'none'}): re-running it",
+            file=sys.stderr,
+        )
         return False
     return True
 
@@ -154,8 +160,10 @@ def _hydra_main(cfg: DictConfig) -> None:
         try:
             write_run(result, out_dir, steps=cfg.output.steps, figures=cfg.output.figures)
         except OSError as exc:  # a full disk, a folder removed under the run: nothing is marked complete
-            fail(f"could not write the results to {out_dir}: {exc.strerror or exc}; "
-                 "free space or write elsewhere with hydra.run.dir=<folder>")  # fmt: skip
+            fail(
+                f"could not write the results to {out_dir}: {exc.strerror or exc}; "
+                "free space or write elsewhere with hydra.run.dir=<folder>"
+            )
             return
     _notify_sinks("kvbench_run_finished", result=result)
     if not multirun:
@@ -173,8 +181,10 @@ def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
         parts.append(f"{job} is incomplete (no COMPLETE marker: never read as a result)")
     if sweep is not None:
         done = sum(is_complete(d) for d in sweep.iterdir() if d.is_dir() and d.name.isdigit())
-        parts.append(f"{done} job(s) complete in {sweep}; finish the rest by running the same command "
-                     f"with hydra.sweep.dir={sweep} (finished jobs are skipped)")  # fmt: skip
+        parts.append(
+            f"{done} job(s) complete in {sweep}; finish the rest by running the same command "
+            f"with hydra.sweep.dir={sweep} (finished jobs are skipped)"
+        )
     print("; ".join(parts), file=sys.stderr)
     sys.exit(128 + signum)
 
@@ -195,9 +205,11 @@ def _launcher_failed(exc: Exception, sweep_dir: Path) -> NoReturn:
     from kvbench.output.report import print_comparison
 
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "no message"
-    print(f"kvbench: error: a job did not finish under the launcher ({type(exc).__name__}: {detail}); "
-          f"re-run the command with hydra.sweep.dir={sweep_dir} to finish the sweep (finished jobs are skipped)",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"kvbench: error: a job did not finish under the launcher ({type(exc).__name__}: {detail}); "
+        f"re-run the command with hydra.sweep.dir={sweep_dir} to finish the sweep (finished jobs are skipped)",
+        file=sys.stderr,
+    )
     if sweep_dir.is_dir():
         frame = print_comparison(sweep_dir)
         if not frame.empty:
@@ -250,12 +262,24 @@ def _hydra_os_error(exc: OSError, args: list[str]) -> NoReturn:
 
     if exc.errno == errno.ENAMETOOLONG:
         longest = max(args, key=len, default="")
-        print(error_line("kvbench", f"{longest[:40]!r}... ({len(longest):,} characters) is too long: a config group's "
-                                    "option is a file name, at most 255 bytes"), file=sys.stderr)  # fmt: skip
+        print(
+            error_line(
+                "kvbench",
+                f"{longest[:40]!r}... ({len(longest):,} characters) is too long: a config group's "
+                "option is a file name, at most 255 bytes",
+            ),
+            file=sys.stderr,
+        )
     else:
-        print(error_line("kvbench", f"could not {'write' if exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES) else 'use'} "
-                                    f"{exc.filename or 'a file'}: {exc.strerror or exc}; free space or write elsewhere "
-                                    "with hydra.run.dir=<folder> (hydra.sweep.dir=<folder> for a sweep)"), file=sys.stderr)  # fmt: skip
+        print(
+            error_line(
+                "kvbench",
+                f"could not {'write' if exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES) else 'use'} "
+                f"{exc.filename or 'a file'}: {exc.strerror or exc}; free space or write elsewhere "
+                "with hydra.run.dir=<folder> (hydra.sweep.dir=<folder> for a sweep)",
+            ),
+            file=sys.stderr,
+        )
     sys.exit(2)
 
 

@@ -20,11 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from kvbench.commands.common import Parser, run_cli
 from kvbench.errors import ConfigError
 from kvbench.studies.paper.document import Source
 from kvbench.studies.paper.render import verdict_line, write_paper
 from kvbench.studies.paper.runs import Runs
-from kvbench.commands.common import Parser, run_cli
 
 #: source name -> module whose ``build(runs, figures_dir)`` returns its :class:`Source`
 SOURCES = {"lecture": "kvbench.studies.paper.lecture", "vllm_paper": "kvbench.studies.paper.vllm_paper"}
@@ -61,7 +61,9 @@ def differences(committed: Path, fresh: Path) -> list[str]:
         a = (committed / name).read_text().splitlines()
         b = (fresh / name).read_text().splitlines()
         if a != b:
-            diff = [d for d in difflib.unified_diff(a, b, lineterm="", n=0) if d[:1] in "+-" and d[:3] not in ("+++", "---")]
+            diff = [
+                d for d in difflib.unified_diff(a, b, lineterm="", n=0) if d[:1] in "+-" and d[:3] not in ("+++", "---")
+            ]
             lines.append(f"{committed / name}: differs ({len(diff)} changed lines), first: {diff[0][:160]}")
     return lines
 
@@ -86,7 +88,9 @@ def _progress_printer():
 def _body(argv: list[str]) -> int:
     parser = Parser("kvbench paper", "Regenerate paper/: the lecture's and the vLLM paper's numbers, reproduced.")
     parser.add_argument("--out", default="paper", help="the folder to (re)write (default: ./paper)")
-    parser.add_argument("--check", action="store_true", help="regenerate into a temporary folder and compare with --out")
+    parser.add_argument(
+        "--check", action="store_true", help="regenerate into a temporary folder and compare with --out"
+    )
     parser.add_argument("--only", action="append", choices=sorted(SOURCES), help="one source (repeat for more)")
     args, overrides = parser.parse(argv)
     if overrides:
@@ -119,8 +123,10 @@ def _build(args, out_dir: Path, parent: Path, staging: Path, started: float) -> 
         print(f"{source.name}: {verdict_line(source.rows)}")
     disagree = [row for s in sources for row in s.rows if row.sim_agrees is False]
     for row in disagree:
-        print(f"kvbench paper: {row.key}: the run gives {row.simulated!r} but the closed form {row.formula_value!r}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"kvbench paper: {row.key}: the run gives {row.simulated!r} but the closed form {row.formula_value!r}",
+            file=sys.stderr,
+        )
 
     if args.check:
         found = differences(out_dir, staging)

@@ -35,4 +35,8 @@ def comparable(config: dict[str, Any], ignored: tuple[str, ...] = IGNORED_KEYS) 
 def config_differences(a: dict[str, Any], b: dict[str, Any], ignored: tuple[str, ...] = IGNORED_KEYS) -> list[str]:
     """``key: a -> b`` for every comparable key that differs (absent on one side: ``-``)."""
     fa, fb = comparable(a, ignored), comparable(b, ignored)
-    return [f"{k}: {fa.get(k, '-')} -> {fb.get(k, '-')}" for k in sorted(set(fa) | set(fb)) if fa.get(k, "-") != fb.get(k, "-")]
+    return [
+        f"{k}: {fa.get(k, '-')} -> {fb.get(k, '-')}"
+        for k in sorted(set(fa) | set(fb))
+        if fa.get(k, "-") != fb.get(k, "-")
+    ]

@@ -23,7 +23,19 @@ from kvbench.compare.load import Job
 from kvbench.compare.tolerance import Rule, same_value, tolerance_for
 
 FAILING = ("beyond", "missing")
-COLUMNS = ("job", "base_job", "head_job", "metric", "base", "head", "change_abs", "change_rel", "tolerance", "verdict", "passed")
+COLUMNS = (
+    "job",
+    "base_job",
+    "head_job",
+    "metric",
+    "base",
+    "head",
+    "change_abs",
+    "change_rel",
+    "tolerance",
+    "verdict",
+    "passed",
+)
 
 
 def _numeric(value: Any) -> bool:
@@ -66,11 +78,21 @@ def compare_pair(base: Job, head: Job, rules: list[Rule]) -> list[dict[str, Any]
         else:
             verdict = "within" if tolerance.accepts(b, h) else "beyond"
         change_abs, change_rel = _changes(b, h)
-        rows.append({
-            "job": base.label, "base_job": str(base.folder), "head_job": str(head.folder), "metric": metric,
-            "base": b, "head": h, "change_abs": change_abs, "change_rel": change_rel,
-            "tolerance": str(tolerance), "verdict": verdict, "passed": verdict not in FAILING,
-        })  # fmt: skip
+        rows.append(
+            {
+                "job": base.label,
+                "base_job": str(base.folder),
+                "head_job": str(head.folder),
+                "metric": metric,
+                "base": b,
+                "head": h,
+                "change_abs": change_abs,
+                "change_rel": change_rel,
+                "tolerance": str(tolerance),
+                "verdict": verdict,
+                "passed": verdict not in FAILING,
+            }
+        )
     return rows
 
 
@@ -78,8 +100,9 @@ def compare_jobs(pairs: list[tuple[Job, Job]], rules: list[Rule]) -> pd.DataFram
     """One row per (matched job, metric), in BASE's job order."""
     rows = [row for base, head in pairs for row in compare_pair(base, head, rules)]
     # object columns: a float64 column would turn byte counts into floats and print them so
-    return pd.DataFrame({c: pd.Series([r[c] for r in rows], dtype=object if c in ("base", "head") else None)
-                         for c in COLUMNS})  # fmt: skip
+    return pd.DataFrame(
+        {c: pd.Series([r[c] for r in rows], dtype=object if c in ("base", "head") else None) for c in COLUMNS}
+    )
 
 
 def unused_patterns(frame: pd.DataFrame, rules: list[Rule]) -> list[Rule]:

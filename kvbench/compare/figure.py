@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvbench.compare.diff import FAILING
 from kvbench.atomic import write_file
+from kvbench.compare.diff import FAILING
 from kvbench.output.figures import pyplot
 
 COLORS = {"beyond": "#d62728", "missing": "#d62728", "within": "#7f7f7f", "new": "#1f77b4", "ignored": "#c7c7c7"}
@@ -34,8 +34,13 @@ def plot_changes(frame: pd.DataFrame, path: Path) -> Path:
         ax.text(0.5, 0.5, f"no metric differs ({frame['job'].nunique()} job(s) compared)", ha="center", va="center")
     else:
         heights = [max(1, (rows["job"] == job).sum()) for job in jobs]
-        fig, axes = plt.subplots(len(jobs), 1, figsize=(9, 1.0 + 0.28 * sum(heights) + 0.6 * len(jobs)),
-                                 gridspec_kw={"height_ratios": heights}, squeeze=False)  # fmt: skip
+        fig, axes = plt.subplots(
+            len(jobs),
+            1,
+            figsize=(9, 1.0 + 0.28 * sum(heights) + 0.6 * len(jobs)),
+            gridspec_kw={"height_ratios": heights},
+            squeeze=False,
+        )
         for ax, job in zip(axes[:, 0], jobs):
             _panel(ax, rows[rows["job"] == job], job)
     fig.suptitle("kvbench compare: relative change HEAD vs BASE (red: beyond tolerance)", fontsize=10)
@@ -57,8 +62,15 @@ def _panel(ax, rows: pd.DataFrame, job: str) -> None:
         label = verdict if verdict in ("new", "missing") else ("from 0" if math.isinf(value) else f"{value:+.3g}%")
         failing = verdict in FAILING
         # a failing change can be far too small to see as a bar: its label says it in red
-        ax.text(0, yi, f" {label}{' beyond tolerance' if verdict == 'beyond' else ''}", va="center", fontsize=7,
-                color=COLORS["beyond"] if failing else "black", fontweight="bold" if failing else "normal")  # fmt: skip
+        ax.text(
+            0,
+            yi,
+            f" {label}{' beyond tolerance' if verdict == 'beyond' else ''}",
+            va="center",
+            fontsize=7,
+            color=COLORS["beyond"] if failing else "black",
+            fontweight="bold" if failing else "normal",
+        )
     ax.set_yticks(y)
     ax.set_yticklabels(rows["metric"], fontsize=7)
     for tick, verdict in zip(ax.get_yticklabels(), rows["verdict"]):

@@ -57,9 +57,11 @@ def load_side(folder: Path, side: str) -> list[Job]:
     single = read_job(folder) is not None
     job_dirs = [folder] if single else _job_folders(folder)
     if not job_dirs:
-        raise ConfigError(f"{side} {folder} is not a kvbench result folder (no COMPLETE marker and no numbered job "
-                          "folders); give a run folder (results/runs/<date>/<time>) or a sweep folder "
-                          "(results/multirun/<date>/<time>)")  # fmt: skip
+        raise ConfigError(
+            f"{side} {folder} is not a kvbench result folder (no COMPLETE marker and no numbered job "
+            "folders); give a run folder (results/runs/<date>/<time>) or a sweep folder "
+            "(results/multirun/<date>/<time>)"
+        )
     read = [_read(d, side) for d in job_dirs]
     problems = [r for r in read if isinstance(r, str)]
     if problems:

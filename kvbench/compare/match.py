@@ -48,12 +48,18 @@ def explain_unmatched(matching: Matching, ignored: tuple[str, ...] = IGNORED_KEY
     parts = []
     for job in matching.base_only:
         others = matching.head_only or [h for _, h in matching.pairs]
-        parts.append(_unmatched(job, "base", "head", [config_differences(job.config, o.config, ignored) for o in others]))
+        parts.append(
+            _unmatched(job, "base", "head", [config_differences(job.config, o.config, ignored) for o in others])
+        )
     for job in matching.head_only:
         others = matching.base_only or [b for b, _ in matching.pairs]
-        parts.append(_unmatched(job, "head", "base", [config_differences(o.config, job.config, ignored) for o in others]))
+        parts.append(
+            _unmatched(job, "head", "base", [config_differences(o.config, job.config, ignored) for o in others])
+        )
     # one line stays readable: the first few, and how many more
-    return ", ".join(parts[:MAX_NAMED]) + (f", and {len(parts) - MAX_NAMED} more unmatched job(s)" if len(parts) > MAX_NAMED else "")
+    return ", ".join(parts[:MAX_NAMED]) + (
+        f", and {len(parts) - MAX_NAMED} more unmatched job(s)" if len(parts) > MAX_NAMED else ""
+    )
 
 
 def _unmatched(job: Job, side: str, other_side: str, diffs: list[list[str]]) -> str:

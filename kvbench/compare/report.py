@@ -82,12 +82,15 @@ def table(frame: pd.DataFrame, title: str, width: int = MAX_WIDTH_COLUMNS) -> Ta
     """Job, metric, base, head, change, tolerance, verdict within ``width`` columns; a job's label
     on its first row only. Labels and metric names fold; numbers never do (a cut number is a wrong
     number)."""
-    grid = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                 collapse_padding=True)
+    grid = Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True
+    )
     texts = []
     for _, row in frame.iterrows():
         base, head = value_pair(row["base"], row["head"])
-        base, head = ("-", head) if row["verdict"] == "new" else (base, "-") if row["verdict"] == "missing" else (base, head)
+        base, head = (
+            ("-", head) if row["verdict"] == "new" else (base, "-") if row["verdict"] == "missing" else (base, head)
+        )
         texts.append((row["job"], row["metric"], base, head, change_text(row), row["tolerance"], row["verdict"]))
     headers = ("job", "metric", "base", "head", "change", "tolerance", "verdict")
     fixed = [max([len(h), *(len(t[i]) for t in texts)]) for i, h in enumerate(headers)][2:]

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvbench.compare.figure import plot_changes
 from kvbench.atomic import (
     clear_incomplete,
     folder_lock,
     mark_complete,
     write_frame,
 )
+from kvbench.compare.figure import plot_changes
 
 DEFAULT_ROOT = Path("results") / "compare"
 

@@ -42,7 +42,6 @@ KINDS = ("exact", "close", "rel", "abs", "ratio", "ignore")
 #: smallest change a real bug made in the planted-regression campaign (docs/ci.md) is millions of
 #: times larger. 1e-9 sits between the two: 10x above the worst summation noise, far below a change.
 CLOSE_REL = 1e-9
-DIRECTIONS = ("both", "lower", "higher")
 
 
 @dataclass(frozen=True)
@@ -172,8 +171,10 @@ class Rule:
 def rules_from_mapping(data: Any, source: str) -> list[Rule]:
     """Rules from a tolerance file's content: ``{"tolerances": {pattern: spec, ...}}``, in file order."""
     if not isinstance(data, dict) or set(data) != {"tolerances"} or not isinstance(data["tolerances"], dict):
-        raise ConfigError(f"{source}: a tolerance file holds one mapping, tolerances: {{<glob>: <spec>, ...}} "
-                          f"(see {DEFAULTS_PATH.name} in kvbench/compare/)")  # fmt: skip
+        raise ConfigError(
+            f"{source}: a tolerance file holds one mapping, tolerances: {{<glob>: <spec>, ...}} "
+            f"(see {DEFAULTS_PATH.name} in kvbench/compare/)"
+        )
     rules = []
     for pattern, spec in data["tolerances"].items():
         try:
@@ -195,7 +196,9 @@ def load_rules(path: Path) -> list[Rule]:
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
-        raise ConfigError(f"--tolerances {path}: not valid YAML{line}; fix it or start from kvbench/compare/{DEFAULTS_PATH.name}") from None
+        raise ConfigError(
+            f"--tolerances {path}: not valid YAML{line}; fix it or start from kvbench/compare/{DEFAULTS_PATH.name}"
+        ) from None
     return rules_from_mapping(data, str(path))
 
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 BlockKey = tuple[int, int]
 
 
-def block_keys(prompt_tokens: int, prefix_hashes: tuple[int, ...], hash_block_tokens: int,
-               block_size_tokens: int) -> list[BlockKey]:  # fmt: skip
+def block_keys(
+    prompt_tokens: int, prefix_hashes: tuple[int, ...], hash_block_tokens: int, block_size_tokens: int
+) -> list[BlockKey]:
     """The identities of the prompt's full blocks, in order; [] when the request has no hashes."""
     if not prefix_hashes or hash_block_tokens <= 0:
         return []

@@ -55,7 +55,12 @@ def requests_from_workload(workload: Workload, seed: int = 0) -> list[Request]:
     return [
         Request(i, arrival_s, prompt, s_max, outputs, beam, seed, tuple(prefix), granule)
         for i, (arrival_s, prompt, s_max, outputs, prefix) in enumerate(
-            zip(workload.arrival_s.tolist(), workload.prompt_tokens.tolist(), workload.s_max_tokens.tolist(), branches,
-                hashes)
+            zip(
+                workload.arrival_s.tolist(),
+                workload.prompt_tokens.tolist(),
+                workload.s_max_tokens.tolist(),
+                branches,
+                hashes,
+            )
         )
     ]

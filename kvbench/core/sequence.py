@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import enum
 
-from kvbench.core.request import Request
 from kvbench.core.kv import SeqShape
+from kvbench.core.request import Request
 
 
 class Status(enum.Enum):
@@ -28,8 +28,16 @@ class Status(enum.Enum):
 class Sequence:
     """One branch of a request. Its KV slots in the allocator are ``num_computed_tokens``."""
 
-    __slots__ = ("seq_id", "group", "prompt_tokens", "output_tokens", "end_tokens", "num_tokens",
-                 "num_computed_tokens", "status")  # fmt: skip
+    __slots__ = (
+        "seq_id",
+        "group",
+        "prompt_tokens",
+        "output_tokens",
+        "end_tokens",
+        "num_tokens",
+        "num_computed_tokens",
+        "status",
+    )
 
     def __init__(self, seq_id: int, group: SequenceGroup, prompt_tokens: int, output_tokens: int) -> None:
         self.seq_id = seq_id
@@ -55,12 +63,30 @@ class Sequence:
 
 #: the request-table columns: what the run records about every request (one source for the table)
 REQUEST_COLUMNS = (
-    "request_id", "arrival_s", "prompt_tokens", "s_max_tokens", "num_branches", "max_branch_output_tokens",
-    "output_tokens", "num_generated", "boundary_s", "admitted_s", "prefill_compute_s", "first_token_s",
-    "finish_s", "num_preemptions", "num_recompute_preemptions", "num_swap_preemptions", "num_swap_fallbacks",
-    "num_computed_tokens", "num_recomputed_tokens", "swap_out_bytes", "swap_in_bytes",
-    "cached_prompt_tokens", "recompute_cached_tokens",
-)  # fmt: skip
+    "request_id",
+    "arrival_s",
+    "prompt_tokens",
+    "s_max_tokens",
+    "num_branches",
+    "max_branch_output_tokens",
+    "output_tokens",
+    "num_generated",
+    "boundary_s",
+    "admitted_s",
+    "prefill_compute_s",
+    "first_token_s",
+    "finish_s",
+    "num_preemptions",
+    "num_recompute_preemptions",
+    "num_swap_preemptions",
+    "num_swap_fallbacks",
+    "num_computed_tokens",
+    "num_recomputed_tokens",
+    "swap_out_bytes",
+    "swap_in_bytes",
+    "cached_prompt_tokens",
+    "recompute_cached_tokens",
+)
 
 
 class SequenceGroup:
@@ -79,11 +105,28 @@ class SequenceGroup:
     """
 
     __slots__ = (
-        "request", "seqs", "status", "is_forked", "num_live", "num_lost_tokens", "beam_rng",
-        "boundary_s", "admitted_s", "prefill_compute_s", "first_token_s", "finish_s",
-        "num_preemptions", "num_recompute_preemptions", "num_swap_preemptions", "num_swap_fallbacks",
-        "num_recomputed_tokens", "swap_out_bytes", "swap_in_bytes", "cached_prompt_tokens", "recompute_cached_tokens",
-    )  # fmt: skip
+        "request",
+        "seqs",
+        "status",
+        "is_forked",
+        "num_live",
+        "num_lost_tokens",
+        "beam_rng",
+        "boundary_s",
+        "admitted_s",
+        "prefill_compute_s",
+        "first_token_s",
+        "finish_s",
+        "num_preemptions",
+        "num_recompute_preemptions",
+        "num_swap_preemptions",
+        "num_swap_fallbacks",
+        "num_recomputed_tokens",
+        "swap_out_bytes",
+        "swap_in_bytes",
+        "cached_prompt_tokens",
+        "recompute_cached_tokens",
+    )
 
     def __init__(self, request: Request, first_seq_id: int) -> None:
         self.request = request
@@ -159,10 +202,27 @@ class SequenceGroup:
         r = self.request
         outputs = r.branch_output_tokens
         return (
-            r.request_id, r.arrival_s, r.prompt_tokens, r.s_max_tokens, len(outputs), max(outputs), sum(outputs),
-            sum(s.num_tokens for s in self.seqs) - len(outputs) * r.prompt_tokens, self.boundary_s, self.admitted_s,
-            self.prefill_compute_s, self.first_token_s, self.finish_s, self.num_preemptions,
-            self.num_recompute_preemptions, self.num_swap_preemptions, self.num_swap_fallbacks,
-            self.num_computed_tokens, self.num_recomputed_tokens, self.swap_out_bytes, self.swap_in_bytes,
-            self.cached_prompt_tokens, self.recompute_cached_tokens,
-        )  # fmt: skip
+            r.request_id,
+            r.arrival_s,
+            r.prompt_tokens,
+            r.s_max_tokens,
+            len(outputs),
+            max(outputs),
+            sum(outputs),
+            sum(s.num_tokens for s in self.seqs) - len(outputs) * r.prompt_tokens,
+            self.boundary_s,
+            self.admitted_s,
+            self.prefill_compute_s,
+            self.first_token_s,
+            self.finish_s,
+            self.num_preemptions,
+            self.num_recompute_preemptions,
+            self.num_swap_preemptions,
+            self.num_swap_fallbacks,
+            self.num_computed_tokens,
+            self.num_recomputed_tokens,
+            self.swap_out_bytes,
+            self.swap_in_bytes,
+            self.cached_prompt_tokens,
+            self.recompute_cached_tokens,
+        )

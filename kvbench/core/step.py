@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from kvbench.core.sequence import Sequence, SequenceGroup
 from kvbench.core.kv import KVCopy, Refusal, Transfer
 from kvbench.core.ledger import MemoryLedger
+from kvbench.core.sequence import Sequence, SequenceGroup
 
 
 class PrefillChunk(NamedTuple):
@@ -94,7 +94,13 @@ class StepPlan:
     def is_quiet(self) -> bool:
         """Decodes only: nothing admitted, prefilled, preempted, forked, copied or moved."""
         return bool(self.decodes) and not (
-            self.prefills or self.samples or self.forks or self.copies or self.swap_out or self.swap_in or self.preemptions
+            self.prefills
+            or self.samples
+            or self.forks
+            or self.copies
+            or self.swap_out
+            or self.swap_in
+            or self.preemptions
         )
 
     @property
@@ -136,3 +142,11 @@ class StepResult:
     def step_starts_s(self) -> np.ndarray:
         """Start time of each step (the first is ``start_s``), accumulated in step order."""
         return np.cumsum(np.concatenate(([self.start_s], self.durations_s[:-1])))
+
+
+class Executor(Protocol):
+    """What the engine hands a step plan to: the simulator's cost model (``kvbench.exec.sim``) or
+    a GPU running the model (``kvbench.exec.real``). It prices or runs exactly what the plan
+    lists, and says what happened."""
+
+    def execute(self, plan: StepPlan) -> StepResult: ...

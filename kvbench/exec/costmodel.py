@@ -54,9 +54,7 @@ class CostModel:
         )
         object.__setattr__(self, "_flops_per_s", flops_per_s)
         object.__setattr__(self, "_weights_s", self.model.weight_bytes / self.hardware.hbm_bandwidth_bytes_per_s)
-        object.__setattr__(
-            self, "_kv_bytes_per_s", self.hardware.hbm_bandwidth_bytes_per_s * self.decode_efficiency
-        )
+        object.__setattr__(self, "_kv_bytes_per_s", self.hardware.hbm_bandwidth_bytes_per_s * self.decode_efficiency)
 
     # --- compute -------------------------------------------------------------------------------------
 

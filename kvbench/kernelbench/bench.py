@@ -29,8 +29,8 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from kvbench.errors import require
 from kvbench.atomic import mark_complete, write_file, write_json
+from kvbench.errors import require
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 
@@ -101,9 +101,18 @@ ConfigStore.instance().store(name="bench_kernels_schema", node=BenchKernelsConfi
 
 #: what dry_run=true replaces: small enough for Triton's CPU interpreter
 DRY_RUN_SHAPES = dict(
-    block_sizes=[8, 16], batch_sizes=[1, 3], context_tokens=[16, 48], num_heads=4, num_kv_heads=2, head_dim=64,
-    dtype="float32", warmup_iters=1, timed_iters=2, plan_iters=1, copy_bytes=2**20,
-)  # fmt: skip
+    block_sizes=[8, 16],
+    batch_sizes=[1, 3],
+    context_tokens=[16, 48],
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=64,
+    dtype="float32",
+    warmup_iters=1,
+    timed_iters=2,
+    plan_iters=1,
+    copy_bytes=2**20,
+)
 
 
 def run(cfg: BenchKernelsConfig, hardware, out_dir: Path, command: str) -> dict:
@@ -118,11 +127,16 @@ def run(cfg: BenchKernelsConfig, hardware, out_dir: Path, command: str) -> dict:
     device = torch.device("cpu" if cfg.dry_run else "cuda")
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (dry run)"
     if device.type == "cuda" and hardware.name.split("-")[0].lower() not in device_name.lower():
-        print(f"bench-kernels: warning: hardware={hardware.name} but the GPU is {device_name!r}; "
-              "efficiencies are fractions of the hardware config's bandwidth", file=sys.stderr)  # fmt: skip
+        print(
+            f"bench-kernels: warning: hardware={hardware.name} but the GPU is {device_name!r}; "
+            "efficiencies are fractions of the hardware config's bandwidth",
+            file=sys.stderr,
+        )
     copy_bytes_per_s = copy_bandwidth_bytes_per_s(device, cfg.copy_bytes)
-    print(f"bench-kernels: {device_name}; measured copy bandwidth {copy_bytes_per_s / 1e9:.1f} GB/s "
-          f"(spec {hardware.hbm_bandwidth_bytes_per_s / 1e9:.0f} GB/s for hardware={hardware.name})")  # fmt: skip
+    print(
+        f"bench-kernels: {device_name}; measured copy bandwidth {copy_bytes_per_s / 1e9:.1f} GB/s "
+        f"(spec {hardware.hbm_bandwidth_bytes_per_s / 1e9:.0f} GB/s for hardware={hardware.name})"
+    )
 
     runner = Runner(cfg, device)
     runner.sweep()
@@ -135,11 +149,16 @@ def run(cfg: BenchKernelsConfig, hardware, out_dir: Path, command: str) -> dict:
     csv_path = out_dir / "results.csv"
     write_file(csv_path, lambda tmp: df.to_csv(tmp, index=False))
     meta = dict(
-        measured_on=device_name, command=command, date=time.strftime("%Y-%m-%d %H:%M:%S"),
-        copy_bandwidth_bytes_per_s=copy_bytes_per_s, spec_hbm_bandwidth_bytes_per_s=hardware.hbm_bandwidth_bytes_per_s,
+        measured_on=device_name,
+        command=command,
+        date=time.strftime("%Y-%m-%d %H:%M:%S"),
+        copy_bandwidth_bytes_per_s=copy_bytes_per_s,
+        spec_hbm_bandwidth_bytes_per_s=hardware.hbm_bandwidth_bytes_per_s,
         shape=dict(num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, dtype=cfg.dtype),
-        batch_sizes=list(cfg.batch_sizes), context_tokens=list(cfg.context_tokens), dry_run=cfg.dry_run,
-    )  # fmt: skip
+        batch_sizes=list(cfg.batch_sizes),
+        context_tokens=list(cfg.context_tokens),
+        dry_run=cfg.dry_run,
+    )
     write_json(out_dir / "meta.json", meta)
     calibrations = write_calibrations(
         df, out_dir / "calibrations", hardware.name, hardware.hbm_bandwidth_bytes_per_s, meta

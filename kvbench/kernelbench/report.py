@@ -18,10 +18,27 @@ from kvbench.atomic import write_file, write_json
 
 #: the columns of results.csv, in order (units in the names)
 COLUMNS = [
-    "kernel", "layout", "block_size_tokens", "batch", "context_tokens", "num_heads", "num_kv_heads", "head_dim",
-    "dtype", "status", "plan_s", "time_median_s", "time_min_s", "bytes_read", "achieved_bytes_per_s",
-    "fraction_of_copy_bw", "efficiency_vs_spec", "max_abs_err", "output_ok", "kernel_config",
-]  # fmt: skip
+    "kernel",
+    "layout",
+    "block_size_tokens",
+    "batch",
+    "context_tokens",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "dtype",
+    "status",
+    "plan_s",
+    "time_median_s",
+    "time_min_s",
+    "bytes_read",
+    "achieved_bytes_per_s",
+    "fraction_of_copy_bw",
+    "efficiency_vs_spec",
+    "max_abs_err",
+    "output_ok",
+    "kernel_config",
+]
 
 
 def _usable(df: pd.DataFrame) -> pd.DataFrame:
@@ -65,9 +82,11 @@ def write_calibrations(
             continue
         above_spec = {k: v for k, v in table.items() if v > 1}
         if above_spec:  # the simulator refuses such a file: the hardware config does not describe this GPU
-            print(f"bench-kernels: warning: {kernel} read faster than hardware={hardware}'s spec bandwidth "
-                  f"(efficiency {above_spec}); no calibration written: use the hardware config of this GPU",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"bench-kernels: warning: {kernel} read faster than hardware={hardware}'s spec bandwidth "
+                f"(efficiency {above_spec}); no calibration written: use the hardware config of this GPU",
+                file=sys.stderr,
+            )
             continue
         path = out_dir / hardware / f"{kernel}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -104,10 +123,16 @@ def plot_bandwidth(df: pd.DataFrame, out_dir: Path) -> list[Path]:
         for i, ((batch, context), sel) in enumerate(paged.groupby(["batch", "context_tokens"])):
             sel = sel.sort_values("block_size_tokens")
             color = f"C{i % 10}"
-            ax.plot(sel["block_size_tokens"], sel["fraction_of_copy_bw"], "o-", color=color,
-                    label=f"B={batch}, ctx={context}")  # fmt: skip
-            contiguous = rows[(rows["layout"] == "contiguous") & (rows["batch"] == batch)
-                              & (rows["context_tokens"] == context)]  # fmt: skip
+            ax.plot(
+                sel["block_size_tokens"],
+                sel["fraction_of_copy_bw"],
+                "o-",
+                color=color,
+                label=f"B={batch}, ctx={context}",
+            )
+            contiguous = rows[
+                (rows["layout"] == "contiguous") & (rows["batch"] == batch) & (rows["context_tokens"] == context)
+            ]
             if not contiguous.empty:
                 ax.axhline(float(contiguous["fraction_of_copy_bw"].iloc[0]), color=color, ls=":", lw=1)
             base = sdpa[(sdpa["batch"] == batch) & (sdpa["context_tokens"] == context)]

@@ -70,11 +70,19 @@ class Runner:
         cfg = self.cfg
         options = getattr(kernel, "config", None)
         row = dict(
-            kernel=getattr(kernel, "name", kernel), layout=layout, block_size_tokens=block_size, batch=point.batch,
-            context_tokens=point.context_tokens, num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads,
-            head_dim=cfg.head_dim, dtype=cfg.dtype, status=status, bytes_read=point.bytes_read,
+            kernel=getattr(kernel, "name", kernel),
+            layout=layout,
+            block_size_tokens=block_size,
+            batch=point.batch,
+            context_tokens=point.context_tokens,
+            num_heads=cfg.num_heads,
+            num_kv_heads=cfg.num_kv_heads,
+            head_dim=cfg.head_dim,
+            dtype=cfg.dtype,
+            status=status,
+            bytes_read=point.bytes_read,
             kernel_config=" ".join(f"{k}={v}" for k, v in vars(options).items()) if options is not None else "",
-        )  # fmt: skip
+        )
         row.update(measured)
         self.rows.append(row)
         return row
@@ -180,8 +188,16 @@ class Runner:
                 if self.over_budget():
                     self.skip_point(point, "time budget")
                     continue
-                cache = BenchCache.random(batch, context, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, self.dtype,
-                                          self.device, seed=cfg.seed)  # fmt: skip
+                cache = BenchCache.random(
+                    batch,
+                    context,
+                    cfg.num_heads,
+                    cfg.num_kv_heads,
+                    cfg.head_dim,
+                    self.dtype,
+                    self.device,
+                    seed=cfg.seed,
+                )
                 for block_size in sorted(cfg.block_sizes):
                     args = cache.paged(block_size, cfg.shuffle_blocks, seed=cfg.seed)
                     for kernel in self.kernels:
@@ -191,8 +207,10 @@ class Runner:
                         self.time_kernel(kernel, "contiguous", context, point, cache.contiguous())
                 if cfg.sdpa_baseline:
                     self.time_sdpa(point, cache)
-                print(f"bench-kernels: B={batch} ctx={context} done at {time.perf_counter() - self.started_s:.0f}s",
-                      flush=True)  # fmt: skip
+                print(
+                    f"bench-kernels: B={batch} ctx={context} done at {time.perf_counter() - self.started_s:.0f}s",
+                    flush=True,
+                )
                 del cache, args
                 if self.device.type == "cuda":
                     torch.cuda.empty_cache()

@@ -14,8 +14,13 @@ import torch
 
 from kvbench.kernels.triton_decode import MERGE_NUM_WARPS, kernels, plan_launch
 
-_TRITON_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int32: "i32",
-                  torch.int64: "i64"}  # fmt: skip
+_TRITON_DTYPES = {
+    torch.float32: "fp32",
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+    torch.int32: "i32",
+    torch.int64: "i64",
+}
 
 
 def _specialize(value) -> tuple[str, object]:

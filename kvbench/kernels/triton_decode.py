@@ -40,21 +40,39 @@ MERGE_NUM_WARPS = 4
 
 
 def _split_kernel(
-    query_ptr, key_cache_ptr, value_cache_ptr, block_tables_ptr, seq_lens_ptr,
-    partial_out_ptr, partial_lse_ptr,
+    query_ptr,
+    key_cache_ptr,
+    value_cache_ptr,
+    block_tables_ptr,
+    seq_lens_ptr,
+    partial_out_ptr,
+    partial_lse_ptr,
     scale_log2,
-    stride_q_batch, stride_q_head,
-    stride_k_block, stride_k_token, stride_k_head,
-    stride_v_block, stride_v_token, stride_v_head,
+    stride_q_batch,
+    stride_q_head,
+    stride_k_block,
+    stride_k_token,
+    stride_k_head,
+    stride_v_block,
+    stride_v_token,
+    stride_v_head,
     stride_bt_batch,
-    stride_p_batch, stride_p_head, stride_p_split,
-    stride_l_batch, stride_l_head,
+    stride_p_batch,
+    stride_p_head,
+    stride_p_split,
+    stride_l_batch,
+    stride_l_head,
     tokens_per_split,
-    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, USE_DOT: tl.constexpr,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, TILE_TOKENS: tl.constexpr,
-    UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
+    GROUP: tl.constexpr,
+    GROUP_PAD: tl.constexpr,
+    USE_DOT: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    TILE_TOKENS: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     batch = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -84,8 +102,13 @@ def _split_kernel(
         block_ids = tl.load(bt_row + tokens // BLOCK_SIZE, mask=token_mask, other=0).to(tl.int64)
         in_block = tokens % BLOCK_SIZE
         kv_mask = token_mask[:, None] & dim_mask[None, :]
-        k_ptrs = (key_cache_ptr + block_ids[:, None] * stride_k_block + in_block[:, None] * stride_k_token
-                  + kv_head * stride_k_head + dims[None, :])  # fmt: skip
+        k_ptrs = (
+            key_cache_ptr
+            + block_ids[:, None] * stride_k_block
+            + in_block[:, None] * stride_k_token
+            + kv_head * stride_k_head
+            + dims[None, :]
+        )
         k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
         if UPCAST:
             k = k.to(tl.float32)
@@ -99,8 +122,13 @@ def _split_kernel(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(scores - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        v_ptrs = (value_cache_ptr + block_ids[:, None] * stride_v_block + in_block[:, None] * stride_v_token
-                  + kv_head * stride_v_head + dims[None, :])  # fmt: skip
+        v_ptrs = (
+            value_cache_ptr
+            + block_ids[:, None] * stride_v_block
+            + in_block[:, None] * stride_v_token
+            + kv_head * stride_v_head
+            + dims[None, :]
+        )
         # NOTE: the mask matters for V even though p is 0 there: 0 * NaN (stale rows) is NaN.
         v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
         if UPCAST:
@@ -116,20 +144,35 @@ def _split_kernel(
     has_tokens = l_i > 0
     out = acc / tl.where(has_tokens, l_i, 1.0)[:, None]
     lse = tl.where(has_tokens, m_i + tl.log2(tl.where(has_tokens, l_i, 1.0)), float("-inf"))
-    p_ptrs = (partial_out_ptr + batch * stride_p_batch + heads[:, None] * stride_p_head + split * stride_p_split
-              + dims[None, :])  # fmt: skip
+    p_ptrs = (
+        partial_out_ptr
+        + batch * stride_p_batch
+        + heads[:, None] * stride_p_head
+        + split * stride_p_split
+        + dims[None, :]
+    )
     tl.store(p_ptrs, out, mask=row_mask[:, None] & dim_mask[None, :])
     tl.store(partial_lse_ptr + batch * stride_l_batch + heads * stride_l_head + split, lse, mask=row_mask)
 
 
 def _merge_kernel(
-    partial_out_ptr, partial_lse_ptr, seq_lens_ptr, out_ptr,
-    tokens_per_split, num_splits,
-    stride_p_batch, stride_p_head, stride_p_split,
-    stride_l_batch, stride_l_head,
-    stride_o_batch, stride_o_head,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
-):  # fmt: skip
+    partial_out_ptr,
+    partial_lse_ptr,
+    seq_lens_ptr,
+    out_ptr,
+    tokens_per_split,
+    num_splits,
+    stride_p_batch,
+    stride_p_head,
+    stride_p_split,
+    stride_l_batch,
+    stride_l_head,
+    stride_o_batch,
+    stride_o_head,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PAD: tl.constexpr,
+    SPLITS_PAD: tl.constexpr,
+):
     batch = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     seq_len = tl.load(seq_lens_ptr + batch)
@@ -138,11 +181,17 @@ def _merge_kernel(
     dims = tl.arange(0, HEAD_DIM_PAD)
     split_mask = splits < num_live_splits
     dim_mask = dims < HEAD_DIM
-    lse = tl.load(partial_lse_ptr + batch * stride_l_batch + head * stride_l_head + splits,
-                  mask=split_mask, other=float("-inf"))  # fmt: skip
+    lse = tl.load(
+        partial_lse_ptr + batch * stride_l_batch + head * stride_l_head + splits, mask=split_mask, other=float("-inf")
+    )
     weights = tl.exp2(lse - tl.max(lse, 0))  # masked splits weigh exp2(-inf) = 0
-    p_ptrs = (partial_out_ptr + batch * stride_p_batch + head * stride_p_head + splits[:, None] * stride_p_split
-              + dims[None, :])  # fmt: skip
+    p_ptrs = (
+        partial_out_ptr
+        + batch * stride_p_batch
+        + head * stride_p_head
+        + splits[:, None] * stride_p_split
+        + dims[None, :]
+    )
     partial = tl.load(p_ptrs, mask=split_mask[:, None] & dim_mask[None, :], other=0.0)
     out = tl.sum(weights[:, None] * partial, 0) / tl.sum(weights, 0)
     o_ptrs = out_ptr + batch * stride_o_batch + head * stride_o_head + dims
@@ -191,7 +240,12 @@ def group_layout(num_heads: int, num_kv_heads: int) -> tuple[int, int, bool]:
 
 
 def choose_splits(
-    batch: int, num_kv_heads: int, max_tokens: int, tile_tokens: int, num_splits: int, min_tokens_per_split: int,
+    batch: int,
+    num_kv_heads: int,
+    max_tokens: int,
+    tile_tokens: int,
+    num_splits: int,
+    min_tokens_per_split: int,
     target_programs: int,
 ) -> tuple[int, int]:
     """``(num_splits, tokens_per_split)`` covering ``max_tokens`` in whole tiles.
@@ -279,33 +333,65 @@ def plan_launch(
     upcast = interpret  # the interpreter's bf16 arithmetic does not match a GPU's: compute in float32
 
     split_args = dict(
-        query_ptr=query, key_cache_ptr=key_cache, value_cache_ptr=value_cache, block_tables_ptr=block_tables,
-        seq_lens_ptr=seq_lens, partial_out_ptr=partial_out, partial_lse_ptr=partial_lse,
+        query_ptr=query,
+        key_cache_ptr=key_cache,
+        value_cache_ptr=value_cache,
+        block_tables_ptr=block_tables,
+        seq_lens_ptr=seq_lens,
+        partial_out_ptr=partial_out,
+        partial_lse_ptr=partial_lse,
         scale_log2=scale * LOG2_E,
-        stride_q_batch=query.stride(0), stride_q_head=query.stride(1),
-        stride_k_block=key_cache.stride(0), stride_k_token=key_cache.stride(1), stride_k_head=key_cache.stride(2),
-        stride_v_block=value_cache.stride(0), stride_v_token=value_cache.stride(1),
+        stride_q_batch=query.stride(0),
+        stride_q_head=query.stride(1),
+        stride_k_block=key_cache.stride(0),
+        stride_k_token=key_cache.stride(1),
+        stride_k_head=key_cache.stride(2),
+        stride_v_block=value_cache.stride(0),
+        stride_v_token=value_cache.stride(1),
         stride_v_head=value_cache.stride(2),
         stride_bt_batch=block_tables.stride(0),
-        stride_p_batch=partial_out.stride(0), stride_p_head=partial_out.stride(1),
+        stride_p_batch=partial_out.stride(0),
+        stride_p_head=partial_out.stride(1),
         stride_p_split=partial_out.stride(2),
-        stride_l_batch=partial_lse.stride(0), stride_l_head=partial_lse.stride(1),
+        stride_l_batch=partial_lse.stride(0),
+        stride_l_head=partial_lse.stride(1),
         tokens_per_split=tokens_per_split,
-        GROUP=group, GROUP_PAD=group_pad, USE_DOT=use_dot, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
-        BLOCK_SIZE=block_size, TILE_TOKENS=tile_tokens, UPCAST=upcast,
+        GROUP=group,
+        GROUP_PAD=group_pad,
+        USE_DOT=use_dot,
+        HEAD_DIM=head_dim,
+        HEAD_DIM_PAD=head_dim_pad,
+        BLOCK_SIZE=block_size,
+        TILE_TOKENS=tile_tokens,
+        UPCAST=upcast,
         DOT_PRECISION=dot_precision(query.dtype, upcast),
-    )  # fmt: skip
+    )
     merge_args = dict(
-        partial_out_ptr=partial_out, partial_lse_ptr=partial_lse, seq_lens_ptr=seq_lens, out_ptr=out,
-        tokens_per_split=tokens_per_split, num_splits=num_splits,
-        stride_p_batch=partial_out.stride(0), stride_p_head=partial_out.stride(1),
+        partial_out_ptr=partial_out,
+        partial_lse_ptr=partial_lse,
+        seq_lens_ptr=seq_lens,
+        out_ptr=out,
+        tokens_per_split=tokens_per_split,
+        num_splits=num_splits,
+        stride_p_batch=partial_out.stride(0),
+        stride_p_head=partial_out.stride(1),
         stride_p_split=partial_out.stride(2),
-        stride_l_batch=partial_lse.stride(0), stride_l_head=partial_lse.stride(1),
-        stride_o_batch=out.stride(0), stride_o_head=out.stride(1),
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, SPLITS_PAD=_next_pow2(num_splits),
-    )  # fmt: skip
+        stride_l_batch=partial_lse.stride(0),
+        stride_l_head=partial_lse.stride(1),
+        stride_o_batch=out.stride(0),
+        stride_o_head=out.stride(1),
+        HEAD_DIM=head_dim,
+        HEAD_DIM_PAD=head_dim_pad,
+        SPLITS_PAD=_next_pow2(num_splits),
+    )
     return LaunchPlan(
-        (batch, num_kv_heads, num_splits), split_args, (batch, num_heads), merge_args, out, num_warps, num_stages,
+        (batch, num_kv_heads, num_splits),
+        split_args,
+        (batch, num_heads),
+        merge_args,
+        out,
+        num_warps,
+        num_stages,
         interpret,
     )
 
@@ -316,14 +402,3 @@ def launch(plan: LaunchPlan) -> torch.Tensor:
     split_kernel[plan.split_grid](**plan.split_args, num_warps=plan.num_warps, num_stages=plan.num_stages)
     merge_kernel[plan.merge_grid](**plan.merge_args, num_warps=MERGE_NUM_WARPS)
     return plan.out
-
-
-def paged_decode(query, key_cache, value_cache, block_tables, seq_lens, scale: float | None = None, **options):
-    """Decode attention over a paged cache (layout in :mod:`kvbench.kernels.layout`); returns ``[B, H, D]``.
-
-    ``options`` are :func:`plan_launch`'s keywords. ``interpret`` defaults to
-    :func:`interpreter_active`: compiled kernels on a CUDA GPU, or Triton's CPU interpreter (CPU
-    tensors, seconds per call) in a process started with ``TRITON_INTERPRET=1``.
-    """
-    options.setdefault("interpret", interpreter_active())
-    return launch(plan_launch(query, key_cache, value_cache, block_tables, seq_lens, scale, **options))

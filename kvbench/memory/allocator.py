@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-
 from kvbench.core.kv import (
     NO_PROJECTION,
     DecodeProjection,
@@ -36,8 +35,18 @@ from kvbench.core.ledger import MemoryLedger
 
 #: the interface: the allocator base class, its capabilities, and the value types its verbs take
 #: and return (defined in :mod:`kvbench.core.kv`, the ground floor)
-__all__ = ["NO_PROJECTION", "Allocator", "AllocatorCapabilities", "DecodeProjection", "Footprint", "KVCopy",
-           "MemoryLedger", "Refusal", "SeqShape", "Transfer"]  # fmt: skip
+__all__ = [
+    "NO_PROJECTION",
+    "Allocator",
+    "AllocatorCapabilities",
+    "DecodeProjection",
+    "Footprint",
+    "KVCopy",
+    "MemoryLedger",
+    "Refusal",
+    "SeqShape",
+    "Transfer",
+]
 
 
 @dataclass(frozen=True)
@@ -217,7 +226,9 @@ class Allocator(ABC):
         led = self.ledger()
         return led.free_bytes + led.external_bytes + led.cached_bytes
 
-    def project_decode(self, seq_ids: Sequence[int], max_steps: int, next_shape: SeqShape | None = None) -> DecodeProjection:
+    def project_decode(
+        self, seq_ids: Sequence[int], max_steps: int, next_shape: SeqShape | None = None
+    ) -> DecodeProjection:
         """Up to ``max_steps`` decode steps of ``seq_ids`` (``projects_decode``); see
         :class:`DecodeProjection`. The default projects nothing, so the engine takes every step
         one by one."""

@@ -12,7 +12,8 @@ import math
 import numpy as np
 
 from kvbench.core.ledger import LEDGER_FIELDS
-from kvbench.metrics.summary import PERCENTILES, Summary
+from kvbench.metrics.catalogue import METRICS
+from kvbench.metrics.summary import Summary
 
 #: printed under every table; the full definitions are in :func:`kvbench.metrics.summary.summarize`
 METRIC_DEFINITIONS = (
@@ -20,53 +21,9 @@ METRIC_DEFINITIONS = (
     "excluded; goodput: vLLM's, finished req/s meeting every SLO; (sat.): while memory binds"
 )
 
-# (key, label with unit, how to show the value)
+# every key of the full list: its words and how its value is shown come from the catalogue
+_ROWS: list[tuple[str, str, str]] = [(m.key, m.label, m.show) for m in METRICS]
 _MS, _PCT = "ms", "pct"
-_ROWS: list[tuple[str, str, str]] = [
-    ("num_requests", "requests", "int"),
-    ("num_finished", "finished requests", "int"),
-    ("duration_s", "duration (s)", "{:.3f}"),
-    ("throughput_tokens_per_s", "throughput (output tokens/s)", "{:,.1f}"),
-    ("throughput_requests_per_s", "throughput (requests/s)", "{:.3f}"),
-    ("goodput_requests_per_s", "goodput, vLLM's (requests/s meeting all SLOs)", "{:.3f}"),
-    ("slo_attainment", "SLO attainment (% of finished requests)", _PCT),
-    *[(f"ttft_p{p}_s", f"TTFT p{p} (ms)", _MS) for p in PERCENTILES],
-    ("ttft_mean_s", "TTFT mean (ms)", _MS),
-    ("sched_delay_mean_s", "  scheduling delay mean (ms)", _MS),
-    ("queue_mean_s", "  queueing mean (ms)", _MS),
-    ("prefill_mean_s", "  prefill step mean (ms)", _MS),
-    *[(f"tpot_p{p}_s", f"TPOT p{p} (ms)", _MS) for p in PERCENTILES],
-    *[(f"e2e_p{p}_s", f"end-to-end p{p} (ms)", _MS) for p in PERCENTILES],
-    ("peak_concurrency", "peak concurrency (sequences)", "int"),
-    ("mean_concurrency", "mean concurrency (sequences)", "{:.1f}"),
-    ("min_concurrency_saturated", "fewest sequences when saturated (sustained floor)", "int"),
-    ("mean_concurrency_saturated", "mean concurrency when saturated (sequences)", "{:.1f}"),
-    ("utilization_saturated", "KV utilization when saturated (% of budget)", _PCT),
-    ("utilization_mean", "KV utilization mean (% of budget)", _PCT),
-    ("block_utilization_saturated", "KV blocks allocated when saturated, a server's gauge (% of budget)", _PCT),
-    ("block_utilization_mean", "KV blocks allocated mean, a server's gauge (% of budget)", _PCT),
-    ("saturated_s", "time saturated (s)", "{:.3f}"),
-    ("breakdown_period", "memory breakdown over steps", "str"),
-    *[(f"frac_{name}", f"  {name.replace('_', ' ')} (% of budget)", _PCT) for name in (f.removesuffix('_bytes') for f in LEDGER_FIELDS)],
-    ("mean_tail_waste_tokens_per_seq", "mean tail waste (tokens/sequence)", "{:.1f}"),
-    ("num_preemptions", "preemptions", "int"),
-    ("num_recompute_preemptions", "  by recompute", "int"),
-    ("num_swap_preemptions", "  by swap", "int"),
-    ("num_swap_fallbacks", "  swaps recomputed for lack of host memory", "int"),
-    ("recompute_tax", "recompute tax (% of tokens computed)", _PCT),
-    ("preemption_cost_s", "preemption cost: swap transfers + recompute (s)", "{:.3f}"),
-    ("swap_out_bytes", "swapped out", "bytes"),
-    ("swap_pool_peak_bytes", "host swap pool peak", "bytes"),
-    ("swap_break_even_kv_tokens", "swap beats recompute above (KV tokens)", "{:,.0f}"),
-    ("num_copies", "copy-on-write / fork copies", "int"),
-    ("prefix_hit_rate", "prefix cache hit rate (% of admitted prompt tokens)", _PCT),
-    ("prefix_cached_prompt_tokens", "prompt tokens served from the prefix cache", "int"),
-    ("prefix_recompute_cached_tokens", "tokens served from cache on re-admission after preemption (not hits)", "int"),
-    ("prefix_hit_rate_infinite", "prefix hit rate ceiling, infinite cache (% of prompt tokens)", _PCT),
-    ("prefix_hit_rate_belady", "prefix hit rate, Belady's optimal eviction, offline (% of prompt tokens)", _PCT),
-    ("prefix_hit_rate_lru_offline", "prefix hit rate, LRU, offline (% of prompt tokens)", _PCT),
-    ("prefix_note", "prefix cache note", "str"),
-]
 
 
 def format_bytes(num_bytes: float) -> str:
@@ -97,9 +54,10 @@ def _is_number(value) -> bool:
     return not math.isnan(value)
 
 
-def _show(value: float | int | str, how: str) -> str:
-    if isinstance(value, str):
-        return value
+def show_value(value: float | int | str, how: str) -> str:
+    """A value as the catalogue's ``show`` says (:mod:`kvbench.metrics.catalogue`); NaN is ``n/a``."""
+    if isinstance(value, str) or how == "text":
+        return str(value)
     if isinstance(value, float) and math.isnan(value):
         return "n/a"
     if how == "int":
@@ -119,7 +77,7 @@ def format_summary(summary: Summary) -> list[tuple[str, str]]:
     Keys of the summary not in the standard table follow it under their own names, formatted by
     their unit suffix (``_bytes`` in kB/MB/GB, counts with thousands separators, never ``6.25e+10``).
     """
-    rows = [(label, _show(summary[key], how)) for key, label, how in _ROWS if key in summary]
+    rows = [(label, show_value(summary[key], how)) for key, label, how in _ROWS if key in summary]
     known = {key for key, _, _ in _ROWS}
     rows += [(key, _show_by_name(key, value)) for key, value in summary.items() if key not in known]
     return rows
@@ -167,29 +125,43 @@ def headline_rows(summary: Summary, *, slo_given: bool | None = None) -> list[tu
     (recompute tax, preemption cost, swaps and copies when zero; goodput when no SLO was given).
     ``slo_given=None`` (not known) shows goodput when some finished request missed an SLO.
     """
-    return [*_request_rows(summary, slo_given), *_memory_rows(summary), *_prefix_rows(summary),
-            *_preemption_rows(summary)]  # fmt: skip
+    return [
+        *_request_rows(summary, slo_given),
+        *_memory_rows(summary),
+        *_prefix_rows(summary),
+        *_preemption_rows(summary),
+    ]
 
 
 def _request_rows(s: Summary, slo_given: bool | None) -> list[tuple[str, str]]:
     rows = [
         ("requests finished / sent", _joined(s, ("num_finished", "num_requests"), _count)),
         ("duration (s)", _fixed(2)(_get(s, "duration_s"))),
-        ("throughput (output tok/s, req/s)",
-         f"{_fixed(1)(_get(s, 'throughput_tokens_per_s'))} / {_fixed(2)(_get(s, 'throughput_requests_per_s'))}"),
-    ]  # fmt: skip
+        (
+            "throughput (output tok/s, req/s)",
+            f"{_fixed(1)(_get(s, 'throughput_tokens_per_s'))} / {_fixed(2)(_get(s, 'throughput_requests_per_s'))}",
+        ),
+    ]
     attainment = _get(s, "slo_attainment")
     if slo_given or (slo_given is None and attainment is not None and attainment < 1):
         goodput = f"{_fixed(2)(_get(s, 'goodput_requests_per_s'))} ({_pct(attainment)} % of finished)"
         rows.append(("goodput, vLLM's (req/s meeting every SLO)", goodput))
     if _get(s, "num_trace_requests_dropped") or _get(s, "num_trace_requests_clipped"):
         # a trace replay's too_long policy left requests out or shortened them: the numbers are of the rest
-        rows.append(("trace rows read / dropped / clipped (too long)",
-                     _joined(s, ("num_trace_rows_read", "num_trace_requests_dropped", "num_trace_requests_clipped"), _count)))  # fmt: skip
+        rows.append(
+            (
+                "trace rows read / dropped / clipped (too long)",
+                _joined(s, ("num_trace_rows_read", "num_trace_requests_dropped", "num_trace_requests_clipped"), _count),
+            )
+        )
     if _get(s, "sim_step_error_median") is not None:
         # a real run: how far the cost model's price of each step was from the measured time
-        rows.append(("sim's step-time error p50 / p90 (% of measured)",
-                     _joined(s, ("sim_step_error_median", "sim_step_error_p90"), _pct)))  # fmt: skip
+        rows.append(
+            (
+                "sim's step-time error p50 / p90 (% of measured)",
+                _joined(s, ("sim_step_error_median", "sim_step_error_p90"), _pct),
+            )
+        )
     ttft_parts = _joined(s, ("sched_delay_mean_s", "queue_mean_s", "prefill_mean_s"), _ms, " + ")
     return rows + [
         ("TTFT p50 / p99 (ms)", _joined(s, ("ttft_p50_s", "ttft_p99_s"), _ms)),
@@ -201,25 +173,39 @@ def _request_rows(s: Summary, slo_given: bool | None) -> list[tuple[str, str]]:
 
 def _memory_rows(s: Summary) -> list[tuple[str, str]]:
     rows = [
-        ("peak concurrency / floor (sat.) (seqs)", _joined(s, ("peak_concurrency", "min_concurrency_saturated"), _count)),
-        ("mean concurrency: run / (sat.) (seqs)", _joined(s, ("mean_concurrency", "mean_concurrency_saturated"), _fixed(1))),
-        ("KV utilization: run / (sat.) (% of KV budget)", _joined(s, ("utilization_mean", "utilization_saturated"), _pct)),
-    ]  # fmt: skip
+        (
+            "peak concurrency / floor (sat.) (seqs)",
+            _joined(s, ("peak_concurrency", "min_concurrency_saturated"), _count),
+        ),
+        (
+            "mean concurrency: run / (sat.) (seqs)",
+            _joined(s, ("mean_concurrency", "mean_concurrency_saturated"), _fixed(1)),
+        ),
+        (
+            "KV utilization: run / (sat.) (% of KV budget)",
+            _joined(s, ("utilization_mean", "utilization_saturated"), _pct),
+        ),
+    ]
     if _get(s, "block_utilization_mean") is not None:
         # the block-granular figure a server's usage gauge shows, beside the token slots above
         blocks = _joined(s, ("block_utilization_mean", "block_utilization_saturated"), _pct)
         rows.append(("  in allocated blocks, a server's gauge (%)", blocks))
     if (saturated_s := _get(s, "saturated_s")) is not None:
         share = _get(s, "saturated_fraction")
-        rows.append(("time saturated (s)", f"{saturated_s:,.2f}" + ("" if share is None else f" ({_pct(share)} % of run)")))
+        rows.append(
+            ("time saturated (s)", f"{saturated_s:,.2f}" + ("" if share is None else f" ({_pct(share)} % of run)"))
+        )
     period = "(sat.)" if s.get("breakdown_period") == "saturated" else "(all steps)"
     parts = {name: _get(s, f"frac_{name}") for name in (f.removesuffix("_bytes") for f in LEDGER_FIELDS)}
     if any(value is not None for value in parts.values()):
         # what the budget holds on one row, what fragmentation loses on the next
         lost = ("internal", "external")
         # a prefix cache's part is said only when it holds something (0 for allocators without one)
-        held = ", ".join(f"{name.replace('_', ' ')} {_pct(v)}" for name, v in parts.items()
-                         if name not in lost and (name != "cached" or v))  # fmt: skip
+        held = ", ".join(
+            f"{name.replace('_', ' ')} {_pct(v)}"
+            for name, v in parts.items()
+            if name not in lost and (name != "cached" or v)
+        )
         rows.append((f"memory {period} (% of KV budget)", held))
         rows.append((f"fragmentation {period} (% of KV budget)", ", ".join(f"{n} {_pct(parts.get(n))}" for n in lost)))
     if (unfilled := _get(s, "mean_tail_waste_tokens_per_seq")) is not None:
@@ -239,7 +225,9 @@ def _prefix_rows(s: Summary) -> list[tuple[str, str]]:
     has_bounds = any(key in s for key in bounds)  # the trace says what requests share
     # the request table may carry the hit columns for every allocator: a 0 says something only
     # where the trace shares prefixes (the bounds are there) or the cache served something
-    if "prefix_hit_rate" in s and (has_bounds or _get(s, "prefix_hit_rate") or _get(s, "prefix_recompute_cached_tokens")):
+    if "prefix_hit_rate" in s and (
+        has_bounds or _get(s, "prefix_hit_rate") or _get(s, "prefix_recompute_cached_tokens")
+    ):
         rows.append(("prefix cache hits (% of prompt tokens)", _pct(_get(s, "prefix_hit_rate"))))
     if has_bounds:
         rows.append(("  offline: ceiling / Belady / LRU (%)", _joined(s, bounds, _pct)))
@@ -253,8 +241,11 @@ def _prefix_rows(s: Summary) -> list[tuple[str, str]]:
 def _preemption_rows(s: Summary) -> list[tuple[str, str]]:
     rows = []
     if (num := _get(s, "num_preemptions")) is not None:
-        kinds = (("num_recompute_preemptions", "recompute"), ("num_swap_preemptions", "swap"),
-                 ("num_swap_fallbacks", "swap fallbacks"))  # fmt: skip
+        kinds = (
+            ("num_recompute_preemptions", "recompute"),
+            ("num_swap_preemptions", "swap"),
+            ("num_swap_fallbacks", "swap fallbacks"),
+        )
         by = [f"{_count(_get(s, key))} {name}" for key, name in kinds if _get(s, key)]
         rows.append(("preemptions", _count(num) + (f" ({', '.join(by)})" if by else "")))
     if _get(s, "recompute_tax"):
@@ -262,7 +253,11 @@ def _preemption_rows(s: Summary) -> list[tuple[str, str]]:
     if _get(s, "preemption_cost_s"):
         rows.append(("preemption cost: swaps + recompute (s)", _fixed(2)(_get(s, "preemption_cost_s"))))
     if _get(s, "swap_out_bytes"):
-        rows.append(("swapped out / host pool peak", _joined(s, ("swap_out_bytes", "swap_pool_peak_bytes"), format_bytes)))
+        rows.append(
+            ("swapped out / host pool peak", _joined(s, ("swap_out_bytes", "swap_pool_peak_bytes"), format_bytes))
+        )
     if _get(s, "num_copies"):
-        rows.append(("copy-on-write / fork copies", f"{_count(_get(s, 'num_copies'))} ({format_bytes(_get(s, 'copy_bytes'))})"))
+        rows.append(
+            ("copy-on-write / fork copies", f"{_count(_get(s, 'num_copies'))} ({format_bytes(_get(s, 'copy_bytes'))})")
+        )
     return rows

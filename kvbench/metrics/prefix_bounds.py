@@ -46,7 +46,9 @@ from kvbench.core.request import Request
 _NEVER = math.inf
 
 
-def _lookup_and_insert_keys(requests: Iterable[Request], block_size_tokens: int) -> list[tuple[list[BlockKey], list[BlockKey]]]:
+def _lookup_and_insert_keys(
+    requests: Iterable[Request], block_size_tokens: int
+) -> list[tuple[list[BlockKey], list[BlockKey]]]:
     """Per request: the keys it may hit (full blocks within its first ``prompt - 1`` tokens) and
     the keys it inserts (every full block of its prompt); the first list is a prefix of the second."""
     out = []

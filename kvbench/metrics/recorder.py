@@ -22,24 +22,55 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from kvbench.core.ledger import LEDGER_FIELDS
 from kvbench.core.sequence import REQUEST_COLUMNS, SequenceGroup
 from kvbench.core.step import Mechanism, StepPlan, StepResult
-from kvbench.core.ledger import LEDGER_FIELDS
 
 #: step-table columns besides the ledger's, in order (one source for the table and its readers)
 STEP_COLUMNS: tuple[str, ...] = (
-    "step", "num_steps", "start_s", "duration_s",
-    "num_running", "num_decode_seqs", "num_prefill_seqs", "num_prefill_tokens", "num_waiting", "num_swapped",
-    "saturated", "num_preemptions", "num_swap_preemptions", "num_swap_fallbacks", "num_forks", "num_copies",
-    "copy_bytes", "swap_out_bytes", "swap_in_bytes", "prefill_s", "decode_s", "swap_s", "copy_s", "recompute_s",
-    "kv_read_bytes", "num_computed_tokens", "num_recomputed_tokens",
-    *LEDGER_FIELDS, "token_bytes_max", "allocated_bytes_max",
-)  # fmt: skip
+    "step",
+    "num_steps",
+    "start_s",
+    "duration_s",
+    "num_running",
+    "num_decode_seqs",
+    "num_prefill_seqs",
+    "num_prefill_tokens",
+    "num_waiting",
+    "num_swapped",
+    "saturated",
+    "num_preemptions",
+    "num_swap_preemptions",
+    "num_swap_fallbacks",
+    "num_forks",
+    "num_copies",
+    "copy_bytes",
+    "swap_out_bytes",
+    "swap_in_bytes",
+    "prefill_s",
+    "decode_s",
+    "swap_s",
+    "copy_s",
+    "recompute_s",
+    "kv_read_bytes",
+    "num_computed_tokens",
+    "num_recomputed_tokens",
+    *LEDGER_FIELDS,
+    "token_bytes_max",
+    "allocated_bytes_max",
+)
 #: step-table columns of a real run only (``StepResult.predicted_s`` set): the measured time
 #: (``duration_s`` again, named for what it is) and the cost model's time for the same plan
 MEASURED_COLUMNS: tuple[str, ...] = ("measured_s", "predicted_s")
 REFUSAL_COLUMNS = (
-    "step", "time_s", "num_steps", "request_id", "reason", "reservation_bytes", "free_bytes", "largest_hole_bytes",
+    "step",
+    "time_s",
+    "num_steps",
+    "request_id",
+    "reason",
+    "reservation_bytes",
+    "free_bytes",
+    "largest_hole_bytes",
 )
 
 
@@ -150,30 +181,39 @@ class Recorder:
         preemptions, prefills, copies = plan.preemptions, plan.prefills, plan.copies
         led = plan.ledger
         row = {
-            "step": plan.step, "num_steps": plan.num_steps, "start_s": plan.start_s,
+            "step": plan.step,
+            "num_steps": plan.num_steps,
+            "start_s": plan.start_s,
             "duration_s": _accumulate(0.0, result.durations_s),
-            "num_running": plan.num_running, "num_decode_seqs": len(plan.decodes),
+            "num_running": plan.num_running,
+            "num_decode_seqs": len(plan.decodes),
             "num_prefill_seqs": len({id(c.seq) for c in prefills}) if prefills else 0,
             "num_prefill_tokens": plan.num_prefill_tokens,
-            "num_waiting": plan.num_waiting, "num_swapped": plan.num_swapped,
+            "num_waiting": plan.num_waiting,
+            "num_swapped": plan.num_swapped,
             "saturated": plan.refusal is not None or bool(preemptions),
             "num_preemptions": len(preemptions),
             "num_swap_preemptions": sum(p.mechanism == Mechanism.SWAP for p in preemptions) if preemptions else 0,
             "num_swap_fallbacks": sum(p.fell_back for p in preemptions) if preemptions else 0,
-            "num_forks": len(plan.forks), "num_copies": len(copies),
+            "num_forks": len(plan.forks),
+            "num_copies": len(copies),
             "copy_bytes": sum(c.num_bytes for c in copies) if copies else 0,
             "swap_out_bytes": sum(t.num_bytes for t in plan.swap_out) if plan.swap_out else 0,
             "swap_in_bytes": sum(t.num_bytes for t in plan.swap_in) if plan.swap_in else 0,
-            "prefill_s": result.prefill_s, "decode_s": result.decode_s,
-            "swap_s": result.swap_s, "copy_s": result.copy_s, "recompute_s": result.recompute_s,
+            "prefill_s": result.prefill_s,
+            "decode_s": result.decode_s,
+            "swap_s": result.swap_s,
+            "copy_s": result.copy_s,
+            "recompute_s": result.recompute_s,
             # a float: a long run reads more than int64 holds (10^8 decode steps of a large batch);
             # exact as long as the total stays below 2^53 bytes
             "kv_read_bytes": float(kv_read_tokens * self.kv_bytes_per_token),
             "num_computed_tokens": plan.num_computed_tokens,
             "num_recomputed_tokens": sum(c.num_recomputed_tokens for c in prefills) if prefills else 0,
-            "token_bytes_max": led.token_bytes, "allocated_bytes_max": led.allocated_bytes,
+            "token_bytes_max": led.token_bytes,
+            "allocated_bytes_max": led.allocated_bytes,
             "signature": plan.signature,
-        }  # fmt: skip
+        }
         for name in LEDGER_FIELDS:
             row[name] = getattr(led, name)
         if result.predicted_s is not None:
@@ -186,8 +226,16 @@ class Recorder:
         refusal = plan.refusal
         if refusal is None:
             return None
-        row = [plan.step, plan.start_s, plan.num_steps, refusal.group.request_id, refusal.reason.value,
-               refusal.reservation_bytes, refusal.free_bytes, refusal.largest_hole_bytes]  # fmt: skip
+        row = [
+            plan.step,
+            plan.start_s,
+            plan.num_steps,
+            refusal.group.request_id,
+            refusal.reason.value,
+            refusal.reservation_bytes,
+            refusal.free_bytes,
+            refusal.largest_hole_bytes,
+        ]
         self._refusals.append(row)
         return row
 

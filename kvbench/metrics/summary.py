@@ -185,8 +185,14 @@ def _request_summary(requests: pd.DataFrame, slo: SloConfig) -> Summary:
             "recompute_tax": num_recomputed / num_computed if num_computed else math.nan,
         }
     )
-    for key in ("num_preemptions", "num_recompute_preemptions", "num_swap_preemptions", "num_swap_fallbacks",
-                "swap_out_bytes", "swap_in_bytes"):  # fmt: skip
+    for key in (
+        "num_preemptions",
+        "num_recompute_preemptions",
+        "num_swap_preemptions",
+        "num_swap_fallbacks",
+        "swap_out_bytes",
+        "swap_in_bytes",
+    ):
         out[key] = int(_col(requests, key, np.int64).sum())
     out.update(_prefix_summary(requests, was_admitted))
     return out

@@ -7,26 +7,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvbench.core.ledger import LEDGER_FIELDS
 from kvbench.atomic import write_file
+from kvbench.core.ledger import LEDGER_FIELDS
+from kvbench.metrics.catalogue import ledger_parts, metric
 
-#: how each ledger part is drawn (stacked in :data:`LEDGER_FIELDS` order); a part not named here is
-#: drawn grey under its field name
-LEDGER = (
-    ("token_bytes", "token states", "#2b8cbe"),
-    ("reserved_future_bytes", "reserved (future tokens)", "#a6bddb"),
-    ("internal_bytes", "internal fragmentation", "#e34a33"),
-    ("external_bytes", "external fragmentation", "#fdbb84"),
-    ("free_bytes", "free", "#f0f0f0"),
-    ("cached_bytes", "cached prefix blocks (evictable)", "#74c476"),
-)
+#: how each ledger part is drawn (stacked in :data:`LEDGER_FIELDS` order): (field, legend, colour),
+#: from the catalogue
+LEDGER = tuple((f"{m.key.removeprefix('frac_')}_bytes", m.legend, m.colour) for m in ledger_parts())
 MAX_POINTS = 4000
-PREFIX_FIGURE = "prefix_cache.png"
-#: the offline bounds drawn over the cumulative hit rate: (summary key, label, line style)
-_BOUNDS = (
-    ("prefix_hit_rate_infinite", "ceiling (infinite cache)", ":"),
-    ("prefix_hit_rate_belady", "Belady (optimal eviction)", "--"),
-    ("prefix_hit_rate_lru_offline", "LRU (offline model)", "-."),
+#: the offline bounds drawn over the cumulative hit rate: (summary key, legend, line style)
+_BOUNDS = tuple(
+    (key, metric(key).legend, style)
+    for key, style in (
+        ("prefix_hit_rate_infinite", ":"),
+        ("prefix_hit_rate_belady", "--"),
+        ("prefix_hit_rate_lru_offline", "-."),
+    )
 )
 
 
@@ -61,8 +57,10 @@ def _thinned(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _title(summary: dict) -> str:
-    return (f"{summary['model']} on {summary['hardware']}: {summary['allocator']} "
-            f"(block {summary['block_size_tokens']}), {summary['workload']}")  # fmt: skip
+    return (
+        f"{summary['model']} on {summary['hardware']}: {summary['allocator']} "
+        f"(block {summary['block_size_tokens']}), {summary['workload']}"
+    )
 
 
 def plot_memory_timeline(steps: pd.DataFrame, summary: dict, path: Path) -> Path:
@@ -134,8 +132,12 @@ def plot_prefix_cache(requests: pd.DataFrame, steps: pd.DataFrame, summary: dict
     if "cached_bytes" in steps and len(steps):
         thin = _thinned(steps)
         budget = float(summary["kv_budget_bytes"])
-        bottom.fill_between(thin["start_s"].to_numpy(), thin["cached_bytes"].to_numpy() / budget * 100, step="post",
-                            color={col: color for col, _, color in LEDGER}["cached_bytes"])  # fmt: skip
+        bottom.fill_between(
+            thin["start_s"].to_numpy(),
+            thin["cached_bytes"].to_numpy() / budget * 100,
+            step="post",
+            color={col: color for col, _, color in LEDGER}["cached_bytes"],
+        )
     else:
         bottom.text(0.5, 0.5, "no cached_bytes in the step table", transform=bottom.transAxes, ha="center")
     bottom.set_ylabel("cached, evictable\n(% of KV budget)")

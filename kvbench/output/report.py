@@ -20,9 +20,11 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from kvbench.errors import ConfigError
-from kvbench.metrics.display import METRIC_DEFINITIONS, format_bytes, headline_rows
 from kvbench.atomic import write_frame
+from kvbench.errors import ConfigError
+from kvbench.metrics.catalogue import SETTINGS as CATALOGUE_SETTINGS
+from kvbench.metrics.catalogue import metric
+from kvbench.metrics.display import METRIC_DEFINITIONS, format_bytes, headline_rows
 from kvbench.output.results import SUMMARY_JSON, read_job
 from kvbench.output.sweep_info import job_overrides, swept_keys, swept_values
 from kvbench.textio import read_json_object
@@ -34,8 +36,10 @@ REPORT_WIDTH = 100
 SWEPT_PREFIX = "swept."
 COMPARISON_NOTES = "% KV: of the KV budget; floor: fewest seqs running while saturated; unfilled: KV booked, unwritten"
 #: added to the notes where the prefix-cache group shows
-PREFIX_NOTES = ("prefix hits: % of prompt tokens served from cache; ceiling: an infinite cache's, Belady: optimal "
-                "eviction in the KV budget (both offline, from the trace)")
+PREFIX_NOTES = (
+    "prefix hits: % of prompt tokens served from cache; ceiling: an infinite cache's, Belady: optimal "
+    "eviction in the KV budget (both offline, from the trace)"
+)
 
 
 def report_console() -> Console:
@@ -85,7 +89,7 @@ class Column:
         return (self.phrase or self.name.replace("\n", " ") + " {}").format(value)
 
     def formatter(self, values: pd.Series) -> Callable[[object], str]:
-        fmt = self.fmt
+        fmt = {"int": "{:,d}", "text": "{}"}.get(self.fmt, self.fmt)
         if fmt == "ms":
             numbers = pd.to_numeric(values, errors="coerce").abs()
             fmt = "{:,.0f}" if numbers.max(skipna=True) * 1e3 >= 1e3 else "{:,.1f}"
@@ -108,64 +112,56 @@ def _format(fmt: str, value) -> str:
         return str(value)
 
 
+def _column(key: str) -> Column:
+    """A comparison column of a catalogued key: its header, unit, format and phrase."""
+    m = metric(key)
+    return Column(key, m.header or m.key, m.header_unit, m.show, m.phrase)
+
+
 #: what every job of a sweep ran with: printed once above the tables when every job shares it, a
 #: column beside the swept values when it differs (e.g. the block size an allocator sweep changes)
-SETTINGS = (
-    Column("model", "model", phrase="{}"),
-    Column("hardware", "hardware", phrase="on {}"),
-    Column("kv_budget_bytes", "KV budget", fmt="bytes"),
-    Column("workload", "workload"),
-    Column("allocator", "allocator"),
-    Column("block_size_tokens", "block", "tokens", "{:d}"),
-    Column("kernel", "kernel"),
-    Column("calibration", "calibration", phrase="({})"),
-    Column("scheduler", "scheduler"),
-    Column("preemption", "preemption"),
-    Column("victim", "victim"),
-    Column("slo", "SLO"),
-    Column("seed", "seed", fmt="{:d}"),
-    Column("mode", "mode"),
-)
+SETTINGS = tuple(_column(m.key) for m in CATALOGUE_SETTINGS)
 #: the setting a swept key sets, so that a swept setting is not shown twice
 _SETTING_OF_KEY = {
-    "allocator.block_size_tokens": "block_size_tokens", "hardware.kv_budget_bytes": "kv_budget_bytes",
-    "preemption.victim": "victim", **{c.key: c.key for c in SETTINGS},
-}  # fmt: skip
+    "allocator.block_size_tokens": "block_size_tokens",
+    "hardware.kv_budget_bytes": "kv_budget_bytes",
+    "preemption.victim": "victim",
+    **{c.key: c.key for c in SETTINGS},
+}
 
-_MEMORY = (
-    Column("peak_concurrency", "peak", "seqs", "{:,d}"),
-    Column("min_concurrency_saturated", "floor\n(sat.)", "seqs", "{:,d}"),
-    Column("mean_concurrency_saturated", "mean\n(sat.)", "seqs", "{:,.1f}"),
-    Column("utilization_mean", "util.", "% KV", "pct"),
-    Column("utilization_saturated", "util.\n(sat.)", "% KV", "pct"),
-    # the block-granular figure a server's usage gauge shows, beside the token slots of "util."
-    Column("block_utilization_mean", "blocks\nalloc.", "% KV", "pct"),
-    Column("frac_internal", "int.\nfrag.", "% KV", "pct"),
-    Column("frac_external", "ext.\nfrag.", "% KV", "pct"),
-    Column("mean_tail_waste_tokens_per_seq", "unfilled\n/seq", "tokens", "{:,.1f}"),
+# the comparison's groups, by key (their words, units and formats are the catalogue's)
+_MEMORY = tuple(
+    map(
+        _column,
+        (
+            "peak_concurrency",
+            "min_concurrency_saturated",
+            "mean_concurrency_saturated",
+            "utilization_mean",
+            "utilization_saturated",
+            "block_utilization_mean",
+            "frac_internal",
+            "frac_external",
+            "mean_tail_waste_tokens_per_seq",
+        ),
+    )
 )
-_LATENCY = (
-    Column("throughput_tokens_per_s", "output", "tok/s", "{:,.0f}"),
-    Column("throughput_requests_per_s", "rate", "req/s", "{:,.2f}", phrase="request rate {}"),
-    Column("goodput_requests_per_s", "goodput", "req/s", "{:,.2f}"),
-    Column("ttft_p50_s", "TTFT\np50", "ms", "ms"),
-    Column("ttft_p99_s", "TTFT\np99", "ms", "ms"),
-    Column("tpot_p50_s", "TPOT\np50", "ms", "ms"),
-    Column("num_preemptions", "pre-\nempt.", "count", "{:,d}", phrase="preemptions {}"),
+_LATENCY = tuple(
+    map(
+        _column,
+        (
+            "throughput_tokens_per_s",
+            "throughput_requests_per_s",
+            "goodput_requests_per_s",
+            "ttft_p50_s",
+            "ttft_p99_s",
+            "tpot_p50_s",
+            "num_preemptions",
+        ),
+    )
 )
-_PREEMPTION = (
-    Column("num_swap_preemptions", "by\nswap", "count", "{:,d}", phrase="preemptions by swap {}"),
-    Column("num_swap_fallbacks", "swap\nfallb.", "count", "{:,d}", phrase="swaps recomputed for lack of host memory {}"),
-    Column("preemption_cost_s", "pre-\nempt.\ncost", "s", "{:,.2f}", phrase="preemption cost {}"),
-    Column("recompute_tax", "re-\ncomp.\ntax", "% tok.", "pct", phrase="recompute tax {}"),
-)
-
-_PREFIX = (
-    Column("prefix_hit_rate", "prefix\nhits", "% tok.", "pct", phrase="prefix-cache hits {}"),
-    Column("prefix_hit_rate_infinite", "ceil-\ning", "% tok.", "pct", phrase="prefix-cache ceiling {}"),
-    Column("prefix_hit_rate_belady", "Belady", "% tok.", "pct", phrase="Belady bound {}"),
-    Column("frac_cached", "cached", "% KV", "pct", phrase="cached prefix blocks {}"),
-)
+_PREEMPTION = tuple(map(_column, ("num_swap_preemptions", "num_swap_fallbacks", "preemption_cost_s", "recompute_tax")))
+_PREFIX = tuple(map(_column, ("prefix_hit_rate", "prefix_hit_rate_infinite", "prefix_hit_rate_belady", "frac_cached")))
 
 
 def _slo_given(rows: pd.DataFrame) -> bool:
@@ -181,8 +177,11 @@ def _prefix_cached(rows: pd.DataFrame) -> bool:
     has the offline bounds) or its cache served or kept something. Every job's summary may carry a
     hit rate (0 without a cache), so its presence alone does not tell."""
     number = lambda key: pd.to_numeric(rows.get(key, pd.Series(dtype=float)), errors="coerce")
-    return bool(number("prefix_hit_rate_infinite").notna().any() or number("prefix_hit_rate").gt(0).any()
-                or number("frac_cached").gt(0).any())  # fmt: skip
+    return bool(
+        number("prefix_hit_rate_infinite").notna().any()
+        or number("prefix_hit_rate").gt(0).any()
+        or number("frac_cached").gt(0).any()
+    )
 
 
 #: (title, columns, shown for these rows?): the comparison's metric groups, in order
@@ -284,7 +283,9 @@ def sweep_axes(sweep_dir: Path, frame: pd.DataFrame) -> list[Column]:
 def comparison_frame(sweep_dir: Path) -> pd.DataFrame:
     """One row per job folder of a multirun (finished, failed or incomplete), in job order."""
     rows = []
-    for job_dir in sorted((p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)):
+    for job_dir in sorted(
+        (p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)
+    ):
         row = read_job(job_dir)
         if row is not None:
             rows.append({"job_num": int(job_dir.name), **row, "slo": _slo_text(job_dir)})
@@ -321,8 +322,10 @@ def _table(title: str | None, columns: Sequence[Column], frame: pd.DataFrame, fi
         cells = [f(row.get(c.key)) if f else "-" for c, f in zip(columns, formatters)]
         if row["failed"]:
             cells = [*cells[:first_metric], f"[red]{row['status']}[/red]", *[""] * (len(columns) - first_metric - 1)]
-            cells = [cell if i >= first_metric or columns[i].key.startswith(SWEPT_PREFIX) else ""
-                     for i, cell in enumerate(cells)]  # fmt: skip
+            cells = [
+                cell if i >= first_metric or columns[i].key.startswith(SWEPT_PREFIX) else ""
+                for i, cell in enumerate(cells)
+            ]
         table.add_row(*cells)
     return table
 
@@ -332,8 +335,11 @@ def comparison_tables(frame: pd.DataFrame, axes: list[Column], console: Console)
     that differ first in every table, then the metric groups, as many side by side as fit."""
     ok = frame[~frame["failed"]]
     covered = {_SETTING_OF_KEY.get(a.key.removeprefix(SWEPT_PREFIX)) for a in axes}
-    varying = [s for s in SETTINGS if s.key in ok and s.key not in covered
-               and ok[s.key].map(s.formatter(ok[s.key])).nunique() > 1]  # fmt: skip
+    varying = [
+        s
+        for s in SETTINGS
+        if s.key in ok and s.key not in covered and ok[s.key].map(s.formatter(ok[s.key])).nunique() > 1
+    ]
     lead = [*axes, *varying]
     groups, _ = comparison_columns(ok)
     width = console.width
@@ -353,7 +359,9 @@ def comparison_tables(frame: pd.DataFrame, axes: list[Column], console: Console)
     if not packed:  # no job finished: the status is all there is to show
         packed = [([], [Column("status", "status")])]
     titled = len(packed) > 1
-    return [_table("; ".join(titles) if titled else None, [*lead, *columns], frame, len(lead)) for titles, columns in packed]
+    return [
+        _table("; ".join(titles) if titled else None, [*lead, *columns], frame, len(lead)) for titles, columns in packed
+    ]
 
 
 def _shared_line(frame: pd.DataFrame, axes: list[Column]) -> str:
@@ -433,8 +441,9 @@ def _slo_from_config(out_dir: Path | None) -> bool | None:
     return None if not isinstance(slo, dict) else any(value is not None for value in slo.values())
 
 
-def print_summary(summary: dict, out_dir: Path | None, console: Console | None = None, *,
-                  slo_given: bool | None = None) -> None:  # fmt: skip
+def print_summary(
+    summary: dict, out_dir: Path | None, console: Console | None = None, *, slo_given: bool | None = None
+) -> None:
     """Print a run's headline numbers (one screen) and where all of them are."""
     console = console or report_console()
     if slo_given is None:

@@ -16,8 +16,8 @@ import pandas as pd
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from kvbench.errors import ConfigError
 from kvbench.atomic import COMPLETE, check_complete, clear_incomplete, mark_complete, write_frame, write_json
+from kvbench.errors import ConfigError
 from kvbench.output.run_json import run_json
 from kvbench.textio import read_json_object
 
@@ -29,8 +29,13 @@ SUMMARY_JSON = "summary.json"
 #: table left by an earlier run with other options (``output.steps=true``) cannot mix in
 RESULT_FILES = (
     *(f"{table}.{ext}" for table in TABLES for ext in ("parquet", "csv")),
-    SUMMARY_JSON, "config.json", "memory.png", "prefix_cache.png", FAILED, COMPLETE,
-)  # fmt: skip
+    SUMMARY_JSON,
+    "config.json",
+    "memory.png",
+    "prefix_cache.png",
+    FAILED,
+    COMPLETE,
+)
 
 
 @dataclass
@@ -118,10 +123,16 @@ def read_job(job_dir: Path) -> dict[str, Any] | None:
         try:
             return pd.read_parquet(job_dir / "summary.parquet").iloc[0].to_dict()
         except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a damaged file have no common base
-            problem = f"summary.parquet cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            problem = (
+                f"summary.parquet cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            )
     if problem is not None:
-        return {"failed": True, "status": "damaged", "job": _job_label(job_dir),
-                "error": f"damaged: {problem}; not read: re-run it"}  # fmt: skip
+        return {
+            "failed": True,
+            "status": "damaged",
+            "job": _job_label(job_dir),
+            "error": f"damaged: {problem}; not read: re-run it",
+        }
     failed = job_dir / FAILED
     if failed.is_file():
         try:
@@ -133,8 +144,10 @@ def read_job(job_dir: Path) -> dict[str, Any] | None:
     started = (job_dir / ".hydra").is_dir()
     if started or any((job_dir / name).exists() for name in RESULT_FILES) or any(job_dir.glob(".tmp-*")):
         return {
-            "failed": True, "status": "incomplete", "job": _job_label(job_dir),
+            "failed": True,
+            "status": "incomplete",
+            "job": _job_label(job_dir),
             "error": "incomplete (no COMPLETE marker: the run was interrupted or could not finish writing); "
-                     "not read: re-run it",
-        }  # fmt: skip
+            "not read: re-run it",
+        }
     return None

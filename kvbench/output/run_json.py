@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvbench.metrics.catalogue import metric
 from kvbench.metrics.summary import PERCENTILES
 
 #: (vLLM's metric name, kvbench's summary prefix)
@@ -83,12 +84,15 @@ def vllm_bench_serve_fields(summary: dict[str, Any], requests: pd.DataFrame, *, 
     duration_s = summary.get("duration_s")
     rate = lambda count: count / duration_s if duration_s and duration_s > 0 else math.nan
     out: dict[str, Any] = {}
-    if "num_requests" in summary:
-        out["num_prompts"] = summary["num_requests"]
-    if duration_s is not None:
-        out["duration"] = duration_s
+    for key in (
+        "num_requests",
+        "duration_s",
+        "num_finished",
+        "throughput_requests_per_s",
+    ):  # the same number, vLLM's name
+        if key in summary:
+            out[metric(key).vllm] = summary[key]
     if "num_finished" in summary:
-        out["completed"] = summary["num_finished"]
         if "num_requests" in summary:
             out["failed"] = summary["num_requests"] - summary["num_finished"]  # never finished
     done = _finished(requests)
@@ -100,11 +104,9 @@ def vllm_bench_serve_fields(summary: dict[str, Any], requests: pd.DataFrame, *, 
         out["total_input_tokens"] = input_tokens
     if output_tokens is not None:
         out["total_output_tokens"] = output_tokens
-    if "throughput_requests_per_s" in summary:
-        out["request_throughput"] = summary["throughput_requests_per_s"]
-    out["request_goodput"] = summary.get("goodput_requests_per_s") if slo_given else None
+    out[metric("goodput_requests_per_s").vllm] = summary.get("goodput_requests_per_s") if slo_given else None
     if output_tokens is not None:
-        out["output_throughput"] = summary.get("throughput_tokens_per_s", rate(output_tokens))
+        out[metric("throughput_tokens_per_s").vllm] = summary.get("throughput_tokens_per_s", rate(output_tokens))
         if input_tokens is not None:
             out["total_token_throughput"] = rate(input_tokens + output_tokens)
     latencies = request_latencies_s(requests)
@@ -115,8 +117,12 @@ def vllm_bench_serve_fields(summary: dict[str, Any], requests: pd.DataFrame, *, 
             "median": summary.get(f"{prefix}_p50_s", None if values is None else _percentile(values, 50)),
             "std": None if values is None else (float(np.std(values)) if len(values) else math.nan),
         }
-        stats.update({f"p{p}": summary.get(f"{prefix}_p{p}_s", None if values is None else _percentile(values, p))
-                      for p in PERCENTILES})  # fmt: skip
+        stats.update(
+            {
+                f"p{p}": summary.get(f"{prefix}_p{p}_s", None if values is None else _percentile(values, p))
+                for p in PERCENTILES
+            }
+        )
         out.update({f"{stat}_{name}_ms": value * 1e3 for stat, value in stats.items() if value is not None})
     return out
 
@@ -138,10 +144,12 @@ def run_json(summary: dict[str, Any], requests: pd.DataFrame, config: dict[str, 
     record: dict[str, Any] = dict(summary)
     for key, value in provenance().items():
         record.setdefault(key, value)  # the summary row's own record wins: it was taken at run time
-    record.update({
-        "date": datetime.now().strftime("%Y%m%d-%H%M%S"),  # vLLM's format
-        "backend": "kvbench",
-        "model_id": summary.get("model"),
-    })  # fmt: skip
+    record.update(
+        {
+            "date": datetime.now().strftime("%Y%m%d-%H%M%S"),  # vLLM's format
+            "backend": "kvbench",
+            "model_id": summary.get("model"),
+        }
+    )
     record.update(vllm_bench_serve_fields(summary, requests, slo_given=slo_given))
     return {key: _plain(value) for key, value in record.items()}

@@ -56,10 +56,18 @@ class SchedulerConfig:
 
     def validate(self) -> None:
         require(self.max_num_seqs >= 1, "scheduler.max_num_seqs", self.max_num_seqs, "use an integer >= 1")
-        require(self.max_num_batched_tokens >= 1, "scheduler.max_num_batched_tokens", self.max_num_batched_tokens,
-                "use an integer >= 1")  # fmt: skip
-        require(0.0 <= self.watermark_fraction < 1.0, "scheduler.watermark_fraction", self.watermark_fraction,
-                "use a fraction in [0, 1)")  # fmt: skip
+        require(
+            self.max_num_batched_tokens >= 1,
+            "scheduler.max_num_batched_tokens",
+            self.max_num_batched_tokens,
+            "use an integer >= 1",
+        )
+        require(
+            0.0 <= self.watermark_fraction < 1.0,
+            "scheduler.watermark_fraction",
+            self.watermark_fraction,
+            "use a fraction in [0, 1)",
+        )
 
 
 class StepOutcome(NamedTuple):
@@ -136,20 +144,28 @@ class Scheduler:
                 continue
             seen.add(key)
             shape = SeqShape(r.prompt_tokens, r.s_max_tokens, r.final_kv_tokens, r.num_branches, r.prompt_tokens)
-            what = (f"request {r.request_id} (prompt {r.prompt_tokens} + output {r.max_output_tokens} tokens"
-                    f"{f' x {r.num_branches} branches' if r.num_branches > 1 else ''}, declared S_max {r.s_max_tokens})")
+            what = (
+                f"request {r.request_id} (prompt {r.prompt_tokens} + output {r.max_output_tokens} tokens"
+                f"{f' x {r.num_branches} branches' if r.num_branches > 1 else ''}, declared S_max {r.s_max_tokens})"
+            )
             if r.prompt_tokens + r.max_output_tokens > r.s_max_tokens:
                 raise ConfigError(f"{what} is longer than its declared S_max; shorten it or raise S_max")
             if r.num_branches > self.config.max_num_seqs:
-                raise ConfigError(f"{what} has more branches than scheduler.max_num_seqs={self.config.max_num_seqs}; "
-                                  "raise it or lower the fan-out")
+                raise ConfigError(
+                    f"{what} has more branches than scheduler.max_num_seqs={self.config.max_num_seqs}; "
+                    "raise it or lower the fan-out"
+                )
             if not self.allocator.fits_in_empty(shape):
                 limit = self.allocator.max_sequence_tokens(shape)
-                room = f"holds at most {limit} tokens per sequence" if limit else "cannot hold it in the whole KV budget"
+                room = (
+                    f"holds at most {limit} tokens per sequence" if limit else "cannot hold it in the whole KV budget"
+                )
                 if limit and shape.final_kv_tokens <= limit:
                     room = "cannot hold all its branches at once in the whole KV budget"
-                raise ConfigError(f"{what} does not fit: allocator {self.allocator.name!r} {room}; shorten the "
-                                  "workload's lengths or raise S_max or hardware.kv_budget_bytes")  # fmt: skip
+                raise ConfigError(
+                    f"{what} does not fit: allocator {self.allocator.name!r} {room}; shorten the "
+                    "workload's lengths or raise S_max or hardware.kv_budget_bytes"
+                )
 
     def add(self, group: SequenceGroup, clock_s: float) -> None:
         """A request arrives at the step boundary ``clock_s``."""
@@ -328,8 +344,13 @@ class Scheduler:
             self._release(group)
             self.allocator.drain_copies()  # copies of an admission that did not happen
             alloc = self.allocator
-            plan.refusal = AdmissionRefusal(group, reason, alloc.reservation_tokens(shape) * alloc.kv_bytes_per_token,
-                                            alloc.ledger().free_bytes, alloc.largest_hole_bytes())  # fmt: skip
+            plan.refusal = AdmissionRefusal(
+                group,
+                reason,
+                alloc.reservation_tokens(shape) * alloc.kv_bytes_per_token,
+                alloc.ledger().free_bytes,
+                alloc.largest_hole_bytes(),
+            )
             return None
         group.status = Status.RUNNING
         if group.admitted_s < 0:
@@ -391,8 +412,10 @@ class Scheduler:
             self._refused = shape, self.allocator.refusal_reason(shape, self._headroom_bytes)
             return False
         if answer != cached:
-            raise RuntimeError(f"allocator {self.allocator.name!r} served {answer} cached tokens of request "
-                               f"{group.request_id}, having said {cached}")  # fmt: skip
+            raise RuntimeError(
+                f"allocator {self.allocator.name!r} served {answer} cached tokens of request "
+                f"{group.request_id}, having said {cached}"
+            )
         seq.status = Status.RUNNING
         if cached:
             self._count_hit(group, cached)
@@ -454,8 +477,9 @@ class Scheduler:
         group.cached_prompt_tokens -= new
         self._admission_hit = None
 
-    def _compute_one(self, plan: StepPlan, group: SequenceGroup, seq: Sequence, budget: int | None,
-                     index: int | None) -> int | None:  # fmt: skip
+    def _compute_one(
+        self, plan: StepPlan, group: SequenceGroup, seq: Sequence, budget: int | None, index: int | None
+    ) -> int | None:
         """:meth:`_compute` for the common request of one sequence: its work goes straight into
         the plan (nothing to fork, and a refused growth took nothing, so nothing to take back)."""
         if seq.status is Status.WAITING and self._caches_prefixes:
@@ -485,7 +509,9 @@ class Scheduler:
             plan.samples.append(seq)
         return n
 
-    def _grow(self, plan: StepPlan, work: _Work, group: SequenceGroup, seq: Sequence, n: int, index: int | None) -> bool:
+    def _grow(
+        self, plan: StepPlan, work: _Work, group: SequenceGroup, seq: Sequence, n: int, index: int | None
+    ) -> bool:
         """Room for ``n`` more tokens of ``seq`` (preempting when it does not fit), recorded in ``work``."""
         if not self._room(plan, group, seq, n, index):
             return False
@@ -575,8 +601,10 @@ class Scheduler:
         try:
             mechanism = Mechanism(answer)  # an outside policy may answer the plain string "swap"
         except ValueError:
-            raise ConfigError(f"preemption={self.policy.name!r} answered the mechanism {answer!r}: answer "
-                              "Mechanism.RECOMPUTE or Mechanism.SWAP (kvbench.core.step)") from None  # fmt: skip
+            raise ConfigError(
+                f"preemption={self.policy.name!r} answered the mechanism {answer!r}: answer "
+                "Mechanism.RECOMPUTE or Mechanism.SWAP (kvbench.core.step)"
+            ) from None
         victim = candidates[choice]
         del self.running[index + choice]
         if self._work is not None and self._work.group is victim:

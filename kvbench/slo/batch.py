@@ -83,8 +83,12 @@ def memory_ceiling(allocator: Allocator, context_tokens: int, s_max_tokens: int)
     """How many sequences holding ``context_tokens`` a fresh ``allocator`` takes before it refuses,
     and the bytes it sets aside for each. Asking the allocator itself covers block rounding,
     reserve-to-S_max and placement alike. No scheduler watermark: the batch is already admitted."""
-    shape = SeqShape(num_tokens=context_tokens, s_max_tokens=max(context_tokens, s_max_tokens),
-                     final_kv_tokens=context_tokens, prompt_tokens=context_tokens)  # fmt: skip
+    shape = SeqShape(
+        num_tokens=context_tokens,
+        s_max_tokens=max(context_tokens, s_max_tokens),
+        final_kv_tokens=context_tokens,
+        prompt_tokens=context_tokens,
+    )
     if not allocator.fits_in_empty(shape):
         return 0, math.nan
     # no allocator holds C tokens in fewer than C slots: a bound on the loop
@@ -101,16 +105,18 @@ def batch_table(cost: CostModel, context_tokens: int, batches: list[int], answer
     weights_s = cost.decode_time_s(0)
     for batch in batches:
         step_s = cost.decode_time_s(batch * context_tokens)
-        rows.append({
-            "batch": batch,
-            "kv_read_bytes": batch * answer.seq_kv_bytes,
-            "weights_s": weights_s,
-            "kv_s": step_s - weights_s,
-            "tpot_s": step_s,
-            "tokens_per_s": batch / step_s,  # one token per sequence per step
-            "meets_slo": step_s <= answer.tpot_slo_s,
-            "fits_memory": batch <= answer.memory_batch,
-        })  # fmt: skip
+        rows.append(
+            {
+                "batch": batch,
+                "kv_read_bytes": batch * answer.seq_kv_bytes,
+                "weights_s": weights_s,
+                "kv_s": step_s - weights_s,
+                "tpot_s": step_s,
+                "tokens_per_s": batch / step_s,  # one token per sequence per step
+                "meets_slo": step_s <= answer.tpot_slo_s,
+                "fits_memory": batch <= answer.memory_batch,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -141,8 +147,13 @@ def figure(cost: CostModel, answer: BatchAnswer, max_batch: int, title: str):
     if answer.memory_batch <= max_batch:
         ax.axvline(answer.memory_batch, color="black", linestyle=":", label=f"memory ceiling B = {answer.memory_batch}")
     if answer.slo_batch >= 1:
-        ax.plot([answer.slo_batch], [cost.decode_time_s(answer.slo_batch * answer.context_tokens) * 1e3], "o",
-                color="#e34a33", label=f"largest B meeting the SLO = {answer.slo_batch}")  # fmt: skip
+        ax.plot(
+            [answer.slo_batch],
+            [cost.decode_time_s(answer.slo_batch * answer.context_tokens) * 1e3],
+            "o",
+            color="#e34a33",
+            label=f"largest B meeting the SLO = {answer.slo_batch}",
+        )
     ax.set_xlabel(f"batch B (sequences of {answer.context_tokens} context tokens)")
     ax.set_ylabel("time per output token (ms)")
     ax.set_xlim(0, max_batch)

@@ -16,6 +16,7 @@ from kvbench.atomic import (
     write_json,
 )
 
+
 def write_folder(out_dir: Path, frames: dict[str, pd.DataFrame], figures: dict, documents: dict) -> None:
     """Tables (Parquet + CSV), figures (``name -> matplotlib figure``) and JSON documents, then
     the ``COMPLETE`` marker that vouches for them."""

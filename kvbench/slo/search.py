@@ -52,8 +52,17 @@ MAX_RUNS = 1000
 MAX_RATE_SPAN = 1e12
 MAX_NUM_SEQS = 1 << 24
 #: summary columns kept for every probe
-PROBE_COLUMNS = ("slo_attainment", "goodput_requests_per_s", "throughput_requests_per_s", "ttft_p99_s",
-                 "tpot_p99_s", "e2e_p99_s", "num_requests", "num_finished", "num_preemptions")  # fmt: skip
+PROBE_COLUMNS = (
+    "slo_attainment",
+    "goodput_requests_per_s",
+    "throughput_requests_per_s",
+    "ttft_p99_s",
+    "tpot_p99_s",
+    "e2e_p99_s",
+    "num_requests",
+    "num_finished",
+    "num_preemptions",
+)
 
 
 @dataclass
@@ -76,8 +85,9 @@ def close_enough(low: float, high: float, integer: bool, rel_tol: float) -> bool
     return high - low <= 1 if integer else high / low <= 1 + rel_tol
 
 
-def bisect(passes: Callable[[float], bool], low: float, high: float, *, integer: bool, rel_tol: float,
-           max_runs: int) -> Search:  # fmt: skip
+def bisect(
+    passes: Callable[[float], bool], low: float, high: float, *, integer: bool, rel_tol: float, max_runs: int
+) -> Search:
     """Probe both ends, then halve the bracket between a pass and a fail until it is within
     tolerance or ``max_runs`` probes have run. Attainment usually falls as the knob rises (more
     load); where it rises instead (a larger batch cap shortens the queue, and so the TTFT), the

@@ -80,16 +80,22 @@ def _read_cached(path: Path, mtime_ns: int, size_bytes: int) -> dict:
 def _validate(doc, path: Path) -> dict:
     """The validated efficiency table and fitted terms of a file's parsed contents ``doc``."""
     if not isinstance(doc, dict):
-        raise ConfigError(f"calibration file {path} holds a JSON {type(doc).__name__}, not an object with an "
-                          '"efficiency" table: see kvbench/specs/calibration.py for the format')  # fmt: skip
+        raise ConfigError(
+            f"calibration file {path} holds a JSON {type(doc).__name__}, not an object with an "
+            '"efficiency" table: see kvbench/specs/calibration.py for the format'
+        )
     table = doc.get("efficiency", {})
     if not isinstance(table, dict):
-        raise ConfigError(f"calibration file {path}: efficiency={table!r} is invalid: use an object "
-                          '{"<block size>": <efficiency>, "contiguous": <efficiency>}')  # fmt: skip
+        raise ConfigError(
+            f"calibration file {path}: efficiency={table!r} is invalid: use an object "
+            '{"<block size>": <efficiency>, "contiguous": <efficiency>}'
+        )
     for key, value in table.items():
         if not (key == "contiguous" or (key.isdigit() and int(key) >= 1)):
-            raise ConfigError(f"calibration file {path}: efficiency entry {key!r} is invalid: "
-                              'use a block size in tokens ("16") or "contiguous"')  # fmt: skip
+            raise ConfigError(
+                f"calibration file {path}: efficiency entry {key!r} is invalid: "
+                'use a block size in tokens ("16") or "contiguous"'
+            )
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not (number and math.isfinite(value) and MIN_EFFICIENCY <= value <= 1):
             raise ConfigError(
@@ -98,8 +104,10 @@ def _validate(doc, path: Path) -> dict:
                 "(above 1: that bandwidth is too low for this GPU; below 0.001: a failed measurement)"
             )
     out: dict = {"efficiency": {key: float(value) for key, value in table.items()}}
-    for key, low, high, hint in (("prefill_flops_efficiency", MIN_EFFICIENCY, 1.0, f"a fraction in [{MIN_EFFICIENCY:g}, 1]"),
-                                 ("step_overhead_s", 0.0, 1.0, "seconds in [0, 1]")):  # fmt: skip
+    for key, low, high, hint in (
+        ("prefill_flops_efficiency", MIN_EFFICIENCY, 1.0, f"a fraction in [{MIN_EFFICIENCY:g}, 1]"),
+        ("step_overhead_s", 0.0, 1.0, "seconds in [0, 1]"),
+    ):
         if key not in doc:
             continue
         value = doc[key]
@@ -117,8 +125,10 @@ def _exists(path: Path) -> bool:
     if path.is_file():
         return True
     if path.exists():
-        raise ConfigError(f"calibration file {path} is not a file (a folder or a device): replace it with a "
-                          "<kernel>.json calibration file or remove it")  # fmt: skip
+        raise ConfigError(
+            f"calibration file {path} is not a file (a folder or a device): replace it with a "
+            "<kernel>.json calibration file or remove it"
+        )
     return False
 
 
@@ -222,7 +232,6 @@ def write_calibration(
     an existing file, other layouts are kept; ``provenance`` (command, commit, date) and the
     ``fitted`` terms (prefill_flops_efficiency, step_overhead_s) replace the file's."""
     from kvbench.atomic import write_json
-
     from kvbench.textio import read_json
 
     doc: dict = {"hardware": hardware_name, "kernel": kernel_name, "efficiency": {}}

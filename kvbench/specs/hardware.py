@@ -39,8 +39,12 @@ class HardwareSpec:
             require(getattr(self, key) >= 1, f"hardware.{key}", getattr(self, key), "use a rate >= 1 per second")
         require(self.host_swap_bytes >= 0, "hardware.host_swap_bytes", self.host_swap_bytes, "use a number >= 0")
         # PCIe's is ~10 us; a second per copy is no host link, and a swap pays it once per block
-        require(0 <= self.host_transfer_overhead_s <= 1, "hardware.host_transfer_overhead_s",
-                self.host_transfer_overhead_s, "use seconds in [0, 1]")  # fmt: skip
+        require(
+            0 <= self.host_transfer_overhead_s <= 1,
+            "hardware.host_transfer_overhead_s",
+            self.host_transfer_overhead_s,
+            "use seconds in [0, 1]",
+        )
         # byte counts become int64 columns of the results (kv_budget_bytes, swap_pool_peak_bytes)
         for key in ("hbm_bytes", "host_swap_bytes", "kv_budget_bytes"):
             value = getattr(self, key)
@@ -51,9 +55,15 @@ class HardwareSpec:
             self.prefill_flops_efficiency,
             "use a fraction in (0, 1]",
         )
-        require(self.achieved_prefill_flops_per_s >= 1, "hardware.prefill_flops_efficiency", self.prefill_flops_efficiency,
-                "hardware.dense_flops_per_s * prefill_flops_efficiency must be >= 1 FLOP/s")  # fmt: skip
-        require(0 < self.memory_fraction <= 1, "hardware.memory_fraction", self.memory_fraction, "use a fraction in (0, 1]")
+        require(
+            self.achieved_prefill_flops_per_s >= 1,
+            "hardware.prefill_flops_efficiency",
+            self.prefill_flops_efficiency,
+            "hardware.dense_flops_per_s * prefill_flops_efficiency must be >= 1 FLOP/s",
+        )
+        require(
+            0 < self.memory_fraction <= 1, "hardware.memory_fraction", self.memory_fraction, "use a fraction in (0, 1]"
+        )
         require(
             self.kv_budget_bytes is None or self.kv_budget_bytes > 0,
             "hardware.kv_budget_bytes",

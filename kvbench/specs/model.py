@@ -30,24 +30,46 @@ LLAMA_LIKE = ("llama", "mistral")
 #: does not read (rope_scaling, rms_norm_eps...) are passed over: they change no number here.
 FAMILY_DEFAULTS: dict[str, dict[str, int | bool | None]] = {
     "llama": {
-        "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-        "num_attention_heads": 32, "num_key_value_heads": None, "head_dim": None,
-        "max_position_embeddings": 2048, "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+        "vocab_size": 32000,
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": None,
+        "head_dim": None,
+        "max_position_embeddings": 2048,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "mlp_bias": False,
     },
     # Mistral: 8 KV heads unless told (not "as many as the query heads"), no biases, 128K positions
     "mistral": {
-        "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": None,
-        "max_position_embeddings": 4096 * 32, "tie_word_embeddings": False,
+        "vocab_size": 32000,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": None,
+        "max_position_embeddings": 4096 * 32,
+        "tie_word_embeddings": False,
     },
     # OPT ties the LM head to the embeddings by default, unlike LLaMA
     "opt": {
-        "vocab_size": 50272, "hidden_size": 768, "num_hidden_layers": 12, "ffn_dim": 3072,
-        "max_position_embeddings": 2048, "do_layer_norm_before": True, "_remove_final_layer_norm": False,
-        "word_embed_proj_dim": None, "num_attention_heads": 12, "enable_bias": True,
-        "layer_norm_elementwise_affine": True, "tie_word_embeddings": True,
+        "vocab_size": 50272,
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "ffn_dim": 3072,
+        "max_position_embeddings": 2048,
+        "do_layer_norm_before": True,
+        "_remove_final_layer_norm": False,
+        "word_embed_proj_dim": None,
+        "num_attention_heads": 12,
+        "enable_bias": True,
+        "layer_norm_elementwise_affine": True,
+        "tie_word_embeddings": True,
     },
-}  # fmt: skip
+}
 #: families whose transformers config or attention layer refuses a hidden size that the heads do not
 #: divide (Mistral does not: its head_dim may be set apart from hidden_size)
 HEADS_DIVIDE_HIDDEN = ("llama", "opt")
@@ -58,9 +80,17 @@ GENERIC_SHAPE_FIELDS = ("num_hidden_layers", "num_attention_heads", "hidden_size
 #: must be positive integers, or a zero-layer model divides by zero and a negative width prints
 #: negative memory
 ARCHITECTURE_FIELDS = (
-    "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
-    "intermediate_size", "ffn_dim", "word_embed_proj_dim", "vocab_size", "max_position_embeddings",
-)  # fmt: skip
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_size",
+    "intermediate_size",
+    "ffn_dim",
+    "word_embed_proj_dim",
+    "vocab_size",
+    "max_position_embeddings",
+)
 #: the longest context a model config may declare: 2**24 = 16.8M tokens, above any released model's
 #: (the longest, Llama 4 Scout, has 10M). The positions bound every request's S_max and so the sizes
 #: of allocations, so a typo (an extra digit, 1e12) is refused instead of being planned for.
@@ -83,8 +113,18 @@ class ModelConfig:
     def validate(self) -> None:
         require_name("model.name", self.name)
         require(self.dtype in DTYPE_BYTES, "model.dtype", self.dtype, f"choose one of {', '.join(DTYPE_BYTES)}")
-        require(self.num_params is None or self.num_params > 0, "model.num_params", self.num_params, "use a positive count or null")
-        require(bool(self.config_path) or bool(self.hf_config), "model.hf_config", self.hf_config, "give the config.json fields or model.config_path")
+        require(
+            self.num_params is None or self.num_params > 0,
+            "model.num_params",
+            self.num_params,
+            "use a positive count or null",
+        )
+        require(
+            bool(self.config_path) or bool(self.hf_config),
+            "model.hf_config",
+            self.hf_config,
+            "give the config.json fields or model.config_path",
+        )
 
 
 @dataclass(frozen=True)
@@ -110,11 +150,9 @@ class ModelSpec:
 
     def prefill_flops(self, num_tokens: int) -> float:
         """FLOPs to prefill ``num_tokens`` tokens: 2*N*S + 4*L*H*d*S^2 (the lecture's formula)."""
-        return 2.0 * self.num_params * num_tokens + 4.0 * self.num_layers * self.num_heads * self.head_dim * num_tokens**2
-
-    def decode_flops_per_token(self, context_tokens: int) -> float:
-        """FLOPs to decode one token at ``context_tokens`` of context: 2*N + 4*L*H*d*S."""
-        return 2.0 * self.num_params + 4.0 * self.num_layers * self.num_heads * self.head_dim * context_tokens
+        return (
+            2.0 * self.num_params * num_tokens + 4.0 * self.num_layers * self.num_heads * self.head_dim * num_tokens**2
+        )
 
 
 def _check_architecture(values: dict[str, Any], where: str) -> None:
@@ -128,8 +166,12 @@ def _check_architecture(values: dict[str, Any], where: str) -> None:
         require(ok, f"model.hf_config.{name}", value, f"use a positive integer{where}")
     positions = values.get("max_position_embeddings")
     if positions is not None:
-        require(positions <= MAX_POSITION_EMBEDDINGS, "model.hf_config.max_position_embeddings", positions,
-                f"use at most 2**24 = {MAX_POSITION_EMBEDDINGS:,} tokens (above any released model){where}")  # fmt: skip
+        require(
+            positions <= MAX_POSITION_EMBEDDINGS,
+            "model.hf_config.max_position_embeddings",
+            positions,
+            f"use at most 2**24 = {MAX_POSITION_EMBEDDINGS:,} tokens (above any released model){where}",
+        )
 
 
 def _read_fields(cfg: ModelConfig) -> tuple[dict[str, Any], str]:
@@ -148,8 +190,10 @@ def _read_fields(cfg: ModelConfig) -> tuple[dict[str, Any], str]:
         detail = f"line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
         raise ConfigError(f"model.config_path={cfg.config_path!r} is not valid JSON: {detail}") from None
     if not isinstance(fields, dict):
-        raise ConfigError(f"model.config_path={cfg.config_path!r} holds a JSON {type(fields).__name__}, not an "
-                          "object of config.json fields")  # fmt: skip
+        raise ConfigError(
+            f"model.config_path={cfg.config_path!r} holds a JSON {type(fields).__name__}, not an "
+            "object of config.json fields"
+        )
     return fields, f" (in {path})"
 
 
@@ -161,8 +205,10 @@ def _unknown_type_error(model_type: Any, fields: dict[str, Any], has_num_params:
     needs = [] if has_num_params else ["set model.num_params"]
     if missing:
         needs.append(f"give {', '.join(missing)} in model.hf_config")
-    return ConfigError(f"model.hf_config.model_type={model_type!r}{where} is not one kvbench knows the defaults of"
-                       f"{hint}: use one of {', '.join(FAMILY_DEFAULTS)}, or {' and '.join(needs)}")  # fmt: skip
+    return ConfigError(
+        f"model.hf_config.model_type={model_type!r}{where} is not one kvbench knows the defaults of"
+        f"{hint}: use one of {', '.join(FAMILY_DEFAULTS)}, or {' and '.join(needs)}"
+    )
 
 
 def resolve_architecture(cfg: ModelConfig) -> dict[str, Any]:
@@ -184,22 +230,38 @@ def resolve_architecture(cfg: ModelConfig) -> dict[str, Any]:
         value = fields.get(name, default)
         if value is None and default is not None:
             kind = "true or false" if isinstance(default, bool) else "a positive integer"
-            raise ConfigError(f"model.hf_config.{name}=None is invalid: use {kind}, or leave it out for "
-                              f"{model_type}'s default ({default}){where}")  # fmt: skip
+            raise ConfigError(
+                f"model.hf_config.{name}=None is invalid: use {kind}, or leave it out for "
+                f"{model_type}'s default ({default}){where}"
+            )
         if isinstance(default, bool):
             require(isinstance(value, bool), f"model.hf_config.{name}", value, f"use true or false{where}")
         arch[name] = value
     hidden, n_heads = arch["hidden_size"], arch["num_attention_heads"]
     if arch.get("head_dim") is None:  # null, or not a field of the family (OPT): derived
-        require(hidden >= n_heads, "model.hf_config.hidden_size", hidden, f"must be at least num_attention_heads={n_heads}{where}")
+        require(
+            hidden >= n_heads,
+            "model.hf_config.hidden_size",
+            hidden,
+            f"must be at least num_attention_heads={n_heads}{where}",
+        )
         arch["head_dim"] = hidden // n_heads
     if model_type in HEADS_DIVIDE_HIDDEN:
-        require(hidden % n_heads == 0, "model.hf_config.num_attention_heads", n_heads,
-                f"must divide hidden_size={hidden}, as transformers' {model_type} model requires{where}")  # fmt: skip
+        require(
+            hidden % n_heads == 0,
+            "model.hf_config.num_attention_heads",
+            n_heads,
+            f"must divide hidden_size={hidden}, as transformers' {model_type} model requires{where}",
+        )
     if arch.get("num_key_value_heads") is None:  # null, or not a field of the family (OPT): multi-head
         arch["num_key_value_heads"] = n_heads
     n_kv = arch["num_key_value_heads"]
-    require(n_heads % n_kv == 0, "model.hf_config.num_key_value_heads", n_kv, f"must divide num_attention_heads={n_heads}{where}")
+    require(
+        n_heads % n_kv == 0,
+        "model.hf_config.num_key_value_heads",
+        n_kv,
+        f"must divide num_attention_heads={n_heads}{where}",
+    )
     if "word_embed_proj_dim" in arch and arch["word_embed_proj_dim"] is None:
         arch["word_embed_proj_dim"] = hidden
     return arch
@@ -233,8 +295,10 @@ def count_params(arch: dict[str, Any]) -> int:
         final_norm = norm if arch["do_layer_norm_before"] and not arch["_remove_final_layer_norm"] else 0
         head = 0 if arch["tie_word_embeddings"] else vocab * proj
         return embed + projections + n_layers * per_layer + final_norm + head
-    raise ConfigError(f"model.hf_config.model_type={arch['model_type']!r} has no parameter-count formula; "
-                      f"use one of {', '.join(FAMILY_DEFAULTS)} or set model.num_params")  # fmt: skip
+    raise ConfigError(
+        f"model.hf_config.model_type={arch['model_type']!r} has no parameter-count formula; "
+        f"use one of {', '.join(FAMILY_DEFAULTS)} or set model.num_params"
+    )
 
 
 def model_spec(cfg: ModelConfig) -> ModelSpec:

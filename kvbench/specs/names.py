@@ -20,5 +20,10 @@ def require_name(key: str, value: object) -> None:
         and NAME_PATTERN.fullmatch(value) is not None
         and ".." not in value  # with the pattern, '..' could still climb out of a folder
     )
-    require(ok, key, value, f"use 1 to {MAX_NAME_CHARS} letters, digits, '.', '_' or '-', starting with a letter "
-            "or digit and without '..' (it names folders and result rows)")  # fmt: skip
+    require(
+        ok,
+        key,
+        value,
+        f"use 1 to {MAX_NAME_CHARS} letters, digits, '.', '_' or '-', starting with a letter "
+        "or digit and without '..' (it names folders and result rows)",
+    )

@@ -15,6 +15,12 @@ from kvbench.testing.allocators import (
 from kvbench.testing.schedulers import SchedulingConformance, build_engine, check_run
 
 __all__ = [
-    "AllocatorConformance", "CachingAllocatorConformance", "SchedulingConformance", "build_engine", "check_invariants", "check_ledger",
-    "check_run", "run_operations",
-]  # fmt: skip
+    "AllocatorConformance",
+    "CachingAllocatorConformance",
+    "SchedulingConformance",
+    "build_engine",
+    "check_invariants",
+    "check_ledger",
+    "check_run",
+    "run_operations",
+]

@@ -38,9 +38,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvbench.core.ledger import LEDGER_FIELDS, MemoryLedger
 from kvbench.core.prefix import block_keys
 from kvbench.memory.allocator import Allocator, Refusal, SeqShape
-from kvbench.core.ledger import LEDGER_FIELDS, MemoryLedger
 
 #: (budget_bytes, kv_bytes_per_token) -> a fresh allocator
 AllocatorFactory = Callable[[int, int], Allocator]
@@ -55,8 +55,14 @@ PROBE_SHAPE = SeqShape(num_tokens=8, s_max_tokens=96, final_kv_tokens=60)
 #   ("project", max_steps)   ("truncate", which_seq, tokens_to_append_then_take_back)
 OPERATIONS = st.lists(
     st.one_of(
-        st.tuples(st.just("allocate"), st.integers(1, 160), st.integers(1, 160), st.integers(0, 64),
-                  st.sampled_from([0.0, 0.0, 0.05, 0.5]), st.sampled_from([1, 1, 1, 2, 3])),
+        st.tuples(
+            st.just("allocate"),
+            st.integers(1, 160),
+            st.integers(1, 160),
+            st.integers(0, 64),
+            st.sampled_from([0.0, 0.0, 0.05, 0.5]),
+            st.sampled_from([1, 1, 1, 2, 3]),
+        ),
         st.tuples(st.just("append"), st.integers(0, 31), st.integers(1, 40), st.sampled_from([1, 7, 40])),
         st.tuples(st.just("fork"), st.integers(0, 31), st.one_of(st.none(), st.integers(0, 80))),
         st.tuples(st.just("free"), st.integers(0, 31)),
@@ -67,7 +73,7 @@ OPERATIONS = st.lists(
     ),
     min_size=10,  # hypothesis favours tiny lists; short runs never reach a full cache
     max_size=50,
-)  # fmt: skip
+)
 
 # For caching allocators, allocations also draw a prefix from the pool (index into the example's
 # ``shared_granules``) and the fraction of the prompt allocated first (the rest is appended, as a
@@ -75,9 +81,19 @@ OPERATIONS = st.lists(
 #   ("allocate", prompt_tokens, output_tokens, extra, keep_free_fraction, num_branches, prefix, first_fraction)
 CACHING_OPERATIONS = st.lists(
     st.one_of(
-        *[st.tuples(st.just("allocate"), st.one_of(st.integers(1, 160), st.sampled_from([33, 64, 100])),
-                    st.integers(1, 160), st.integers(0, 64), st.sampled_from([0.0, 0.0, 0.05, 0.5]),
-                    st.sampled_from([1, 1, 1, 2]), st.integers(0, 3), st.sampled_from([1.0, 1.0, 0.3]))] * 2,
+        *[
+            st.tuples(
+                st.just("allocate"),
+                st.one_of(st.integers(1, 160), st.sampled_from([33, 64, 100])),
+                st.integers(1, 160),
+                st.integers(0, 64),
+                st.sampled_from([0.0, 0.0, 0.05, 0.5]),
+                st.sampled_from([1, 1, 1, 2]),
+                st.integers(0, 3),
+                st.sampled_from([1.0, 1.0, 0.3]),
+            )
+        ]
+        * 2,
         st.tuples(st.just("append"), st.integers(0, 31), st.integers(1, 40), st.sampled_from([1, 7, 40])),
         st.tuples(st.just("fork"), st.integers(0, 31), st.one_of(st.none(), st.integers(0, 80))),
         st.tuples(st.just("free"), st.integers(0, 31)),
@@ -89,15 +105,18 @@ CACHING_OPERATIONS = st.lists(
     ),
     min_size=10,
     max_size=60,
-)  # fmt: skip
+)
 
 
-def prefix_hashes(prompt_tokens: int, granule_tokens: int, shared_granules: int, prefix: int, request: int) -> tuple[int, ...]:
+def prefix_hashes(
+    prompt_tokens: int, granule_tokens: int, shared_granules: int, prefix: int, request: int
+) -> tuple[int, ...]:
     """Chained ids of a prompt whose first ``shared_granules`` granules are prefix ``prefix``'s
     (the same for every request drawing it) and the rest the request's own."""
     num_granules = -(-prompt_tokens // granule_tokens)
-    return tuple((prefix + 1) * 100_000 + g if g < shared_granules else -(request * 100_000 + g) - 1
-                 for g in range(num_granules))  # fmt: skip
+    return tuple(
+        (prefix + 1) * 100_000 + g if g < shared_granules else -(request * 100_000 + g) - 1 for g in range(num_granules)
+    )
 
 
 def check_ledger(alloc: Allocator, next_shape: SeqShape | None = None) -> MemoryLedger:
@@ -207,8 +226,9 @@ def check_cache(alloc: Allocator, num_tokens: dict[int, int], before: list[tuple
     assert cached[: len(stayed)] == stayed, "the evictable queue lost its order"
 
 
-def run_operations(alloc: Allocator, operations: list[tuple], granule_tokens: int = 8,
-                   shared_granules: tuple[int, ...] = (0, 1, 4, 40)) -> None:  # fmt: skip
+def run_operations(
+    alloc: Allocator, operations: list[tuple], granule_tokens: int = 8, shared_granules: tuple[int, ...] = (0, 1, 4, 40)
+) -> None:
     """Apply ``operations`` (see :data:`OPERATIONS`, :data:`CACHING_OPERATIONS`) as a scheduler
     would, checking after each one, then free everything and check that the cache is exactly as it
     was when empty (a caching allocator: that nothing is held and every block is free or cached).
@@ -241,8 +261,9 @@ def run_operations(alloc: Allocator, operations: list[tuple], granule_tokens: in
     assert led.allocated_bytes == 0, "freeing everything left blocks held"
     assert led.free_bytes + led.cached_bytes == empty[0].free_bytes, "a block was lost: free + cached != all"
     # the cached blocks are not lost: one request as large as the pool takes every one of them
-    everything = SeqShape(led.free_bytes // alloc.kv_bytes_per_token + led.cached_bytes // alloc.kv_bytes_per_token,
-                          alloc.budget_bytes, 1)  # fmt: skip
+    everything = SeqShape(
+        led.free_bytes // alloc.kv_bytes_per_token + led.cached_bytes // alloc.kv_bytes_per_token, alloc.budget_bytes, 1
+    )
     if everything.num_tokens:
         assert alloc.allocate(-1, everything) == 0, "cached blocks could not be taken"
         assert alloc.cached_block_ids() == [] and alloc.ledger().free_bytes == 0
@@ -277,8 +298,6 @@ class _Model:
         return any(self.branches_left.get(f, 0) for f in set(self.family[s] for s in self.live()))
 
 
-
-
 def _apply(alloc: Allocator, model: _Model, op: tuple) -> None:
     live = model.live()
     kind = op[0]
@@ -289,10 +308,13 @@ def _apply(alloc: Allocator, model: _Model, op: tuple) -> None:
             return  # the engine rejects such a request up front
         if caching:
             prefix, first_fraction = caching
-            hashes = prefix_hashes(prompt, model.granule_tokens, model.shared_granules[prefix], prefix, model.next_seq_id)
+            hashes = prefix_hashes(
+                prompt, model.granule_tokens, model.shared_granules[prefix], prefix, model.next_seq_id
+            )
             first = max(1, int(first_fraction * prompt))
-            shape = shape._replace(num_tokens=first, prompt_tokens=prompt, prefix_hashes=hashes,
-                                   hash_block_tokens=model.granule_tokens)  # fmt: skip
+            shape = shape._replace(
+                num_tokens=first, prompt_tokens=prompt, prefix_hashes=hashes, hash_block_tokens=model.granule_tokens
+            )
             keys_before = _key_map(alloc) if alloc.capabilities.caches_prefixes else {}
         keep_free_bytes = int(keep_fraction * alloc.budget_bytes)
         before = _snapshot(alloc, live)
@@ -578,8 +600,9 @@ class CachingAllocatorConformance(AllocatorConformance):
             shared_granules=st.tuples(st.just(0), st.integers(1, 4), st.integers(1, 12), st.just(1000)),
             operations=CACHING_OPERATIONS,
         )
-        def run(kv_bytes_per_token: int, budget_tokens: int, granule_tokens: int, shared_granules: tuple,
-                operations: list) -> None:  # fmt: skip
+        def run(
+            kv_bytes_per_token: int, budget_tokens: int, granule_tokens: int, shared_granules: tuple, operations: list
+        ) -> None:
             alloc = allocator_factory(budget_tokens * kv_bytes_per_token, kv_bytes_per_token)
             run_operations(alloc, operations, granule_tokens, shared_granules)
 

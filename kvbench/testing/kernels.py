@@ -32,9 +32,15 @@ class DecodeCase:
 
     def build(self, dtype: torch.dtype, device="cpu", seed: int = 0) -> PagedCase:
         return make_paged_case(
-            list(self.seq_lens), self.num_heads, self.num_kv_heads, self.head_dim, self.block_size, dtype, device,
+            list(self.seq_lens),
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            self.block_size,
+            dtype,
+            device,
             seed=seed,
-        )  # fmt: skip
+        )
 
 
 DECODE_CASES = (

@@ -26,13 +26,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvbench.core.ledger import LEDGER_FIELDS
 from kvbench.core.request import Request
 from kvbench.engine import Engine
 from kvbench.exec.costmodel import CostModel
 from kvbench.exec.sim import SimExecutor
 from kvbench.memory.allocator import Allocator
 from kvbench.memory.host_pool import HostSwapPool
-from kvbench.core.ledger import LEDGER_FIELDS
 from kvbench.metrics.recorder import RunRecord
 from kvbench.sched.preemption import VICTIMS
 from kvbench.sched.scheduler import Scheduler, SchedulerConfig
@@ -44,9 +44,17 @@ TINY_MODEL = ModelSpec("tiny", num_layers=2, num_heads=2, num_kv_heads=2, head_d
 
 
 def tiny_hardware(kv_budget_bytes: int, host_swap_bytes: int = 64 * 64) -> HardwareSpec:
-    return HardwareSpec(name="tiny", hbm_bytes=1e9, hbm_bandwidth_bytes_per_s=1e6, dense_flops_per_s=1e8,
-                        prefill_flops_efficiency=0.5, host_link_bytes_per_s=1e5, host_transfer_overhead_s=1e-4,
-                        host_swap_bytes=host_swap_bytes, kv_budget_bytes=kv_budget_bytes)  # fmt: skip
+    return HardwareSpec(
+        name="tiny",
+        hbm_bytes=1e9,
+        hbm_bandwidth_bytes_per_s=1e6,
+        dense_flops_per_s=1e8,
+        prefill_flops_efficiency=0.5,
+        host_link_bytes_per_s=1e5,
+        host_transfer_overhead_s=1e-4,
+        host_swap_bytes=host_swap_bytes,
+        kv_budget_bytes=kv_budget_bytes,
+    )
 
 
 def build_engine(
@@ -107,10 +115,17 @@ def check_run(engine: Engine, requests: list[Request], record: RunRecord) -> Non
 #: a small request: (arrival gap in seconds, prompt, output per branch, branches, beam-search re-fork
 #: probability, which prefix of a pool of three it starts with: 4, 12 or 40 shared tokens)
 REQUESTS = st.lists(
-    st.tuples(st.sampled_from([0.0, 0.0, 0.01, 0.5]), st.integers(1, 40), st.integers(1, 30),
-              st.sampled_from([1, 1, 1, 2, 3]), st.sampled_from([0.0, 0.0, 0.5]), st.integers(0, 2)),
-    min_size=1, max_size=10,
-)  # fmt: skip
+    st.tuples(
+        st.sampled_from([0.0, 0.0, 0.01, 0.5]),
+        st.integers(1, 40),
+        st.integers(1, 30),
+        st.sampled_from([1, 1, 1, 2, 3]),
+        st.sampled_from([0.0, 0.0, 0.5]),
+        st.integers(0, 2),
+    ),
+    min_size=1,
+    max_size=10,
+)
 
 #: tokens per prefix-hash granule of the suite's requests, and how many granules each prefix shares
 HASH_BLOCK_TOKENS = 4
@@ -124,10 +139,23 @@ def make_requests(rows: list[tuple]) -> list[Request]:
         hashes = ()
         if prefix:  # chained ids: shared up to the prefix's length, the request's own after
             granules = -(-prompt // HASH_BLOCK_TOKENS)
-            hashes = tuple((prefix[0] + 1) * 1000 + g if g < SHARED_GRANULES[prefix[0]] else -(i * 1000 + g) - 1
-                           for g in range(granules))  # fmt: skip
-        requests.append(Request(i, arrival_s, prompt, prompt + output, (output,) * branches, beam if branches > 1 else 0.0,
-                                7, hashes, HASH_BLOCK_TOKENS if hashes else 0))  # fmt: skip
+            hashes = tuple(
+                (prefix[0] + 1) * 1000 + g if g < SHARED_GRANULES[prefix[0]] else -(i * 1000 + g) - 1
+                for g in range(granules)
+            )
+        requests.append(
+            Request(
+                i,
+                arrival_s,
+                prompt,
+                prompt + output,
+                (output,) * branches,
+                beam if branches > 1 else 0.0,
+                7,
+                hashes,
+                HASH_BLOCK_TOKENS if hashes else 0,
+            )
+        )
     return requests
 
 
@@ -151,8 +179,9 @@ def allocators(budget_tokens: int) -> dict[str, Allocator]:
     for label, options in ALLOCATORS.items():
         options = {"name": label, **options}
         cls = lookup("allocator", options["name"])
-        made[label] = cls(plugin_config(cls, options, "allocator"), budget_bytes=budget_tokens * kv,
-                          kv_bytes_per_token=kv)  # fmt: skip
+        made[label] = cls(
+            plugin_config(cls, options, "allocator"), budget_bytes=budget_tokens * kv, kv_bytes_per_token=kv
+        )
     return made
 
 
@@ -173,17 +202,29 @@ class SchedulingConformance:
         raise NotImplementedError("override the policy_class fixture")
 
     @pytest.mark.parametrize("allocator_name", list(ALLOCATORS))
-    def test_heavy_preemption_loses_no_request_and_both_loops_agree(self, scheduler_class, policy_class, allocator_name):
+    def test_heavy_preemption_loses_no_request_and_both_loops_agree(
+        self, scheduler_class, policy_class, allocator_name
+    ):
         @settings(max_examples=self.max_examples, deadline=None)
-        @given(rows=REQUESTS, budget_tokens=st.sampled_from([72, 96, 160]), watermark=st.sampled_from([0.0, 0.1]),
-               victim=st.sampled_from(sorted(VICTIMS)))  # fmt: skip
+        @given(
+            rows=REQUESTS,
+            budget_tokens=st.sampled_from([72, 96, 160]),
+            watermark=st.sampled_from([0.0, 0.1]),
+            victim=st.sampled_from(sorted(VICTIMS)),
+        )
         def run(rows, budget_tokens, watermark, victim):
             requests = make_requests(rows)
             config = scheduler_class.Config(max_num_seqs=8, max_num_batched_tokens=64, watermark_fraction=watermark)
             tables = []
             for event_driven in (True, False):
-                engine = build_engine(scheduler_class, policy_class, allocators(budget_tokens)[allocator_name],
-                                      scheduler_config=config, victim=victim, event_driven=event_driven)  # fmt: skip
+                engine = build_engine(
+                    scheduler_class,
+                    policy_class,
+                    allocators(budget_tokens)[allocator_name],
+                    scheduler_config=config,
+                    victim=victim,
+                    event_driven=event_driven,
+                )
                 if not _admissible(engine, requests):
                     return
                 record = engine.run(requests)

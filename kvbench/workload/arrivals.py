@@ -55,8 +55,10 @@ def check_arrival_span(arrival_s: np.ndarray, cause: str) -> None:
     """Refuse a workload whose last request arrives later than MAX_ARRIVAL_S; ``cause`` names the
     options that set the times (a rate, a rate scale, the file)."""
     if len(arrival_s) and float(arrival_s[-1]) > MAX_ARRIVAL_S:
-        raise ConfigError(f"the last request arrives {float(arrival_s[-1]):.3g} s after the start, beyond the "
-                          f"{MAX_ARRIVAL_S:.0e} s (about 32 years) a run accepts: {cause}")  # fmt: skip
+        raise ConfigError(
+            f"the last request arrives {float(arrival_s[-1]):.3g} s after the start, beyond the "
+            f"{MAX_ARRIVAL_S:.0e} s (about 32 years) a run accepts: {cause}"
+        )
 
 
 def validate_s_max_mix(mix: Sequence[SmaxClass], key: str) -> None:

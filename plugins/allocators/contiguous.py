@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kvbench.core.ledger import MemoryLedger
 from kvbench.memory.allocator import (
     Allocator,
     AllocatorCapabilities,
@@ -27,7 +28,6 @@ from kvbench.memory.allocator import (
     SeqShape,
     Transfer,
 )
-from kvbench.core.ledger import MemoryLedger
 
 
 class ContiguousAllocator(Allocator):
@@ -175,8 +175,14 @@ class ContiguousAllocator(Allocator):
         for seq_id in seq_ids:
             tokens = self._num_tokens[seq_id]
             spares = self._spares.get(seq_id, [])
-            record = (tokens, self._final[seq_id], self._capacity[seq_id], self._root[seq_id],
-                      [capacity for _, capacity in spares], self._spare_final.get(seq_id))  # fmt: skip
+            record = (
+                tokens,
+                self._final[seq_id],
+                self._capacity[seq_id],
+                self._root[seq_id],
+                [capacity for _, capacity in spares],
+                self._spare_final.get(seq_id),
+            )
             self.free(seq_id)
             self._swapped[seq_id] = record
             num_bytes += tokens * self.kv_bytes_per_token
@@ -237,9 +243,13 @@ class ContiguousAllocator(Allocator):
     def footprint(self, seq_ids: Sequence[int]) -> Footprint:
         held = sum(self._capacity[s] + sum(c for _, c in self._spares.get(s, ())) for s in seq_ids)
         tokens = [self._num_tokens[s] for s in seq_ids]
-        return Footprint(held * self.kv_bytes_per_token, Transfer(sum(tokens) * self.kv_bytes_per_token, sum(1 for t in tokens if t)))
+        return Footprint(
+            held * self.kv_bytes_per_token, Transfer(sum(tokens) * self.kv_bytes_per_token, sum(1 for t in tokens if t))
+        )
 
-    def project_decode(self, seq_ids: Sequence[int], max_steps: int, next_shape: SeqShape | None = None) -> DecodeProjection:
+    def project_decode(
+        self, seq_ids: Sequence[int], max_steps: int, next_shape: SeqShape | None = None
+    ) -> DecodeProjection:
         """Growth never takes memory until a range is full, and every step turns one reserved slot
         per sequence into a token slot (no sequence passes its final length within ``max_steps``)."""
         if not seq_ids or max_steps <= 0:

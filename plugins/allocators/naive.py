@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvbench_plugins.allocators.contiguous import ContiguousAllocator
+
 from kvbench import hookimpl
 from kvbench.errors import require
 from kvbench.memory.allocator import SeqShape
-from kvbench_plugins.allocators.contiguous import ContiguousAllocator
 
 
 @dataclass

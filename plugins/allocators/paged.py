@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kvbench import hookimpl
+from kvbench.core.ledger import MemoryLedger
 from kvbench.core.prefix import BlockKey, block_keys
 from kvbench.errors import require
 from kvbench.memory.allocator import (
@@ -57,7 +58,6 @@ from kvbench.memory.allocator import (
     SeqShape,
     Transfer,
 )
-from kvbench.core.ledger import MemoryLedger
 
 
 @dataclass
@@ -77,8 +77,9 @@ class PagedConfig:
             size,
             "use a power of two from 8 to 256",
         )
-        require(isinstance(self.prefix_caching, bool), "allocator.prefix_caching", self.prefix_caching,
-                "use true or false")  # fmt: skip
+        require(
+            isinstance(self.prefix_caching, bool), "allocator.prefix_caching", self.prefix_caching, "use true or false"
+        )
 
 
 class PagedAllocator(Allocator):
@@ -117,8 +118,12 @@ class PagedAllocator(Allocator):
         self._num_future_slots = 0
         # swapped-out families: their block-table structure, to rebuild with the same sharing, and
         # the keys of their blocks (position -> key) and of their prompts (seq -> keys, next index)
-        self._swapped: dict[tuple[int, ...], tuple[list[tuple[int, list[int], int, int]], dict[int, BlockKey],
-                                                    dict[int, tuple[list[BlockKey], int | None]]]] = {}  # fmt: skip
+        self._swapped: dict[
+            tuple[int, ...],
+            tuple[
+                list[tuple[int, list[int], int, int]], dict[int, BlockKey], dict[int, tuple[list[BlockKey], int | None]]
+            ],
+        ] = {}
         #: copy-on-write block copies made by ``append`` so far
         self.num_cow_copies = 0
         # --- the prefix cache (all empty when prefix_caching is off) ---
@@ -239,7 +244,11 @@ class PagedAllocator(Allocator):
         shared last block first (copy-on-write)."""
         tokens = self._num_tokens[seq_id]
         offset = tokens % self._block_size_tokens
-        if offset and num_tokens <= self._block_size_tokens - offset and self._tables[seq_id][-1] not in self._shared_refs:
+        if (
+            offset
+            and num_tokens <= self._block_size_tokens - offset
+            and self._tables[seq_id][-1] not in self._shared_refs
+        ):
             # the hot path: room in our own last block; that much of its tail becomes tokens
             self._num_tokens[seq_id] = tokens + num_tokens
             self._num_token_slots += num_tokens
@@ -469,7 +478,9 @@ class PagedAllocator(Allocator):
         num_blocks = len(holders)
         return Footprint(num_held * self.block_bytes, Transfer(num_blocks * self.block_bytes, num_blocks))
 
-    def project_decode(self, seq_ids: Sequence[int], max_steps: int, next_shape: SeqShape | None = None) -> DecodeProjection:
+    def project_decode(
+        self, seq_ids: Sequence[int], max_steps: int, next_shape: SeqShape | None = None
+    ) -> DecodeProjection:
         """Exact in closed form, in O(sequences + steps).
 
         A sequence with ``s`` free slots in its own last block takes a new block at steps
@@ -509,14 +520,17 @@ class PagedAllocator(Allocator):
         led = self.ledger(next_shape)
         # new blocks come from truly free ones first, then by evicting cached ones
         from_free = np.minimum(new_blocks[:num_steps], len(self._free_block_ids) + self._num_fresh)
-        return DecodeProjection(num_steps, {
-            "token_bytes": led.token_bytes + kv * token_slots,
-            "reserved_future_bytes": led.reserved_future_bytes + kv * (new_slots - token_slots - internal_slots),
-            "internal_bytes": led.internal_bytes + kv * internal_slots,
-            "external_bytes": np.full(num_steps, led.external_bytes, dtype=np.int64),
-            "free_bytes": led.free_bytes - self.block_bytes * from_free,
-            "cached_bytes": led.cached_bytes - self.block_bytes * (new_blocks[:num_steps] - from_free),
-        })  # fmt: skip
+        return DecodeProjection(
+            num_steps,
+            {
+                "token_bytes": led.token_bytes + kv * token_slots,
+                "reserved_future_bytes": led.reserved_future_bytes + kv * (new_slots - token_slots - internal_slots),
+                "internal_bytes": led.internal_bytes + kv * internal_slots,
+                "external_bytes": np.full(num_steps, led.external_bytes, dtype=np.int64),
+                "free_bytes": led.free_bytes - self.block_bytes * from_free,
+                "cached_bytes": led.cached_bytes - self.block_bytes * (new_blocks[:num_steps] - from_free),
+            },
+        )
 
     # --- internals -------------------------------------------------------------------------------
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
+from kvbench_plugins.allocators.contiguous import ContiguousAllocator
+
 from kvbench import hookimpl
 from kvbench.errors import require
 from kvbench.memory.allocator import SeqShape
-from kvbench_plugins.allocators.contiguous import ContiguousAllocator
 
 RESERVE_POLICIES = ("declared", "pow2", "oracle")
 PLACEMENTS = ("first_fit", "best_fit", "buddy")
@@ -37,13 +38,25 @@ class PerRequestConfig:
     granule_tokens: int = 16
 
     def validate(self) -> None:
-        require(self.reserve in RESERVE_POLICIES, "allocator.reserve", self.reserve,
-                f"choose one of {', '.join(RESERVE_POLICIES)}")
-        require(self.placement in PLACEMENTS, "allocator.placement", self.placement,
-                f"choose one of {', '.join(PLACEMENTS)}")
+        require(
+            self.reserve in RESERVE_POLICIES,
+            "allocator.reserve",
+            self.reserve,
+            f"choose one of {', '.join(RESERVE_POLICIES)}",
+        )
+        require(
+            self.placement in PLACEMENTS,
+            "allocator.placement",
+            self.placement,
+            f"choose one of {', '.join(PLACEMENTS)}",
+        )
         size = self.granule_tokens
-        require(isinstance(size, int) and size >= 1 and size & (size - 1) == 0,
-                "allocator.granule_tokens", size, "use a power of two >= 1")
+        require(
+            isinstance(size, int) and size >= 1 and size & (size - 1) == 0,
+            "allocator.granule_tokens",
+            size,
+            "use a power of two >= 1",
+        )
 
 
 class _HoleList:
@@ -183,7 +196,9 @@ class PerRequestAllocator(ContiguousAllocator):
         if reserve == "declared":
             tokens = shape.s_max_tokens
         elif reserve == "pow2":  # the output over-reserved by at most 2x (the paper: 25 -> 32)
-            prompt = min(shape.num_tokens if shape.prompt_tokens is None else shape.prompt_tokens, shape.final_kv_tokens)
+            prompt = min(
+                shape.num_tokens if shape.prompt_tokens is None else shape.prompt_tokens, shape.final_kv_tokens
+            )
             output = shape.final_kv_tokens + 1 - prompt
             tokens = prompt + (1 << (output - 1).bit_length())
         else:

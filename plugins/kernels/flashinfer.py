@@ -123,10 +123,17 @@ class FlashInferKernel(Kernel):
         indptr, indices, last_page_len = paged_kv_indices(block_tables, seq_lens, block_size)
         wrapper = self._wrapper(query.device)
         wrapper.plan(
-            indptr, indices, last_page_len, num_heads, num_kv_heads, head_dim, block_size,
-            q_data_type=query.dtype, kv_data_type=key_cache.dtype,
+            indptr,
+            indices,
+            last_page_len,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            block_size,
+            q_data_type=query.dtype,
+            kv_data_type=key_cache.dtype,
             sm_scale=1.0 / math.sqrt(head_dim) if scale is None else float(scale),
-        )  # fmt: skip
+        )
         return lambda: wrapper.run(query, (key_cache, value_cache))
 
     def decode(self, query, key_cache, value_cache, block_tables, seq_lens, scale: float | None = None):

@@ -91,9 +91,15 @@ class TritonKernel(Kernel):
         from kvbench.kernels import triton_decode
 
         plan = triton_decode.plan_launch(
-            query, key_cache, value_cache, block_tables, seq_lens, scale,
-            interpret=triton_decode.interpreter_active(), **self._options(),
-        )  # fmt: skip
+            query,
+            key_cache,
+            value_cache,
+            block_tables,
+            seq_lens,
+            scale,
+            interpret=triton_decode.interpreter_active(),
+            **self._options(),
+        )
         triton_decode.kernels(plan.interpret)  # build the kernel objects now, not inside the timed call
         return lambda: triton_decode.launch(plan)
 

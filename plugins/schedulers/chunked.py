@@ -20,8 +20,12 @@ class ChunkedScheduler(Scheduler):
         super().__init__(config, **kwargs)
         cfg = self.config
         # as vLLM requires: every running sequence's decode must fit the step's budget
-        require(cfg.max_num_batched_tokens >= cfg.max_num_seqs, "scheduler.max_num_batched_tokens",
-                cfg.max_num_batched_tokens, f"chunked prefill needs at least scheduler.max_num_seqs={cfg.max_num_seqs}")  # fmt: skip
+        require(
+            cfg.max_num_batched_tokens >= cfg.max_num_seqs,
+            "scheduler.max_num_batched_tokens",
+            cfg.max_num_batched_tokens,
+            f"chunked prefill needs at least scheduler.max_num_seqs={cfg.max_num_seqs}",
+        )
 
     def _schedule(self, plan) -> None:
         budget = self.config.max_num_batched_tokens

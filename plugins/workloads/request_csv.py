@@ -105,8 +105,14 @@ class RequestTable:
     lines: np.ndarray  #: each row's line in the file, for error messages
 
 
-def read_requests(path: Path, limit: int | None = None, *, sorted_arrivals: bool = True, skip: int = 0,
-                  fields: tuple[str, ...] = tuple(COLUMNS)) -> RequestTable:  # fmt: skip
+def read_requests(
+    path: Path,
+    limit: int | None = None,
+    *,
+    sorted_arrivals: bool = True,
+    skip: int = 0,
+    fields: tuple[str, ...] = tuple(COLUMNS),
+) -> RequestTable:
     """Read and check the request CSV at ``path``: ``limit`` rows (all when None) after the first
     ``skip``; the arrival column must be sorted when ``sorted_arrivals`` (a source that replaces the
     arrivals does not care). Only ``fields`` are read (a length file's other columns are ignored)."""
@@ -117,7 +123,9 @@ def read_requests(path: Path, limit: int | None = None, *, sorted_arrivals: bool
         try:
             header = next(reader, None)
             if not header:
-                raise ConfigError(f"{path}: the file is empty; it needs a header row naming its columns and one row per request")
+                raise ConfigError(
+                    f"{path}: the file is empty; it needs a header row naming its columns and one row per request"
+                )
             where = _locate_columns(path, [name.strip() for name in header], fields)
             values: dict[str, list] = {field: [] for field in where}
             lines: list[int] = []
@@ -130,8 +138,9 @@ def read_requests(path: Path, limit: int | None = None, *, sorted_arrivals: bool
                 for field, (index, name) in where.items():
                     values[field].append(parse_cell(path, reader.line_num, row, index, name, field))
         except (UnicodeDecodeError, csv.Error) as exc:  # not text, or broken quoting: not a CSV we can read
-            raise ConfigError(f"{path}: near line {reader.line_num + 1}, not readable as UTF-8 CSV ({exc}); "
-                              "save it as CSV text") from None
+            raise ConfigError(
+                f"{path}: near line {reader.line_num + 1}, not readable as UTF-8 CSV ({exc}); save it as CSV text"
+            ) from None
         except OSError as exc:  # a read error part-way (a disk, a network mount)
             raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if not lines:
@@ -144,19 +153,25 @@ def read_requests(path: Path, limit: int | None = None, *, sorted_arrivals: bool
     if arrival_s is not None and sorted_arrivals:
         _check_sorted(path, arrival_s, lines, where["arrival_s"])
     s_max = np.array(values["s_max_tokens"], dtype=np.int64) if "s_max_tokens" in values else None
-    return RequestTable(np.array(values["prompt_tokens"], dtype=np.int64), np.array(values["output_tokens"], dtype=np.int64),
-                        arrival_s, s_max, np.array(lines, dtype=np.int64))  # fmt: skip
+    return RequestTable(
+        np.array(values["prompt_tokens"], dtype=np.int64),
+        np.array(values["output_tokens"], dtype=np.int64),
+        arrival_s,
+        s_max,
+        np.array(lines, dtype=np.int64),
+    )
 
 
 def check_window(path: Path, num_rows: int, skip: int, limit: int | None) -> None:
     """Refuse a start offset or a request limit the ``num_rows`` rows read cannot satisfy."""
     if skip >= num_rows:
-        raise ConfigError(f"{_KEY}.start_offset={skip} skips every one of the {num_rows} requests in {path}; "
-                          "lower it")  # fmt: skip
+        raise ConfigError(f"{_KEY}.start_offset={skip} skips every one of the {num_rows} requests in {path}; lower it")
     if limit is not None and num_rows - skip < limit:
         after = f" after start_offset={skip}" if skip else ""
-        raise ConfigError(f"{_KEY}.num_requests={limit} is more than the {num_rows - skip} requests{after} in {path}; "
-                          "lower it or use null for every row")  # fmt: skip
+        raise ConfigError(
+            f"{_KEY}.num_requests={limit} is more than the {num_rows - skip} requests{after} in {path}; "
+            "lower it or use null for every row"
+        )
 
 
 def check_header_characters(path: Path, header: list[str], known: tuple[str, ...]) -> None:
@@ -167,8 +182,10 @@ def check_header_characters(path: Path, header: list[str], known: tuple[str, ...
         hidden = invisible_characters(name)
         cleaned = "".join(ch for ch in name if ch.isprintable() and not (ch.isspace() and ch != " ")).strip()
         if hidden and cleaned in known:
-            raise ConfigError(f"{path}:1:{number}: the header cell {name!r} is the column {cleaned!r} with "
-                              f"invisible characters ({', '.join(hidden)}) in it; remove them")  # fmt: skip
+            raise ConfigError(
+                f"{path}:1:{number}: the header cell {name!r} is the column {cleaned!r} with "
+                f"invisible characters ({', '.join(hidden)}) in it; remove them"
+            )
 
 
 def _locate_columns(path: Path, header: list[str], fields: tuple[str, ...]) -> dict[str, tuple[int, str]]:
@@ -183,8 +200,10 @@ def _locate_columns(path: Path, header: list[str], fields: tuple[str, ...]) -> d
         if present:
             where[field] = (header.index(present[0]), present[0])
         elif field not in OPTIONAL:
-            raise ConfigError(f"{path}: no {field} column; name one {' or '.join(names)} "
-                              f"(the header has: {visible(', '.join(header), limit=200)})")  # fmt: skip
+            raise ConfigError(
+                f"{path}: no {field} column; name one {' or '.join(names)} "
+                f"(the header has: {visible(', '.join(header), limit=200)})"
+            )
     return where
 
 
@@ -207,15 +226,21 @@ def parse_cell(path: Path, line: int, row: list[str], index: int, name: str, fie
     if field == "arrival_s":
         value = float(text) if _DECIMAL.fullmatch(text) else math.nan
         if not (math.isfinite(value) and value >= 0):
-            raise ConfigError(f"{where}: {name}={shown!r} is not a time in seconds >= 0 (plain digits, e.g. 12.5); fix the row")
+            raise ConfigError(
+                f"{where}: {name}={shown!r} is not a time in seconds >= 0 (plain digits, e.g. 12.5); fix the row"
+            )
         if value > MAX_ARRIVAL_S:
-            raise ConfigError(f"{where}: {name}={shown!r} is beyond {MAX_ARRIVAL_S:.0e} s (about 32 years) from the start "
-                              "of the run; times are seconds from the first request: rebase them")  # fmt: skip
+            raise ConfigError(
+                f"{where}: {name}={shown!r} is beyond {MAX_ARRIVAL_S:.0e} s (about 32 years) from the start "
+                "of the run; times are seconds from the first request: rebase them"
+            )
         return value
     count = parse_tokens(text)
     if count is None:
-        raise ConfigError(f"{where}: {name}={shown!r} is not a whole number of tokens in [1, {MAX_REQUEST_TOKENS}] "
-                          "written in plain digits; fix the row")  # fmt: skip
+        raise ConfigError(
+            f"{where}: {name}={shown!r} is not a whole number of tokens in [1, {MAX_REQUEST_TOKENS}] "
+            "written in plain digits; fix the row"
+        )
     return count
 
 
@@ -223,8 +248,10 @@ def _check_sorted(path: Path, arrival_s: np.ndarray, lines: list[int], column: t
     earlier = np.flatnonzero(np.diff(arrival_s) < 0)
     if len(earlier):
         row, (index, name) = int(earlier[0]) + 1, column
-        raise ConfigError(f"{path}:{lines[row]}:{index + 1}: {name}={float(arrival_s[row])!r} is earlier than the row "
-                          f"above it ({float(arrival_s[row - 1])!r}): sort the file by {name}")  # fmt: skip
+        raise ConfigError(
+            f"{path}:{lines[row]}:{index + 1}: {name}={float(arrival_s[row])!r} is earlier than the row "
+            f"above it ({float(arrival_s[row - 1])!r}): sort the file by {name}"
+        )
 
 
 class RequestCsvWorkload(WorkloadSource):
@@ -258,13 +285,18 @@ class RequestCsvWorkload(WorkloadSource):
         elif cfg.s_max_policy == "request":
             return total
         else:
-            s_max, source = np.full(len(total), cfg.s_max_tokens, dtype=np.int64), f"{_KEY}.s_max_tokens={cfg.s_max_tokens}"
+            s_max, source = (
+                np.full(len(total), cfg.s_max_tokens, dtype=np.int64),
+                f"{_KEY}.s_max_tokens={cfg.s_max_tokens}",
+            )
         over = np.flatnonzero(total > s_max)
         if len(over):
             row = int(over[0])
             fix = "fix the row" if table.s_max_tokens is not None else "raise it or use workload.s_max_policy=request"
-            raise ConfigError(f"{self.path}:{table.lines[row]}: prompt + output = {int(total[row])} tokens is more than "
-                              f"the request's declared S_max ({int(s_max[row])}, from {source}): {fix}")  # fmt: skip
+            raise ConfigError(
+                f"{self.path}:{table.lines[row]}: prompt + output = {int(total[row])} tokens is more than "
+                f"the request's declared S_max ({int(s_max[row])}, from {source}): {fix}"
+            )
         return s_max
 
     def generate(self, rng: np.random.Generator) -> Workload:
@@ -275,8 +307,12 @@ class RequestCsvWorkload(WorkloadSource):
             arrival_s = self.table.arrival_s if self.table.arrival_s is not None else np.zeros(n, dtype=np.float64)
         else:
             arrival_s = arrival_times_s(cfg.arrival, n, cfg.rate_per_s, rng)
-        return Workload(arrival_s=arrival_s.copy(), prompt_tokens=self.table.prompt_tokens.copy(),
-                        output_tokens=self.table.output_tokens.copy(), s_max_tokens=self.s_max_tokens.copy())  # fmt: skip
+        return Workload(
+            arrival_s=arrival_s.copy(),
+            prompt_tokens=self.table.prompt_tokens.copy(),
+            output_tokens=self.table.output_tokens.copy(),
+            s_max_tokens=self.s_max_tokens.copy(),
+        )
 
 
 @hookimpl

@@ -119,19 +119,35 @@ class SyntheticConfig:
             require(ok, f"{_KEY}.{key}", value, f"use null or an integer >= workload.min_tokens={self.min_tokens}")
         require(self.num_branches >= 1, f"{_KEY}.num_branches", self.num_branches, "use an integer >= 1")
         require(self.fan_out in FAN_OUTS, f"{_KEY}.fan_out", self.fan_out, f"choose one of {', '.join(FAN_OUTS)}")
-        require(math.isfinite(self.beam_fork_probability) and 0 <= self.beam_fork_probability <= 1,
-                f"{_KEY}.beam_fork_probability", self.beam_fork_probability, "use a probability in [0, 1]")  # fmt: skip
-        require(self.shared_prefix_tokens >= 0, f"{_KEY}.shared_prefix_tokens", self.shared_prefix_tokens,
-                "use an integer >= 0 (0: no shared prefix)")  # fmt: skip
-        require(self.hash_block_tokens >= 1, f"{_KEY}.hash_block_tokens", self.hash_block_tokens,
-                "use an integer >= 1 (the prefix-hash granule in tokens)")  # fmt: skip
+        require(
+            math.isfinite(self.beam_fork_probability) and 0 <= self.beam_fork_probability <= 1,
+            f"{_KEY}.beam_fork_probability",
+            self.beam_fork_probability,
+            "use a probability in [0, 1]",
+        )
+        require(
+            self.shared_prefix_tokens >= 0,
+            f"{_KEY}.shared_prefix_tokens",
+            self.shared_prefix_tokens,
+            "use an integer >= 0 (0: no shared prefix)",
+        )
+        require(
+            self.hash_block_tokens >= 1,
+            f"{_KEY}.hash_block_tokens",
+            self.hash_block_tokens,
+            "use an integer >= 1 (the prefix-hash granule in tokens)",
+        )
         validate_arrivals(self.arrival, self.rate_per_s, _KEY)
         if self.arrival == "poisson":
             # at a rate of 1e-300/s every step time would vanish into the arrival times (see MAX_ARRIVAL_S)
             span_s = self.num_requests / self.rate_per_s
-            require(span_s <= MAX_ARRIVAL_S, f"{_KEY}.rate_per_s", self.rate_per_s,
-                    f"{self.num_requests} requests would arrive over ~{span_s:.3g} s; use a rate >= "
-                    f"workload.num_requests / {MAX_ARRIVAL_S:.0e} s")  # fmt: skip
+            require(
+                span_s <= MAX_ARRIVAL_S,
+                f"{_KEY}.rate_per_s",
+                self.rate_per_s,
+                f"{self.num_requests} requests would arrive over ~{span_s:.3g} s; use a rate >= "
+                f"workload.num_requests / {MAX_ARRIVAL_S:.0e} s",
+            )
         require(self.s_max_tokens >= 2, f"{_KEY}.s_max_tokens", self.s_max_tokens, "use an integer >= 2")
         if self.s_max_mix is not None:
             validate_s_max_mix(self.s_max_mix, f"{_KEY}.s_max_mix")
@@ -211,7 +227,9 @@ class SyntheticWorkload(WorkloadSource):
             prompt_tokens = _lognormal_tokens(cfg.prompt_tokens, cfg.prompt_sigma, cfg.min_tokens, upper, n, rng)
             upper = min(cfg.max_output_tokens or largest, largest)
             # one draw per branch, request by request (a single column when there is one branch)
-            drawn = _lognormal_tokens(cfg.output_tokens, cfg.output_sigma, cfg.min_tokens, upper, n * drawn_branches, rng)
+            drawn = _lognormal_tokens(
+                cfg.output_tokens, cfg.output_sigma, cfg.min_tokens, upper, n * drawn_branches, rng
+            )
             # Clip into each request's own declared S_max (see the module docstring): leave room
             # for at least min_tokens of output, then let the output fill what remains.
             prompt_tokens = np.minimum(prompt_tokens, s_max_tokens - cfg.min_tokens)

@@ -45,6 +45,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from kvbench_plugins.workloads.trace_formats import (
+    TraceRows,
+    read_azure,
+    read_lengths,
+    read_mooncake,
+    read_request_csv,
+)
 from omegaconf import MISSING
 
 import kvbench
@@ -53,13 +60,6 @@ from kvbench.errors import ConfigError, clip, require
 from kvbench.textio import count_lines
 from kvbench.workload.arrivals import ARRIVAL_KINDS, arrival_times_s, validate_arrivals
 from kvbench.workload.source import Workload, WorkloadSource
-from kvbench_plugins.workloads.trace_formats import (
-    TraceRows,
-    read_azure,
-    read_lengths,
-    read_mooncake,
-    read_request_csv,
-)
 
 _KEY = "workload"
 FORMATS = ("azure", "mooncake", "lengths", "request_csv")
@@ -106,8 +106,12 @@ class TraceConfig:
         require(self.start_offset >= 0, f"{_KEY}.start_offset", self.start_offset, "use an integer >= 0")
         require(self.arrival in ARRIVALS, f"{_KEY}.arrival", self.arrival, f"choose one of {', '.join(ARRIVALS)}")
         if self.arrival == "trace":
-            require(self.format != "lengths", f"{_KEY}.arrival", self.arrival,
-                    "a lengths file has no timestamps; use arrival=poisson (with rate_per_s) or all_at_once")  # fmt: skip
+            require(
+                self.format != "lengths",
+                f"{_KEY}.arrival",
+                self.arrival,
+                "a lengths file has no timestamps; use arrival=poisson (with rate_per_s) or all_at_once",
+            )
         else:
             validate_arrivals(self.arrival, self.rate_per_s, _KEY)
         ok = math.isfinite(self.rate_scale) and self.rate_scale > 0
@@ -117,8 +121,12 @@ class TraceConfig:
         require(self.s_max_tokens >= 2, f"{_KEY}.s_max_tokens", self.s_max_tokens, "use an integer >= 2")
         ok = self.model_max_tokens is None or self.model_max_tokens >= 2
         require(ok, f"{_KEY}.model_max_tokens", self.model_max_tokens, "use null or an integer >= 2")
-        require(self.s_max_policy != "model_max" or self.model_max_tokens is not None, f"{_KEY}.model_max_tokens",
-                None, "s_max_policy=model_max needs the model's positions; set it (e.g. 4096 for llama2-7b)")  # fmt: skip
+        require(
+            self.s_max_policy != "model_max" or self.model_max_tokens is not None,
+            f"{_KEY}.model_max_tokens",
+            None,
+            "s_max_policy=model_max needs the model's positions; set it (e.g. 4096 for llama2-7b)",
+        )
         require(self.too_long in TOO_LONG, f"{_KEY}.too_long", self.too_long, f"choose one of {', '.join(TOO_LONG)}")
 
     def longest_tokens(self) -> int | None:
@@ -144,8 +152,11 @@ def resolve_path(path: str) -> Path:
     if given.name == path and path in packaged_traces():
         return TRACES_DIR / path
     if not given.is_file():
-        what = ("is a folder, not a trace file" if given.is_dir()
-                else f"no such file here or among kvbench's traces ({', '.join(packaged_traces())})")  # fmt: skip
+        what = (
+            "is a folder, not a trace file"
+            if given.is_dir()
+            else f"no such file here or among kvbench's traces ({', '.join(packaged_traces())})"
+        )
         raise ConfigError(f"{_KEY}.path={clip(path)!r}: {what}; give the path to a trace file")
     return given
 
@@ -207,21 +218,27 @@ class TraceWorkload(WorkloadSource):
             broken = np.flatnonzero(total > rows.s_max_tokens)
             if len(broken):
                 row = int(broken[0])
-                raise ConfigError(f"{self.path}:{rows.lines[row]}: prompt + output = {int(total[row])} tokens is more than "
-                                  f"the row's own s_max_tokens ({int(rows.s_max_tokens[row])}): fix the row")  # fmt: skip
+                raise ConfigError(
+                    f"{self.path}:{rows.lines[row]}: prompt + output = {int(total[row])} tokens is more than "
+                    f"the row's own s_max_tokens ({int(rows.s_max_tokens[row])}): fix the row"
+                )
         over = np.zeros(len(total), dtype=bool) if longest is None else total > longest
         if not over.any():
             return rows
         if cfg.too_long == "error":
             row = int(np.flatnonzero(over)[0])
-            raise ConfigError(f"{self.path}:{rows.lines[row]}: prompt + output = {int(total[row])} tokens is more than "
-                              f"the {longest} the run accepts ({cfg.limit_source()}): use workload.too_long=drop or "
-                              "clip, or a longer-context model")  # fmt: skip
+            raise ConfigError(
+                f"{self.path}:{rows.lines[row]}: prompt + output = {int(total[row])} tokens is more than "
+                f"the {longest} the run accepts ({cfg.limit_source()}): use workload.too_long=drop or "
+                "clip, or a longer-context model"
+            )
         if cfg.too_long == "drop":
             self.num_dropped = int(over.sum())
             if self.num_dropped == len(total):
-                raise ConfigError(f"{self.path}: all {len(total)} replayed requests are longer than the {longest} tokens "
-                                  f"the run accepts ({cfg.limit_source()}): use a longer-context model or too_long=clip")  # fmt: skip
+                raise ConfigError(
+                    f"{self.path}: all {len(total)} replayed requests are longer than the {longest} tokens "
+                    f"the run accepts ({cfg.limit_source()}): use a longer-context model or too_long=clip"
+                )
             return _select(rows, ~over)
         self.num_clipped = int(over.sum())
         return _clip(rows, longest)
@@ -245,11 +262,14 @@ class TraceWorkload(WorkloadSource):
         else:
             # ticks are exact integers for Azure (ns) and Mooncake (ms): rebase before dividing
             arrival_s = (rows.arrival_ticks - rows.arrival_ticks[0]) / rows.ticks_per_s
-        return Workload(arrival_s=np.asarray(arrival_s / cfg.rate_scale, dtype=np.float64),
-                        prompt_tokens=rows.prompt_tokens.copy(), output_tokens=rows.output_tokens.copy(),
-                        s_max_tokens=self.s_max_tokens.copy(),
-                        prefix_hashes=None if rows.prefix_hashes is None else list(rows.prefix_hashes),
-                        hash_block_tokens=rows.hash_block_tokens if rows.prefix_hashes is not None else 0)  # fmt: skip
+        return Workload(
+            arrival_s=np.asarray(arrival_s / cfg.rate_scale, dtype=np.float64),
+            prompt_tokens=rows.prompt_tokens.copy(),
+            output_tokens=rows.output_tokens.copy(),
+            s_max_tokens=self.s_max_tokens.copy(),
+            prefix_hashes=None if rows.prefix_hashes is None else list(rows.prefix_hashes),
+            hash_block_tokens=rows.hash_block_tokens if rows.prefix_hashes is not None else 0,
+        )
 
 
 def _select(rows: TraceRows, keep: np.ndarray) -> TraceRows:
@@ -257,8 +277,16 @@ def _select(rows: TraceRows, keep: np.ndarray) -> TraceRows:
         return None if column is None else column[keep]
 
     hashes = None if rows.prefix_hashes is None else [h for h, k in zip(rows.prefix_hashes, keep.tolist()) if k]
-    return TraceRows(rows.prompt_tokens[keep], rows.output_tokens[keep], rows.lines[keep], pick(rows.arrival_ticks),
-                     rows.ticks_per_s, pick(rows.s_max_tokens), hashes, rows.hash_block_tokens)  # fmt: skip
+    return TraceRows(
+        rows.prompt_tokens[keep],
+        rows.output_tokens[keep],
+        rows.lines[keep],
+        pick(rows.arrival_ticks),
+        rows.ticks_per_s,
+        pick(rows.s_max_tokens),
+        hashes,
+        rows.hash_block_tokens,
+    )
 
 
 def _clip(rows: TraceRows, longest: int) -> TraceRows:
@@ -270,8 +298,9 @@ def _clip(rows: TraceRows, longest: int) -> TraceRows:
         granule = rows.hash_block_tokens
         hashes = [h[: -(-p // granule)] for h, p in zip(hashes, prompt.tolist())]
     s_max = None if rows.s_max_tokens is None else np.minimum(rows.s_max_tokens, longest)
-    return TraceRows(prompt, output, rows.lines, rows.arrival_ticks, rows.ticks_per_s, s_max, hashes,
-                     rows.hash_block_tokens)  # fmt: skip
+    return TraceRows(
+        prompt, output, rows.lines, rows.arrival_ticks, rows.ticks_per_s, s_max, hashes, rows.hash_block_tokens
+    )
 
 
 @hookimpl

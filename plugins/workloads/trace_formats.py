@@ -17,9 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from kvbench.errors import ConfigError, clip, visible
-from kvbench.textio import open_text
 from kvbench_plugins.workloads.request_csv import (
     INT64_MAX,
     MAX_REQUEST_TOKENS,
@@ -28,6 +25,9 @@ from kvbench_plugins.workloads.request_csv import (
     parse_cell,
     read_requests,
 )
+
+from kvbench.errors import ConfigError, clip, visible
+from kvbench.textio import open_text
 
 #: Mooncake's hash_ids each cover this many prompt tokens (FAST'25 release README)
 MOONCAKE_HASH_BLOCK_TOKENS = 512
@@ -76,12 +76,16 @@ def read_azure(path: Path, skip: int, limit: int | None) -> TraceRows:
         try:
             header = [name.strip() for name in next(reader, None) or []]
             if not header:
-                raise ConfigError(f"{path}: the file is empty; an Azure trace starts with the header {','.join(AZURE_COLUMNS)}")
+                raise ConfigError(
+                    f"{path}: the file is empty; an Azure trace starts with the header {','.join(AZURE_COLUMNS)}"
+                )
             check_header_characters(path, header, AZURE_COLUMNS)
             missing = [name for name in AZURE_COLUMNS if name not in header]
             if missing:
-                raise ConfigError(f"{path}:1: no {missing[0]} column; an Azure trace has the columns "
-                                  f"{', '.join(AZURE_COLUMNS)} (the header has: {visible(', '.join(header), limit=200)})")  # fmt: skip
+                raise ConfigError(
+                    f"{path}:1: no {missing[0]} column; an Azure trace has the columns "
+                    f"{', '.join(AZURE_COLUMNS)} (the header has: {visible(', '.join(header), limit=200)})"
+                )
             at = [header.index(name) for name in AZURE_COLUMNS]
             first_ns = None
             for row in reader:
@@ -97,15 +101,21 @@ def read_azure(path: Path, skip: int, limit: int | None) -> TraceRows:
                 output.append(parse_cell(path, line, row, at[2], AZURE_COLUMNS[2], "output_tokens"))
                 lines.append(line)
         except (UnicodeDecodeError, csv.Error) as exc:
-            raise ConfigError(f"{path}: near line {reader.line_num + 1}, not readable as UTF-8 CSV ({exc}); "
-                              "save it as CSV text") from None  # fmt: skip
+            raise ConfigError(
+                f"{path}: near line {reader.line_num + 1}, not readable as UTF-8 CSV ({exc}); save it as CSV text"
+            ) from None
         except OSError as exc:
             raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     _check_rows(path, len(lines), skip, limit)
     arrival = np.array(ticks[skip:], dtype=np.int64)
     _check_sorted(path, arrival, lines[skip:], f"{at[0] + 1}: {AZURE_COLUMNS[0]}", "TIMESTAMP")
-    return TraceRows(np.array(prompt[skip:], dtype=np.int64), np.array(output[skip:], dtype=np.int64),
-                     np.array(lines[skip:], dtype=np.int64), arrival, 1e9)  # fmt: skip
+    return TraceRows(
+        np.array(prompt[skip:], dtype=np.int64),
+        np.array(output[skip:], dtype=np.int64),
+        np.array(lines[skip:], dtype=np.int64),
+        arrival,
+        1e9,
+    )
 
 
 def _azure_ns(path: Path, line: int, row: list[str], index: int) -> int:
@@ -121,7 +131,9 @@ def _azure_ns(path: Path, line: int, row: list[str], index: int) -> int:
         year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
         date = datetime.datetime(year, month, day, hour, minute, second)  # checks the calendar
     except ValueError:
-        raise ConfigError(f"{where}: TIMESTAMP={clip(text, 40)!r} is not a time as {_AZURE_FORMAT}; fix the row") from None
+        raise ConfigError(
+            f"{where}: TIMESTAMP={clip(text, 40)!r} is not a time as {_AZURE_FORMAT}; fix the row"
+        ) from None
     fraction_ns = int((match.group(7) or "").ljust(9, "0"))
     seconds = date.toordinal() * 86_400 + hour * 3_600 + minute * 60 + second
     return seconds * 1_000_000_000 + fraction_ns
@@ -153,26 +165,41 @@ def read_mooncake(path: Path, skip: int, limit: int | None) -> TraceRows:
     is_int = all(isinstance(t, int) for t in ticks[skip:])
     arrival = np.array(ticks[skip:], dtype=np.int64 if is_int else np.float64)
     _check_sorted(path, arrival, lines[skip:], " timestamp", "timestamp")
-    return TraceRows(np.array(prompt[skip:], dtype=np.int64), np.array(output[skip:], dtype=np.int64),
-                     np.array(lines[skip:], dtype=np.int64), arrival, 1e3, None, hashes[skip:],
-                     MOONCAKE_HASH_BLOCK_TOKENS)  # fmt: skip
+    return TraceRows(
+        np.array(prompt[skip:], dtype=np.int64),
+        np.array(output[skip:], dtype=np.int64),
+        np.array(lines[skip:], dtype=np.int64),
+        arrival,
+        1e3,
+        None,
+        hashes[skip:],
+        MOONCAKE_HASH_BLOCK_TOKENS,
+    )
 
 
 def _json_object(path: Path, line: int, text: str) -> dict:
     try:
         record = json.loads(text.rstrip("\r\n"))  # without the newline, colno is the line's column
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}:{line}:{exc.colno}: not valid JSON ({exc.msg}); each line must be one object with "
-                          f"the keys {', '.join(MOONCAKE_KEYS)}") from None  # fmt: skip
+        raise ConfigError(
+            f"{path}:{line}:{exc.colno}: not valid JSON ({exc.msg}); each line must be one object with "
+            f"the keys {', '.join(MOONCAKE_KEYS)}"
+        ) from None
     except RecursionError:  # a line of thousands of nested brackets
-        raise ConfigError(f"{path}:{line}: JSON nested too deeply; each line must be one flat object with "
-                          f"the keys {', '.join(MOONCAKE_KEYS)}") from None  # fmt: skip
+        raise ConfigError(
+            f"{path}:{line}: JSON nested too deeply; each line must be one flat object with "
+            f"the keys {', '.join(MOONCAKE_KEYS)}"
+        ) from None
     if not isinstance(record, dict):
-        raise ConfigError(f"{path}:{line}: a JSON {type(record).__name__}, not an object; each line must be one object "
-                          f"with the keys {', '.join(MOONCAKE_KEYS)}")  # fmt: skip
+        raise ConfigError(
+            f"{path}:{line}: a JSON {type(record).__name__}, not an object; each line must be one object "
+            f"with the keys {', '.join(MOONCAKE_KEYS)}"
+        )
     missing = [key for key in MOONCAKE_KEYS if key not in record]
     if missing:
-        raise ConfigError(f"{path}:{line}: no {missing[0]} key; each line must have the keys {', '.join(MOONCAKE_KEYS)}")
+        raise ConfigError(
+            f"{path}:{line}: no {missing[0]} key; each line must have the keys {', '.join(MOONCAKE_KEYS)}"
+        )
     return record
 
 
@@ -182,17 +209,23 @@ def _is_int(value) -> bool:
 
 def _number(path: Path, line: int, record: dict, key: str) -> int | float:
     value = record[key]
-    ok = (_is_int(value) and 0 <= value <= INT64_MAX) or (isinstance(value, float) and math.isfinite(value) and value >= 0)
+    ok = (_is_int(value) and 0 <= value <= INT64_MAX) or (
+        isinstance(value, float) and math.isfinite(value) and value >= 0
+    )
     if not ok:
-        raise ConfigError(f"{path}:{line}: {key}={clip(repr(value), 40)} is not a time in milliseconds >= 0; fix the line")
+        raise ConfigError(
+            f"{path}:{line}: {key}={clip(repr(value), 40)} is not a time in milliseconds >= 0; fix the line"
+        )
     return value
 
 
 def _tokens(path: Path, line: int, record: dict, key: str) -> int:
     value = record[key]
     if not (_is_int(value) and 1 <= value <= MAX_REQUEST_TOKENS):
-        raise ConfigError(f"{path}:{line}: {key}={clip(repr(value), 40)} is not a whole number of tokens in "
-                          f"[1, {MAX_REQUEST_TOKENS}]; fix the line")  # fmt: skip
+        raise ConfigError(
+            f"{path}:{line}: {key}={clip(repr(value), 40)} is not a whole number of tokens in "
+            f"[1, {MAX_REQUEST_TOKENS}]; fix the line"
+        )
     return value
 
 
@@ -200,10 +233,14 @@ def _hash_ids(path: Path, line: int, record: dict, prompt_tokens: int) -> tuple[
     value = record["hash_ids"]
     expected = -(-prompt_tokens // MOONCAKE_HASH_BLOCK_TOKENS)
     if not (isinstance(value, list) and all(_is_int(v) and v >= 0 for v in value)):
-        raise ConfigError(f"{path}:{line}: hash_ids={str(value)[:40]!r} is not a list of integer ids >= 0; fix the line")
+        raise ConfigError(
+            f"{path}:{line}: hash_ids={str(value)[:40]!r} is not a list of integer ids >= 0; fix the line"
+        )
     if len(value) != expected:
-        raise ConfigError(f"{path}:{line}: hash_ids has {len(value)} ids, expected {expected}, one per "
-                          f"{MOONCAKE_HASH_BLOCK_TOKENS} tokens of input_length={prompt_tokens}; fix the line")  # fmt: skip
+        raise ConfigError(
+            f"{path}:{line}: hash_ids has {len(value)} ids, expected {expected}, one per "
+            f"{MOONCAKE_HASH_BLOCK_TOKENS} tokens of input_length={prompt_tokens}; fix the line"
+        )
     return tuple(value)
 
 
@@ -223,5 +260,7 @@ def _check_sorted(path: Path, ticks: np.ndarray, lines: list[int], column: str, 
     earlier = np.flatnonzero(np.diff(ticks) < 0)
     if len(earlier):
         row = int(earlier[0]) + 1
-        raise ConfigError(f"{path}:{lines[row]}:{column} is earlier than the row above it (line {lines[row - 1]}): "
-                          f"sort the file by {name}")  # fmt: skip
+        raise ConfigError(
+            f"{path}:{lines[row]}:{column} is earlier than the row above it (line {lines[row - 1]}): "
+            f"sort the file by {name}"
+        )

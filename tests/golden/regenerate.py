@@ -43,8 +43,15 @@ def run_scenario(name: str, sweep_dir: Path) -> subprocess.CompletedProcess:
     """Run scenario ``name`` with the real CLI into ``sweep_dir`` (a folder that does not exist yet)."""
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}
     args = [*scenarios()[name], f"hydra.sweep.dir={sweep_dir}"]
-    return subprocess.run([sys.executable, "-c", MAIN, *args], cwd=sweep_dir.parent, env=env, check=False,
-                          capture_output=True, text=True, timeout=1800)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", MAIN, *args],
+        cwd=sweep_dir.parent,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
 
 
 def keep_for_golden(sweep_dir: Path, golden: Path) -> None:

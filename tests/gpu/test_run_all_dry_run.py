@@ -23,8 +23,15 @@ def test_the_gpu_script_dry_run_passes_its_steps_on_cpu(tmp_path):
         pytest.skip("the triton package is not installed")
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable}
-    done = subprocess.run(["bash", str(ROOT / "gpu" / "run_all.sh"), "--dry-run"], capture_output=True, text=True,
-                          timeout=1800, env=env, cwd=ROOT, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(ROOT / "gpu" / "run_all.sh"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-3000:]
     for number in range(6):

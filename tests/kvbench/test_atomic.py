@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from kvbench.errors import ConfigError
 from locks import held_lock
+
 from kvbench.atomic import (
     LOCK,
     clear_incomplete,
@@ -25,6 +24,7 @@ from kvbench.atomic import (
     write_frame,
     write_text,
 )
+from kvbench.errors import ConfigError
 
 
 def test_a_file_is_replaced_whole_and_keeps_normal_permissions(tmp_path):
@@ -69,7 +69,10 @@ def test_frames_round_trip_and_the_marker_comes_last(tmp_path):
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "summary.parquet"), frame)
     (tmp_path / ".tmp-steps.csv.1.ab").write_text("x")
     clear_incomplete(tmp_path)
-    assert not is_complete(tmp_path) and sorted(p.name for p in tmp_path.iterdir()) == ["summary.csv", "summary.parquet"]
+    assert not is_complete(tmp_path) and sorted(p.name for p in tmp_path.iterdir()) == [
+        "summary.csv",
+        "summary.parquet",
+    ]
 
 
 def test_bytes_reach_the_disk_before_the_rename_and_the_marker(tmp_path, monkeypatch):
@@ -198,8 +201,15 @@ print(held, refused, double)
 
 def test_four_processes_contending_never_hold_the_lock_together(tmp_path):
     # each holds the lock 1,500 times, retrying whenever another holds it: 6,000 acquisitions under contention
-    workers = [subprocess.Popen([sys.executable, "-c", STRESS, str(tmp_path), "1500"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True) for _ in range(4)]  # fmt: skip
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", STRESS, str(tmp_path), "1500"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
     assert all(w.stdout.readline().strip() == "ready" for w in workers)
     for w in workers:
         w.stdin.write("go\n")
@@ -214,11 +224,15 @@ def test_four_processes_contending_never_hold_the_lock_together(tmp_path):
 @contextmanager
 def held_lock_refused(folder):
     """Another process tries the lock ``folder``'s holder has: it must be refused."""
-    code = ("import sys; from pathlib import Path; from kvbench.errors import ConfigError; "
-            "from kvbench.atomic import folder_lock\n"
-            "try:\n    folder_lock(Path(sys.argv[1])).__enter__()\nexcept ConfigError as exc:\n    print(exc)")  # fmt: skip
+    code = (
+        "import sys; from pathlib import Path; from kvbench.errors import ConfigError; "
+        "from kvbench.atomic import folder_lock\n"
+        "try:\n    folder_lock(Path(sys.argv[1])).__enter__()\nexcept ConfigError as exc:\n    print(exc)"
+    )
     done = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=60)
-    assert "being written by another kvbench run (its holder did not say who it is)" in done.stdout, done.stdout + done.stderr
+    assert "being written by another kvbench run (its holder did not say who it is)" in done.stdout, (
+        done.stdout + done.stderr
+    )
     yield
 
 

@@ -5,17 +5,21 @@ from __future__ import annotations
 import json
 
 import pytest
+from real_runs import ARGS, synthetic_real_run
 
-from kvbench.errors import ConfigError
 from kvbench import calibrate as fitmod
 from kvbench.commands import calibrate as command
+from kvbench.errors import ConfigError
 from kvbench.output.results import write_run
-from real_runs import ARGS, synthetic_real_run
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("runs")
-    return [synthetic_real_run(tmp, "b16", 16, 0.62, 0.41, 35e-6), synthetic_real_run(tmp, "b32", 32, 0.77, 0.41, 35e-6)]
+    return [
+        synthetic_real_run(tmp, "b16", 16, 0.62, 0.41, 35e-6),
+        synthetic_real_run(tmp, "b32", 32, 0.77, 0.41, 35e-6),
+    ]
 
 
 def test_the_fit_recovers_known_efficiencies_and_overhead(runs):
@@ -101,9 +105,15 @@ def _files_under(root) -> set[str]:
 
 @pytest.mark.parametrize(
     "field, value",
-    [("kernel", "../../../victim"), ("kernel", "/tmp/victim"), ("hardware", "../../elsewhere"), ("hardware", "a/b"),
-     ("kernel", ""), ("kernel", 7)],
-)  # fmt: skip
+    [
+        ("kernel", "../../../victim"),
+        ("kernel", "/tmp/victim"),
+        ("hardware", "../../elsewhere"),
+        ("hardware", "a/b"),
+        ("kernel", ""),
+        ("kernel", 7),
+    ],
+)
 def test_a_crafted_summary_cannot_make_calibrate_write_outside_out(runs, tmp_path, capsys, field, value):
     import shutil
 
@@ -143,7 +153,9 @@ def test_calibrate_writes_into_the_results_area_by_default_never_into_the_packag
     assert (_files_under(CALIBRATION_DIR) if CALIBRATION_DIR.is_dir() else set()) == package_before
 
 
-@pytest.mark.parametrize("damage", ["truncated steps", "empty steps", "inf in steps", "summary not json", "deep config"])
+@pytest.mark.parametrize(
+    "damage", ["truncated steps", "empty steps", "inf in steps", "summary not json", "deep config"]
+)
 def test_a_damaged_run_folder_is_one_line(runs, tmp_path, capsys, damage):
     import shutil
 
@@ -171,7 +183,10 @@ def test_a_damaged_run_folder_is_one_line(runs, tmp_path, capsys, damage):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("args, fragment", [([], "the following arguments are required: runs"), (["x", "--bogus"], "unrecognized arguments: --bogus")])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [([], "the following arguments are required: runs"), (["x", "--bogus"], "unrecognized arguments: --bogus")],
+)
 def test_calibrate_usage_errors_are_one_line(capsys, args, fragment):
     with pytest.raises(SystemExit) as stop:
         command.main(args)
@@ -190,5 +205,7 @@ def test_sigterm_during_calibrate_is_one_line_and_143(runs, tmp_path, monkeypatc
     with pytest.raises(SystemExit) as stop:
         command.main([str(runs[0]), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert stop.value.code == 143 and err.startswith("kvbench calibrate: interrupted by SIGTERM") and err.count("\n") == 1
+    assert (
+        stop.value.code == 143 and err.startswith("kvbench calibrate: interrupted by SIGTERM") and err.count("\n") == 1
+    )
     assert not (tmp_path / "out").exists()

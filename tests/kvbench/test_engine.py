@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from kvbench.api import run
-from kvbench.errors import ConfigError
 from kvbench.core.ledger import LEDGER_FIELDS
+from kvbench.errors import ConfigError
 
 FAST = ["wandb.mode=disabled", "progress=false", "kernel=torch"]
 
@@ -54,7 +54,9 @@ def test_every_request_finishes_with_exactly_its_output_length(paged, naive):
 
 def test_preempted_requests_still_finish_exactly():
     # a tiny budget forces recompute preemptions: paged admits on the prompt, then runs out
-    result = lecture("allocator=paged", "hardware.kv_budget_bytes=2e9", "scheduler.watermark_fraction=0", num_requests=60)
+    result = lecture(
+        "allocator=paged", "hardware.kv_budget_bytes=2e9", "scheduler.watermark_fraction=0", num_requests=60
+    )
     r = result.requests
     assert r["num_preemptions"].sum() > 0
     assert result.summary["num_preemptions"] == r["num_preemptions"].sum()
@@ -74,7 +76,11 @@ def test_memory_ledger_sums_to_the_budget_every_step(paged):
 def test_ttft_decomposes_into_queueing_prefill_and_scheduling(paged):
     r = paged.requests
     ttft = r["first_token_s"] - r["arrival_s"]
-    parts = (r["admitted_s"] - r["boundary_s"]) + (r["first_token_s"] - r["admitted_s"]) + (r["boundary_s"] - r["arrival_s"])
+    parts = (
+        (r["admitted_s"] - r["boundary_s"])
+        + (r["first_token_s"] - r["admitted_s"])
+        + (r["boundary_s"] - r["arrival_s"])
+    )
     assert ttft.to_numpy() == pytest.approx(parts.to_numpy())
 
 
@@ -84,7 +90,9 @@ def test_same_config_and_seed_give_identical_summaries():
 
 
 def test_per_request_exercise2_mix_observes_external_fragmentation():
-    result = run([*FAST, "allocator=per_request", "workload=exercise2_mix", "model=llama2-7b-32k", "workload.num_requests=600"])
+    result = run(
+        [*FAST, "allocator=per_request", "workload=exercise2_mix", "model=llama2-7b-32k", "workload.num_requests=600"]
+    )
     refusals = result.refusals
     fragmented = refusals[refusals["reason"] == "fragmented"]
     assert len(fragmented) >= 1
@@ -103,7 +111,9 @@ def test_uncalibrated_kernel_runs_at_full_bandwidth_and_says_so(paged):
 
 def test_a_watermark_larger_than_the_free_space_never_blocks_an_empty_batch():
     # 1 GB holds one 640-token sequence (0.34 GB) but not with 90 % of the budget kept free
-    result = lecture("allocator=paged", "hardware.kv_budget_bytes=1e9", "scheduler.watermark_fraction=0.9", num_requests=5)
+    result = lecture(
+        "allocator=paged", "hardware.kv_budget_bytes=1e9", "scheduler.watermark_fraction=0.9", num_requests=5
+    )
     assert (result.requests["num_generated"] == result.requests["output_tokens"]).all()
     assert result.summary["peak_concurrency"] == 1
 
@@ -116,8 +126,13 @@ PREEMPTIONS = ["recompute", "swap", "length_aware"]
 # 2.5 GB of KV holds 4,768 Llama-2-7B tokens: one 4K naive slot, and far less than 40 lognormal
 # requests (medians 512 + 128, tails to 4K) want at once, so paged runs preempt all the time; a 1 GB
 # host pool holds 1,907 tokens of swapped KV, so some swaps fall back to recompute
-HEAVY = ["workload=lognormal", "workload.num_requests=40", "hardware.kv_budget_bytes=2.5e9",
-         "hardware.host_swap_bytes=1e9", "scheduler.max_num_seqs=64"]  # fmt: skip
+HEAVY = [
+    "workload=lognormal",
+    "workload.num_requests=40",
+    "hardware.kv_budget_bytes=2.5e9",
+    "hardware.host_swap_bytes=1e9",
+    "scheduler.max_num_seqs=64",
+]
 
 
 def both_loops(*overrides):
@@ -154,8 +169,14 @@ def test_every_combination_emits_every_token_and_both_loops_agree(allocator, sch
 @pytest.mark.parametrize("allocator, budget", [("paged", "2.5e9"), ("naive", "9e9"), ("orca_oracle", "9e9")])
 def test_a_fan_out_workload_loses_no_branch(allocator, budget):
     # contiguous allocators reserve three whole ranges per request, so they need a larger budget
-    result = both_loops(*HEAVY, "workload.num_branches=3", "workload.num_requests=12", f"allocator={allocator}",
-                        f"hardware.kv_budget_bytes={budget}", "preemption=swap")  # fmt: skip
+    result = both_loops(
+        *HEAVY,
+        "workload.num_branches=3",
+        "workload.num_requests=12",
+        f"allocator={allocator}",
+        f"hardware.kv_budget_bytes={budget}",
+        "preemption=swap",
+    )
     r = result.requests
     assert (r["num_branches"] == 3).all() and (r["num_generated"] == r["output_tokens"]).all()
     assert result.summary["num_copies"] > 0  # copy-on-write, or the prompt copied into each branch
@@ -172,8 +193,13 @@ SLOT = 524_288  # Llama-2-7B KV bytes per token
 
 
 def test_eight_branches_off_a_4k_prompt_hold_6144_tokens_shared_not_34816():
-    n8 = [*FAN_OUT, "workload.prompt_tokens=4096", "workload.output_tokens=256", "workload.num_branches=8",
-          "workload.s_max_tokens=4352"]  # fmt: skip
+    n8 = [
+        *FAN_OUT,
+        "workload.prompt_tokens=4096",
+        "workload.output_tokens=256",
+        "workload.num_branches=8",
+        "workload.s_max_tokens=4352",
+    ]
     shared = run([*n8, "allocator=paged"]).summary
     unshared = run([*n8, "allocator=per_request", "allocator.reserve=oracle"]).summary
     # paged: the prompt's 256 blocks once, plus 16 blocks per branch for its 255 cached tokens
@@ -187,8 +213,13 @@ def test_eight_branches_off_a_4k_prompt_hold_6144_tokens_shared_not_34816():
 
 
 def test_sixteen_branches_off_8k_fit_shared_and_not_unshared():
-    n16 = [*FAN_OUT, "workload.prompt_tokens=8192", "workload.output_tokens=512", "workload.num_branches=16",
-           "workload.s_max_tokens=8704"]  # fmt: skip
+    n16 = [
+        *FAN_OUT,
+        "workload.prompt_tokens=8192",
+        "workload.output_tokens=512",
+        "workload.num_branches=16",
+        "workload.s_max_tokens=8704",
+    ]
     shared = run([*n16, "allocator=paged"]).summary
     assert shared["peak_allocated_bytes"] == (8192 + 16 * 512) * SLOT == 8_589_934_592  # 8.6 GB
     with pytest.raises(ConfigError, match="cannot hold all its branches at once"):
@@ -198,18 +229,34 @@ def test_sixteen_branches_off_8k_fit_shared_and_not_unshared():
 def test_a_branch_diverging_inside_a_shared_block_copies_it():
     # a 4,100-token prompt ends 4 tokens into its last block: each of 4 branches copies that block
     # once (copy-on-write) when it writes its first token there
-    s = run([*FAN_OUT, "workload.prompt_tokens=4100", "workload.output_tokens=8", "workload.num_branches=4",
-             "workload.s_max_tokens=4200", "allocator=paged"]).summary  # fmt: skip
+    s = run(
+        [
+            *FAN_OUT,
+            "workload.prompt_tokens=4100",
+            "workload.output_tokens=8",
+            "workload.num_branches=4",
+            "workload.s_max_tokens=4200",
+            "allocator=paged",
+        ]
+    ).summary
     assert s["num_copies"] == 3  # the last branch to write finds the block its own again
     assert s["copy_bytes"] == 3 * 16 * SLOT and s["copy_s"] > 0
 
 
 def test_a_beam_search_shares_what_its_beams_share_and_copies_the_rest():
-    beam = [*FAN_OUT, "workload.prompt_tokens=4096", "workload.output_tokens=256", "workload.num_branches=8",
-            "workload.s_max_tokens=4352", "workload.fan_out=beam"]  # fmt: skip
+    beam = [
+        *FAN_OUT,
+        "workload.prompt_tokens=4096",
+        "workload.output_tokens=256",
+        "workload.num_branches=8",
+        "workload.s_max_tokens=4352",
+        "workload.fan_out=beam",
+    ]
     sampled = run([*beam, "workload.fan_out=sample", "allocator=paged"]).summary
     # never re-forked, 8 beams are 8 samples: they share the prompt only
-    assert comparable(run([*beam, "workload.beam_fork_probability=0", "allocator=paged"]).summary) == comparable(sampled)
+    assert comparable(run([*beam, "workload.beam_fork_probability=0", "allocator=paged"]).summary) == comparable(
+        sampled
+    )
     paged = both_loops(*beam, "allocator=paged").summary
     # re-forked beams share their common history too, and each re-fork copies one partly filled block
     assert paged["peak_allocated_bytes"] < sampled["peak_allocated_bytes"]
@@ -245,8 +292,17 @@ def test_a_workload_longer_than_the_model_is_one_line():
 def test_the_step_table_grows_with_events_not_with_decoded_tokens(event_driven):
     # 30,000 decode steps of one batch are one row, whether the loop took them one by one or at
     # once: memory for the per-step table is bounded by arrivals, finishes and preemptions
-    long = run([*FAST, "model=llama2-7b-32k", "workload=synthetic", "workload.num_requests=2",
-                "workload.prompt_tokens=100", "workload.output_tokens=30000", "workload.s_max_tokens=30100",
-                f"event_driven={str(event_driven).lower()}"])  # fmt: skip
+    long = run(
+        [
+            *FAST,
+            "model=llama2-7b-32k",
+            "workload=synthetic",
+            "workload.num_requests=2",
+            "workload.prompt_tokens=100",
+            "workload.output_tokens=30000",
+            "workload.s_max_tokens=30100",
+            f"event_driven={str(event_driven).lower()}",
+        ]
+    )
     assert (long.requests["num_generated"] == 30000).all()
     assert len(long.steps) <= 3 and long.steps["num_steps"].sum() == 30000

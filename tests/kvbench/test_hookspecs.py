@@ -29,7 +29,6 @@ def test_hook_has_a_docstring(hook):
 def test_hook_has_a_test(hook):
     # a test function named test_<hook>... anywhere in the suite, besides this file's generic ones
     found = [
-        p for p in TESTS_DIR.rglob("test_*.py")
-        if p.name != Path(__file__).name and f"def test_{hook}" in p.read_text()
-    ]  # fmt: skip
+        p for p in TESTS_DIR.rglob("test_*.py") if p.name != Path(__file__).name and f"def test_{hook}" in p.read_text()
+    ]
     assert found, f"hookspec {hook} has no test: add a test function named test_{hook}_..."

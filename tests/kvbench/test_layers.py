@@ -25,11 +25,33 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ORDER = ["errors", "textio", "atomic", "provenance", "specs", "workload", "core",
-         "memory", "kernels", "exec", "sched", "metrics", "engine",
-         "output", "slo", "registry", "app", "api",
-         "compare", "calibrate", "kernelbench",
-         "plugins", "studies", "commands", "testing"]  # fmt: skip
+ORDER = [
+    "errors",
+    "textio",
+    "atomic",
+    "provenance",
+    "specs",
+    "workload",
+    "core",
+    "memory",
+    "kernels",
+    "exec",
+    "sched",
+    "metrics",
+    "engine",
+    "output",
+    "slo",
+    "registry",
+    "app",
+    "api",
+    "compare",
+    "calibrate",
+    "kernelbench",
+    "plugins",
+    "studies",
+    "commands",
+    "testing",
+]
 RANK = {room: i for i, room in enumerate(ORDER)}
 #: data, not code: a config tree and the package root (its hook markers stand below everything)
 NOT_ROOMS = ("conf",)
@@ -46,8 +68,10 @@ def room_of(module: str) -> str | None:
 
 def modules() -> list[tuple[Path, str]]:
     found = [(p, ".".join(p.relative_to(ROOT).with_suffix("").parts)) for p in (ROOT / "kvbench").rglob("*.py")]
-    found += [(p, "kvbench_plugins." + ".".join(p.relative_to(ROOT / "plugins").with_suffix("").parts))
-              for p in (ROOT / "plugins").rglob("*.py")]  # fmt: skip
+    found += [
+        (p, "kvbench_plugins." + ".".join(p.relative_to(ROOT / "plugins").with_suffix("").parts))
+        for p in (ROOT / "plugins").rglob("*.py")
+    ]
     return [(p, m.removesuffix(".__init__")) for p, m in found]
 
 
@@ -58,8 +82,11 @@ def imports(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found += [(node.lineno, node.module)]
             if node.module == "kvbench":  # from kvbench import calibrate: a room, not the root's hook markers
-                found += [(node.lineno, f"kvbench.{alias.name}") for alias in node.names
-                          if (ROOT / "kvbench" / alias.name).is_dir() or (ROOT / "kvbench" / f"{alias.name}.py").is_file()]
+                found += [
+                    (node.lineno, f"kvbench.{alias.name}")
+                    for alias in node.names
+                    if (ROOT / "kvbench" / alias.name).is_dir() or (ROOT / "kvbench" / f"{alias.name}.py").is_file()
+                ]
         elif isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
     return found
@@ -85,15 +112,24 @@ def test_every_import_points_down_or_within_its_room():
 
 def test_the_core_and_the_engine_import_no_plugin():
     engine = {"core", "memory", "kernels", "exec", "sched", "metrics", "engine"}
-    found = [f"{path.relative_to(ROOT)}:{line}: {target}" for path, module in modules() if room_of(module) in engine
-             for line, target in imports(path) if target.startswith("kvbench_plugins")]  # fmt: skip
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {target}"
+        for path, module in modules()
+        if room_of(module) in engine
+        for line, target in imports(path)
+        if target.startswith("kvbench_plugins")
+    ]
     assert not found, found
 
 
 def test_the_studies_use_only_the_public_api():
-    found = [f"{path.relative_to(ROOT)}:{line}: {target}" for path, module in modules() if room_of(module) == "studies"
-             for line, target in imports(path)
-             if target.startswith("kvbench") and not target.startswith(("kvbench.api", "kvbench.studies"))]  # fmt: skip
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {target}"
+        for path, module in modules()
+        if room_of(module) == "studies"
+        for line, target in imports(path)
+        if target.startswith("kvbench") and not target.startswith(("kvbench.api", "kvbench.studies"))
+    ]
     assert not found, found
 
 

@@ -54,7 +54,9 @@ def test_a_plugin_that_fails_to_import_warns_and_the_rest_load(monkeypatch):
 
 
 def test_unknown_name_lists_the_choices():
-    with pytest.raises(ConfigError, match="allocator.name='pagd' is not a registered allocator; choose one of: .*paged"):
+    with pytest.raises(
+        ConfigError, match="allocator.name='pagd' is not a registered allocator; choose one of: .*paged"
+    ):
         plugins.lookup("allocator", "pagd")
 
 

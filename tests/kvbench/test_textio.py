@@ -11,7 +11,7 @@ from kvbench.textio import count_lines, parse_json, read_json, read_json_object,
 
 def test_a_byte_order_mark_is_read_past(tmp_path):
     path = tmp_path / "a.json"
-    path.write_bytes("\ufeff{\"a\": 1}".encode())
+    path.write_bytes('\ufeff{"a": 1}'.encode())
     assert read_json(path, "file") == {"a": 1}
     assert read_text(path, "file") == '{"a": 1}'
 
@@ -20,7 +20,7 @@ def test_a_byte_order_mark_is_read_past(tmp_path):
     "content, fragment",
     [
         (b"\xff\xfe{", "is not UTF-8 text"),
-        (b"{\"a\": ", "not valid JSON (line 1, column 7"),
+        (b'{"a": ', "not valid JSON (line 1, column 7"),
         (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
     ],
 )

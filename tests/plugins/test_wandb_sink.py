@@ -16,14 +16,22 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from kvbench_plugins import wandb_sink
 
 from kvbench.output.results import RunResult
-from kvbench_plugins import wandb_sink
 
 
 def result(tmp_path, mode: str, requests: pd.DataFrame | None = None) -> RunResult:
-    summary = {"allocator": "paged", "kernel": "triton", "workload": "lecture_chat", "mode": "sim",
-               "hardware": "h100-sxm", "model": "llama2-7b", "peak_concurrency": 186, "ttft_p50_s": float("nan")}  # fmt: skip
+    summary = {
+        "allocator": "paged",
+        "kernel": "triton",
+        "workload": "lecture_chat",
+        "mode": "sim",
+        "hardware": "h100-sxm",
+        "model": "llama2-7b",
+        "peak_concurrency": 186,
+        "ttft_p50_s": float("nan"),
+    }
     return RunResult(
         config={"wandb": {"mode": mode, "project": "kvbench-test"}},
         summary=summary,
@@ -123,11 +131,17 @@ def logged_images(run: dict, key: str) -> list[str]:
 def test_a_sweep_job_is_named_by_its_swept_values_and_grouped_by_its_sweep(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     sweep = tmp_path / "results" / "multirun" / "2026-11-30" / "18-48-39-123456"
-    jobs = sweep_folder(sweep, ["allocator=naive,paged", "scheduler=mixed,chunked", "seed=3"],
-                        [["allocator=naive", "scheduler=chunked", "seed=3"], ["allocator=paged", "scheduler=mixed", "seed=3"]])  # fmt: skip
+    jobs = sweep_folder(
+        sweep,
+        ["allocator=naive,paged", "scheduler=mixed,chunked", "seed=3"],
+        [["allocator=naive", "scheduler=chunked", "seed=3"], ["allocator=paged", "scheduler=mixed", "seed=3"]],
+    )
     runs = [RunResult(config={}, summary={}, requests=None, steps=None, refusals=None, out_dir=job) for job in jobs]
     assert wandb_sink.sweep_of(jobs[0]) == sweep
-    assert [wandb_sink.run_name(r, sweep) for r in runs] == ["allocator=naive scheduler=chunked", "allocator=paged scheduler=mixed"]
+    assert [wandb_sink.run_name(r, sweep) for r in runs] == [
+        "allocator=naive scheduler=chunked",
+        "allocator=paged scheduler=mixed",
+    ]
     # relative to the results root, whatever the launcher's working folder calls it
     assert wandb_sink.sweep_group(sweep) == "multirun/2026-11-30/18-48-39-123456"
     assert wandb_sink.sweep_group(Path("results/multirun/2026-11-30/18-48-39-123456")) == wandb_sink.sweep_group(sweep)
@@ -136,16 +150,27 @@ def test_a_sweep_job_is_named_by_its_swept_values_and_grouped_by_its_sweep(tmp_p
 
 
 def test_a_single_run_is_named_by_the_overrides_that_change_its_numbers(tmp_path):
-    run = hydra_folder(tmp_path / "runs" / "a", ["allocator=naive", "progress=false", "wandb.mode=offline", "output.steps=false"])
+    run = hydra_folder(
+        tmp_path / "runs" / "a", ["allocator=naive", "progress=false", "wandb.mode=offline", "output.steps=false"]
+    )
     plain = hydra_folder(tmp_path / "runs" / "b", ["progress=false"])
-    named = [RunResult(config={}, summary={}, requests=None, steps=None, refusals=None, out_dir=d) for d in (run, plain, None)]
+    named = [
+        RunResult(config={}, summary={}, requests=None, steps=None, refusals=None, out_dir=d)
+        for d in (run, plain, None)
+    ]
     assert [wandb_sink.sweep_of(r.out_dir) for r in named] == [None, None, None]
     assert [wandb_sink.run_name(r, None) for r in named] == ["allocator=naive", "defaults", "defaults"]
 
 
 def test_a_table_with_missing_text_and_numbers_is_a_wandb_table():
-    frame = pd.DataFrame({"job": ["allocator=naive", "allocator=x"], "error": [None, "bad name"],
-                          "peak_concurrency": [29.0, float("nan")], "failed": [False, True]})  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "job": ["allocator=naive", "allocator=x"],
+            "error": [None, "bad name"],
+            "peak_concurrency": [29.0, float("nan")],
+            "failed": [False, True],
+        }
+    )
     table = wandb_sink.table(frame)
     assert table.columns == list(frame.columns)
     assert table.data == [["allocator=naive", None, 29.0, False], ["allocator=x", "bad name", None, True]]
@@ -256,12 +281,30 @@ def offline_sweep(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("offline-sweep")
     # no WANDB_* variable: WANDB_SERVICE, left by an in-process test, would reuse that test's wandb-core
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(AUDIT_LOG=str(tmp_path / "audit.json"), HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore",
-               WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"), WANDB_CACHE_DIR=str(tmp_path / "wandb-cache"),
-               WANDB_DATA_DIR=str(tmp_path / "wandb-data"))  # fmt: skip
-    args = ["-m", "allocator=naive,paged", "workload.num_requests=20", "progress=false", "output.steps=false", "wandb.mode=offline"]
-    proc = subprocess.run([sys.executable, "-c", AUDITED_KVBENCH, *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    env.update(
+        AUDIT_LOG=str(tmp_path / "audit.json"),
+        HYDRA_FULL_ERROR="0",
+        PYTHONWARNINGS="ignore",
+        WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"),
+        WANDB_CACHE_DIR=str(tmp_path / "wandb-cache"),
+        WANDB_DATA_DIR=str(tmp_path / "wandb-data"),
+    )
+    args = [
+        "-m",
+        "allocator=naive,paged",
+        "workload.num_requests=20",
+        "progress=false",
+        "output.steps=false",
+        "wandb.mode=offline",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", AUDITED_KVBENCH, *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return tmp_path, proc
 
 
@@ -276,8 +319,13 @@ def test_an_offline_sweep_makes_no_network_call(offline_sweep):
     events = json.loads((tmp_path / "audit.json").read_text())
     lookups = [e for e in events if e[0].startswith(("socket.getaddrinfo", "socket.gethostby"))]
     assert all(host in LOOPBACK for _, _, host in lookups), lookups
-    remote = [e for e in events if e[0] in ("socket.connect", "socket.sendto", "socket.sendmsg")
-              and e[1] != socket.AF_UNIX and e[2] not in LOOPBACK]  # fmt: skip
+    remote = [
+        e
+        for e in events
+        if e[0] in ("socket.connect", "socket.sendto", "socket.sendmsg")
+        and e[1] != socket.AF_UNIX
+        and e[2] not in LOOPBACK
+    ]
     assert not remote, remote
     [core] = [argv for event, _, argv in events if event == "subprocess.Popen" and argv[0].endswith("wandb-core")]
     assert "--no-observability" in core
@@ -295,7 +343,9 @@ def test_a_sweep_is_one_group_of_named_jobs_and_a_comparison(offline_sweep):
     comparison = offline_run(sweep)
     group = sweep.relative_to(tmp_path / "results").as_posix()
     assert [(r["run"].run_group, r["run"].display_name, r["run"].job_type) for r in jobs] == [
-        (group, "allocator=naive", "sweep-job"), (group, "allocator=paged", "sweep-job")]  # fmt: skip
+        (group, "allocator=naive", "sweep-job"),
+        (group, "allocator=paged", "sweep-job"),
+    ]
     assert [r["summary"]["allocator"] for r in jobs] == ["naive", "paged"]
     assert all(r["config"]["allocator"]["name"] == name for r, name in zip(jobs, ("naive", "paged")))
     assert all(len(logged_table(r, "requests")["data"]) == 20 and len(logged_images(r, "memory")) == 1 for r in jobs)
@@ -315,9 +365,22 @@ def test_an_offline_run_writes_nothing_outside_its_folder(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "XDG_"))}
     env.update(HOME=str(home), HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore")
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-c", "from kvbench.commands.main import main; main()", "workload.num_requests=20",
-                           "progress=false", "wandb.mode=offline", f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from kvbench.commands.main import main; main()",
+            "workload.num_requests=20",
+            "progress=false",
+            "wandb.mode=offline",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     # (matplotlib keeps its font cache under ~/.cache/matplotlib, as for any program that draws)
     assert [str(p.relative_to(home)) for p in home.rglob("*") if "wandb" in str(p)] == []

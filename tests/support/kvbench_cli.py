@@ -13,8 +13,9 @@ MAIN = "from kvbench.commands.main import main; main()"
 def kvbench(*args: str, cwd: Path, code: str = MAIN) -> subprocess.CompletedProcess:
     """``kvbench <args>`` in ``cwd``; ``code`` replaces the entry point (a test may wrap it first)."""
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def error_lines(proc: subprocess.CompletedProcess, prefix: str = "kvbench: error:") -> list[str]:

@@ -21,8 +21,9 @@ with folder_lock(Path(sys.argv[1])):
 @contextmanager
 def held_lock(folder: Path) -> Iterator[subprocess.Popen]:
     """A live process holding ``folder``'s lock until the block ends (its stdin closes)."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "held"
         yield proc

@@ -22,7 +22,9 @@ def synthetic_real_run(tmp_path, name, block_size_tokens, decode_eff, prefill_ef
         decoding * n * result.summary["weight_bytes"] / bw
         + steps["kv_read_bytes"] / (bw * decode_eff)
         + steps["prefill_s"] * hw["prefill_flops_efficiency"] / prefill_eff
-        + steps["swap_s"] + steps["copy_s"] + n * overhead_s
+        + steps["swap_s"]
+        + steps["copy_s"]
+        + n * overhead_s
     )
     result.steps = steps
     folder = tmp_path / name

@@ -23,9 +23,17 @@ TOY_KV_BYTES = TOY_MODEL.kv_bytes_per_token
 
 
 def toy_hardware(budget_tokens: int, host_swap_bytes: int = 10**6) -> HardwareSpec:
-    return HardwareSpec(name="toy", hbm_bytes=1e9, hbm_bandwidth_bytes_per_s=1000, dense_flops_per_s=2000,
-                        prefill_flops_efficiency=1.0, host_link_bytes_per_s=160, host_transfer_overhead_s=0.5,
-                        host_swap_bytes=host_swap_bytes, kv_budget_bytes=budget_tokens * TOY_KV_BYTES)  # fmt: skip
+    return HardwareSpec(
+        name="toy",
+        hbm_bytes=1e9,
+        hbm_bandwidth_bytes_per_s=1000,
+        dense_flops_per_s=2000,
+        prefill_flops_efficiency=1.0,
+        host_link_bytes_per_s=160,
+        host_transfer_overhead_s=0.5,
+        host_swap_bytes=host_swap_bytes,
+        kv_budget_bytes=budget_tokens * TOY_KV_BYTES,
+    )
 
 
 def decode_s(kv_read_tokens: int) -> float:
@@ -59,14 +67,20 @@ class ToyRun:
 def paged(budget_tokens: int, block_size_tokens: int = 8):
     from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
 
-    return PagedAllocator(PagedConfig(block_size_tokens), budget_bytes=budget_tokens * TOY_KV_BYTES, kv_bytes_per_token=TOY_KV_BYTES)
+    return PagedAllocator(
+        PagedConfig(block_size_tokens), budget_bytes=budget_tokens * TOY_KV_BYTES, kv_bytes_per_token=TOY_KV_BYTES
+    )
 
 
 def naive(budget_tokens: int, s_max_tokens: int):
     from kvbench_plugins.allocators.naive import NaiveAllocator, NaiveConfig
 
-    return NaiveAllocator(NaiveConfig(s_max_tokens), budget_bytes=budget_tokens * TOY_KV_BYTES, kv_bytes_per_token=TOY_KV_BYTES)
+    return NaiveAllocator(
+        NaiveConfig(s_max_tokens), budget_bytes=budget_tokens * TOY_KV_BYTES, kv_bytes_per_token=TOY_KV_BYTES
+    )
 
 
-def request(request_id: int, prompt: int, output: int, *, arrival_s: float = 0.0, branches: int = 1, s_max: int | None = None) -> Request:
+def request(
+    request_id: int, prompt: int, output: int, *, arrival_s: float = 0.0, branches: int = 1, s_max: int | None = None
+) -> Request:
     return Request(request_id, arrival_s, prompt, s_max or prompt + output, (output,) * branches)

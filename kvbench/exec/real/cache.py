@@ -16,8 +16,16 @@ class KVCache:
     an allocator bug and raises.
     """
 
-    def __init__(self, num_layers: int, block_size_tokens: int, num_kv_heads: int, head_dim: int,
-                 capacity_blocks: int, dtype: torch.dtype, device: str | torch.device = "cpu") -> None:  # fmt: skip
+    def __init__(
+        self,
+        num_layers: int,
+        block_size_tokens: int,
+        num_kv_heads: int,
+        head_dim: int,
+        capacity_blocks: int,
+        dtype: torch.dtype,
+        device: str | torch.device = "cpu",
+    ) -> None:
         self.block_size_tokens = block_size_tokens
         self.capacity_blocks = capacity_blocks
         self._shape = (num_layers, 0, block_size_tokens, num_kv_heads, head_dim)
@@ -47,16 +55,10 @@ class KVCache:
     def layer(self, layer_index: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.key[layer_index], self.value[layer_index]
 
-    def _slots(
-        self, table: list[int], start: int, stop: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _slots(self, table: list[int], start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         positions = torch.arange(start, stop)
-        blocks = torch.tensor(table, dtype=torch.long)[
-            positions // self.block_size_tokens
-        ]
-        return blocks.to(self.key.device), (positions % self.block_size_tokens).to(
-            self.key.device
-        )
+        blocks = torch.tensor(table, dtype=torch.long)[positions // self.block_size_tokens]
+        return blocks.to(self.key.device), (positions % self.block_size_tokens).to(self.key.device)
 
     def write(
         self,
@@ -71,18 +73,12 @@ class KVCache:
         self.key[layer_index, blocks, rows] = keys
         self.value[layer_index, blocks, rows] = values
 
-    def read(
-        self, layer_index: int, table: list[int], num_tokens: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def read(self, layer_index: int, table: list[int], num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """A sequence's first ``num_tokens`` positions, ``[num_tokens, H_kv, D]`` each."""
         blocks, rows = self._slots(table, 0, num_tokens)
-        return self.key[layer_index, blocks, rows], self.value[
-            layer_index, blocks, rows
-        ]
+        return self.key[layer_index, blocks, rows], self.value[layer_index, blocks, rows]
 
-    def copy_blocks(
-        self, src_block_id: int, dst_block_id: int, num_blocks: int
-    ) -> None:
+    def copy_blocks(self, src_block_id: int, dst_block_id: int, num_blocks: int) -> None:
         """A device copy (copy-on-write, or a contiguous fork): every layer's blocks."""
         self.ensure(max(src_block_id, dst_block_id) + num_blocks - 1)
         src = slice(src_block_id, src_block_id + num_blocks)
@@ -90,9 +86,7 @@ class KVCache:
         self.key[:, dst] = self.key[:, src]
         self.value[:, dst] = self.value[:, src]
 
-    def copy_positions(
-        self, src_table: list[int], dst_table: list[int], num_tokens: int
-    ) -> None:
+    def copy_positions(self, src_table: list[int], dst_table: list[int], num_tokens: int) -> None:
         """A sequence's first ``num_tokens`` positions into another's slots, every layer."""
         src_blocks, src_rows = self._slots(src_table, 0, num_tokens)
         dst_blocks, dst_rows = self._slots(dst_table, 0, num_tokens)
@@ -111,9 +105,7 @@ class KVCache:
         """Back into the blocks of ``table`` (the same length as at swap-out: the same tokens)."""
         keys, values = self.host.pop(seq_id)
         if keys.shape[1] != len(table):
-            raise RuntimeError(
-                f"sequence {seq_id} swapped out {keys.shape[1]} blocks and back into {len(table)}"
-            )
+            raise RuntimeError(f"sequence {seq_id} swapped out {keys.shape[1]} blocks and back into {len(table)}")
         self.ensure(max(table))
         index = torch.tensor(table, dtype=torch.long, device=self.key.device)
         self.key[:, index] = keys.to(self.key.device, non_blocking=True)

@@ -10,9 +10,7 @@ def prediction_error(predicted_s, measured_s) -> dict[str, float]:
     predicted_s = np.asarray(predicted_s, dtype=np.float64)
     measured_s = np.asarray(measured_s, dtype=np.float64)
     if predicted_s.shape != measured_s.shape:
-        raise ValueError(
-            f"{predicted_s.shape[0]} predictions for {measured_s.shape[0]} measured steps"
-        )
+        raise ValueError(f"{predicted_s.shape[0]} predictions for {measured_s.shape[0]} measured steps")
     if not measured_s.size:
         return {
             "sim_step_error_median": float("nan"),

@@ -34,15 +34,9 @@ from kvbench.exec.real.model import LlamaRunner
 from kvbench.exec.sim import SimExecutor
 
 
-def prompt_token_ids(
-    seed: int, request_id: int, num_tokens: int, vocab_size: int
-) -> list[int]:
+def prompt_token_ids(seed: int, request_id: int, num_tokens: int, vocab_size: int) -> list[int]:
     """A request's prompt, drawn from the run's seed and its id (the same in every run of the seed)."""
-    return (
-        np.random.default_rng([seed, request_id])
-        .integers(0, vocab_size, size=num_tokens)
-        .tolist()
-    )
+    return np.random.default_rng([seed, request_id]).integers(0, vocab_size, size=num_tokens).tolist()
 
 
 class _Clock:
@@ -78,15 +72,13 @@ class RealExecutor:
         cfg = model.config
         device = next(model.parameters()).device
         if allocator.capabilities.caches_prefixes:
-            raise ConfigError("mode=real does not support allocator.prefix_caching=true yet: prompts are drawn "
-                              "per request, so cached prefixes would not hold the same tokens; turn it off")  # fmt: skip
-        head_dim = (
-            getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        )
+            raise ConfigError(
+                "mode=real does not support allocator.prefix_caching=true yet: prompts are drawn "
+                "per request, so cached prefixes would not hold the same tokens; turn it off"
+            )
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         block = allocator.block_size_tokens
-        capacity_blocks = -(
-            -allocator.budget_bytes // (allocator.kv_bytes_per_token * block)
-        )
+        capacity_blocks = -(-allocator.budget_bytes // (allocator.kv_bytes_per_token * block))
         dtype = next(model.parameters()).dtype
         self.cache = KVCache(
             cfg.num_hidden_layers,
@@ -106,14 +98,10 @@ class RealExecutor:
         self._prompt_len: dict[int, int] = {}
         self.prompt_ids: dict[int, list[int]] = {}
         for r in requests:
-            self.prompt_ids[r.request_id] = prompt_token_ids(
-                seed, r.request_id, r.prompt_tokens, cfg.vocab_size
-            )
+            self.prompt_ids[r.request_id] = prompt_token_ids(seed, r.request_id, r.prompt_tokens, cfg.vocab_size)
         #: seq_id -> block table when last computed (a swap-out's source: the allocator has forgotten it)
         self._tables: dict[int, list[int]] = {}
-        self._swapped: dict[
-            int, object
-        ] = {}  # seq_id -> the Sequence, while its KV is in host memory
+        self._swapped: dict[int, object] = {}  # seq_id -> the Sequence, while its KV is in host memory
         #: per step: (predicted_s, measured_s)
         self.step_times_s: list[tuple[float, float]] = []
 
@@ -138,9 +126,7 @@ class RealExecutor:
 
     def execute(self, plan: StepPlan) -> StepResult:
         if plan.num_steps != 1:
-            raise RuntimeError(
-                "mode=real takes steps one by one: run the engine with event_driven=false"
-            )
+            raise RuntimeError("mode=real takes steps one by one: run the engine with event_driven=false")
         if plan.has_beam_search:
             raise ConfigError(
                 "mode=real does not run beam search yet (workload.fan_out=beam): its beams are drawn, not scored"
@@ -151,25 +137,17 @@ class RealExecutor:
         for preemption in plan.preemptions:
             for seq in preemption.group.seqs:
                 table = self._tables.pop(seq.seq_id, None)
-                if (
-                    preemption.mechanism == Mechanism.SWAP
-                    and seq.status is Status.SWAPPED
-                    and table is not None
-                ):
+                if preemption.mechanism == Mechanism.SWAP and seq.status is Status.SWAPPED and table is not None:
                     self.cache.swap_out(seq.seq_id, table)
                     self._swapped[seq.seq_id] = seq
         if plan.swap_in:
             # the scheduler marks the sequences it swapped back in as running again
-            for seq in [
-                s for s in self._swapped.values() if s.status is Status.RUNNING
-            ]:
+            for seq in [s for s in self._swapped.values() if s.status is Status.RUNNING]:
                 del self._swapped[seq.seq_id]
                 self.cache.swap_in(seq.seq_id, self._table(seq))
         clock.mark()  # swaps done
         for copy in plan.copies:
-            self.cache.copy_blocks(
-                copy.src_block_id, copy.dst_block_id, copy.num_blocks
-            )
+            self.cache.copy_blocks(copy.src_block_id, copy.dst_block_id, copy.num_blocks)
         clock.mark()  # copies done
         logits: dict[int, torch.Tensor] = {}
         for chunk in plan.prefills:
@@ -182,28 +160,20 @@ class RealExecutor:
         if plan.decodes:
             contexts = [seq.num_computed_tokens - 1 for seq in plan.decodes]
             ids = [self._tokens(seq)[c] for seq, c in zip(plan.decodes, contexts)]
-            out = self.runner.decode(
-                ids, contexts, [self._table(seq) for seq in plan.decodes]
-            )
+            out = self.runner.decode(ids, contexts, [self._table(seq) for seq in plan.decodes])
             for seq, row in zip(plan.decodes, out):
                 logits[seq.seq_id] = row
         for parent, child in plan.forks:
-            self.tokens[child.seq_id] = list(
-                self._tokens(parent)[: child.num_computed_tokens]
-            )
+            self.tokens[child.seq_id] = list(self._tokens(parent)[: child.num_computed_tokens])
             self._prompt_len[child.seq_id] = child.prompt_tokens
             child_table = self._table(child)
             if not self.shares_blocks:
-                self.cache.copy_positions(
-                    self._tables[parent.seq_id], child_table, child.num_computed_tokens
-                )
+                self.cache.copy_positions(self._tables[parent.seq_id], child_table, child.num_computed_tokens)
             logits.setdefault(child.seq_id, logits.get(parent.seq_id))
         for seq in [*plan.decodes, *plan.samples]:
             ids = self._tokens(seq)
             if len(ids) != seq.num_tokens:
-                raise RuntimeError(
-                    f"sequence {seq.seq_id} has {len(ids)} token ids for {seq.num_tokens} tokens"
-                )
+                raise RuntimeError(f"sequence {seq.seq_id} has {len(ids)} token ids for {seq.num_tokens} tokens")
             ids.append(int(torch.argmax(logits[seq.seq_id])))
         clock.mark()  # decode, forks, sampling done
         intervals = clock.intervals_s()
@@ -215,14 +185,21 @@ class RealExecutor:
         )
         prefill_s = sum(chunk_times_s, 0.0)
         recompute_s = sum(
-            (
-                t * c.num_recomputed_tokens / c.num_new_tokens
-                for t, c in zip(chunk_times_s, plan.prefills)
-            ),
+            (t * c.num_recomputed_tokens / c.num_new_tokens for t, c in zip(chunk_times_s, plan.prefills)),
             0.0,
         )
         measured_s = swap_s + copy_s + prefill_s + decode_s
         predicted_s = float(predicted.durations_s[0])
         self.step_times_s.append((predicted_s, measured_s))
-        return StepResult(plan.start_s, (measured_s,), plan.start_s + measured_s, prefill_s, chunk_times_s, decode_s,
-                          swap_s, copy_s, recompute_s, predicted_s=predicted_s)  # fmt: skip
+        return StepResult(
+            plan.start_s,
+            (measured_s,),
+            plan.start_s + measured_s,
+            prefill_s,
+            chunk_times_s,
+            decode_s,
+            swap_s,
+            copy_s,
+            recompute_s,
+            predicted_s=predicted_s,
+        )

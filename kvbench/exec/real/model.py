@@ -25,9 +25,7 @@ def build_model(hf_config: dict, dtype_name: str, seed: int, device: str = "cpu"
             f"mode=real runs Llama models only, got model.hf_config.model_type={hf_config.get('model_type')!r}"
         )
     if dtype_name not in DTYPES:
-        raise ConfigError(
-            f"model.dtype={dtype_name!r} is invalid for mode=real: choose one of {', '.join(DTYPES)}"
-        )
+        raise ConfigError(f"model.dtype={dtype_name!r} is invalid for mode=real: choose one of {', '.join(DTYPES)}")
     config = LlamaConfig(**{k: v for k, v in hf_config.items() if k not in _NOT_CONFIG})
     # the reference forward and generate() must agree with ours: plain eager attention
     config._attn_implementation = "eager"
@@ -58,16 +56,25 @@ def load_model(folder, dtype_name: str, device: str = "cpu"):
     if dtype_name not in DTYPES:
         raise ConfigError(f"model.dtype={dtype_name!r} is invalid for mode=real: choose one of {', '.join(DTYPES)}")
     if not any(Path(folder).glob("*.safetensors")):
-        raise ConfigError(f"model.config_path={str(folder)!r} holds only pickled PyTorch weights (pytorch_model*.bin), "
-                          "which kvbench does not load (a pickle can run code): save the model with safetensors, "
-                          "e.g. model.save_pretrained(folder, safe_serialization=True)")  # fmt: skip
+        raise ConfigError(
+            f"model.config_path={str(folder)!r} holds only pickled PyTorch weights (pytorch_model*.bin), "
+            "which kvbench does not load (a pickle can run code): save the model with safetensors, "
+            "e.g. model.save_pretrained(folder, safe_serialization=True)"
+        )
     try:
-        model = LlamaForCausalLM.from_pretrained(str(folder), torch_dtype=DTYPES[dtype_name], local_files_only=True,
-                                                 attn_implementation="eager", use_safetensors=True)  # fmt: skip
+        model = LlamaForCausalLM.from_pretrained(
+            str(folder),
+            torch_dtype=DTYPES[dtype_name],
+            local_files_only=True,
+            attn_implementation="eager",
+            use_safetensors=True,
+        )
     except Exception as exc:  # noqa: BLE001 - safetensors', torch's and transformers' errors share no base
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"model.config_path={str(folder)!r}: its weights cannot be loaded ({type(exc).__name__}: "
-                          f"{detail[:200]}); re-save them with save_pretrained") from None  # fmt: skip
+        raise ConfigError(
+            f"model.config_path={str(folder)!r}: its weights cannot be loaded ({type(exc).__name__}: "
+            f"{detail[:200]}); re-save them with save_pretrained"
+        ) from None
     if model.config.model_type != "llama":
         raise ConfigError(f"mode=real runs Llama models only, got {model.config.model_type!r} in {folder}")
     return model.to(device=device).eval()
@@ -86,9 +93,7 @@ class LlamaRunner:
         cfg = model.config
         self.num_heads = cfg.num_attention_heads
         self.num_kv_heads = cfg.num_key_value_heads
-        self.head_dim = (
-            getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        )
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.scale = 1.0 / math.sqrt(self.head_dim)
         self.device = next(model.parameters()).device
 
@@ -103,9 +108,7 @@ class LlamaRunner:
         return q, k, v
 
     @torch.inference_mode()
-    def prefill(
-        self, token_ids: list[int], context_tokens: int, table: list[int]
-    ) -> torch.Tensor:
+    def prefill(self, token_ids: list[int], context_tokens: int, table: list[int]) -> torch.Tensor:
         """Compute ``token_ids`` at positions ``context_tokens..`` of one sequence, over its first
         ``context_tokens`` positions read back from the cache (chunked prefill); returns the last
         position's logits ``[vocab]``."""
@@ -128,30 +131,22 @@ class LlamaRunner:
                 k[0].transpose(0, 1),
                 v[0].transpose(0, 1),
             )
-            keys, values = self.cache.read(
-                layer_index, table, total
-            )  # [total, H_kv, D]
+            keys, values = self.cache.read(layer_index, table, total)  # [total, H_kv, D]
             keys = keys.transpose(0, 1).repeat_interleave(groups, dim=0)[None]
             values = values.transpose(0, 1).repeat_interleave(groups, dim=0)[None]
-            out = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=mask, scale=self.scale
-            )
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scale)
             h = h + attn.o_proj(out.transpose(1, 2).reshape(1, n, -1))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         return self.model.lm_head(inner.norm(h[:, -1]))[0]
 
     @torch.inference_mode()
-    def decode(
-        self, token_ids: list[int], context_tokens: list[int], tables: list[list[int]]
-    ) -> torch.Tensor:
+    def decode(self, token_ids: list[int], context_tokens: list[int], tables: list[list[int]]) -> torch.Tensor:
         """One token per sequence at position ``context_tokens[b]``, attention through the kernel
         plugin over the paged cache; returns logits ``[B, vocab]``."""
         batch = len(token_ids)
         positions = torch.tensor(context_tokens, device=self.device)[:, None]
         ids = torch.tensor(token_ids, device=self.device)[:, None]
-        seq_lens = torch.tensor(
-            [c + 1 for c in context_tokens], dtype=torch.int32, device=self.device
-        )
+        seq_lens = torch.tensor([c + 1 for c in context_tokens], dtype=torch.int32, device=self.device)
         width = max(map(len, tables))
         # padding entries point at block 0; the kernel contract forbids reading through them
         block_tables = torch.tensor(
@@ -173,9 +168,7 @@ class LlamaRunner:
                     v[b].transpose(0, 1),
                 )
             key_cache, value_cache = self.cache.layer(layer_index)
-            out = self.kernel.decode(
-                q[:, :, 0], key_cache, value_cache, block_tables, seq_lens, self.scale
-            )
+            out = self.kernel.decode(q[:, :, 0], key_cache, value_cache, block_tables, seq_lens, self.scale)
             h = h + attn.o_proj(out.reshape(batch, 1, -1))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         return self.model.lm_head(inner.norm(h[:, -1]))

@@ -8,8 +8,7 @@ from functools import cache
 
 from omegaconf import DictConfig
 
-from kvbench.api import RunSetup, build, model_spec_of
-from kvbench.api import ModelSpec
+from kvbench.api import ModelSpec, RunSetup, build, model_spec_of
 
 
 @cache

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvbench.api import Transfer
+from kvbench.api import Transfer, ledger_parts
 from kvbench.studies.paper.plots import new_figure, save
 
 _COLORS = {"naive": "#e34a33", "per_request": "#fdae6b", "paged": "#2b8cbe"}
@@ -30,26 +30,49 @@ def break_even_figure(n, path: Path) -> Path:
     fig, _ = new_figure(10.0, 4.4)
     fig.clf()
     axes = fig.subplots(1, 2, sharey=True)
-    cases = ((f"MHA: Llama-2-7B, {n.kv / 1024:g} KiB/token", n.cost, n.cost_32),
-             (f"GQA-8: {n.kv_gqa / 1024:g} KiB/token", n.gqa_cost, n.cost_gqa_32))
+    cases = (
+        (f"MHA: Llama-2-7B, {n.kv / 1024:g} KiB/token", n.cost, n.cost_32),
+        (f"GQA-8: {n.kv_gqa / 1024:g} KiB/token", n.gqa_cost, n.cost_gqa_32),
+    )
     for ax, (label, cost64, cost32) in zip(axes, cases):
         recompute = np.array([cost64.prefill_time_s(int(s)) for s in tokens]) * 1e3
-        ax.plot(tokens, recompute, color="black", linewidth=1.6,
-                label=f"recompute: prefill at {100 * cost64.hardware.prefill_flops_efficiency:g} % of peak")
+        ax.plot(
+            tokens,
+            recompute,
+            color="black",
+            linewidth=1.6,
+            label=f"recompute: prefill at {100 * cost64.hardware.prefill_flops_efficiency:g} % of peak",
+        )
         notes = []
         for cost, style, color in ((cost64, "-", "#2b8cbe"), (cost32, "--", "#e34a33")):
             link = cost.hardware.host_link_bytes_per_s
             kv = cost.model.kv_bytes_per_token
             per_byte = 2 * tokens * kv / link * 1e3
-            blocks = np.array([cost.swap_round_trip_s(Transfer(int(s) * kv, -(-int(s) // n.block))) for s in tokens]) * 1e3
+            blocks = (
+                np.array([cost.swap_round_trip_s(Transfer(int(s) * kv, -(-int(s) // n.block))) for s in tokens]) * 1e3
+            )
             ax.plot(tokens, per_byte, style, color=color, label=f"swap round trip at {link / 1e9:g} GB/s (bytes only)")
-            ax.plot(tokens, blocks, style, color=color, alpha=0.45,
-                    label=f"... + {cost.hardware.host_transfer_overhead_s * 1e6:g} us per {n.block}-token block copied, "
-                          f"{link / 1e9:g} GB/s")  # fmt: skip
-            for even, kind in ((_per_byte_break_even(cost), "bytes only"), (cost.swap_break_even_kv_tokens(n.block), f"{n.block}-token blocks")):
+            ax.plot(
+                tokens,
+                blocks,
+                style,
+                color=color,
+                alpha=0.45,
+                label=f"... + {cost.hardware.host_transfer_overhead_s * 1e6:g} us per {n.block}-token block copied, "
+                f"{link / 1e9:g} GB/s",
+            )
+            for even, kind in (
+                (_per_byte_break_even(cost), "bytes only"),
+                (cost.swap_break_even_kv_tokens(n.block), f"{n.block}-token blocks"),
+            ):
                 if even > 0:
-                    ax.plot([even], [cost.prefill_time_s(round(even)) * 1e3], "o", color=color,
-                            alpha=1.0 if kind == "bytes only" else 0.45)  # fmt: skip
+                    ax.plot(
+                        [even],
+                        [cost.prefill_time_s(round(even)) * 1e3],
+                        "o",
+                        color=color,
+                        alpha=1.0 if kind == "bytes only" else 0.45,
+                    )
                     notes.append(f"{link / 1e9:g} GB/s, {kind}: break-even {even:,.0f} tokens")
                 else:
                     notes.append(f"{link / 1e9:g} GB/s, {kind}: swapping wins at every length")
@@ -67,24 +90,36 @@ def break_even_figure(n, path: Path) -> Path:
     return save(fig, path)
 
 
-def block_size_figure(n, sweep: dict[int, dict], capacity: dict[int, int], naive: dict, naive_capacity: int,
-                      path: Path) -> tuple[Path, pd.DataFrame]:  # fmt: skip
+def block_size_figure(
+    n, sweep: dict[int, dict], capacity: dict[int, int], naive: dict, naive_capacity: int, path: Path
+) -> tuple[Path, pd.DataFrame]:
     """Concurrency against block size (runs and allocator ceilings), with naive for reference."""
     blocks = sorted(sweep)
-    frame = pd.DataFrame([{
-        "block_tokens": b, "capacity_640": capacity[b], "peak_concurrency": sweep[b]["peak_concurrency"],
-        "min_concurrency_saturated": sweep[b]["min_concurrency_saturated"],
-        "mean_concurrency_saturated": sweep[b]["mean_concurrency_saturated"],
-        "utilization_saturated_pct": 100 * sweep[b]["utilization_saturated"],
-        "mean_tail_tokens": sweep[b]["mean_tail_waste_tokens_per_seq"],
-    } for b in blocks])  # fmt: skip
+    frame = pd.DataFrame(
+        [
+            {
+                "block_tokens": b,
+                "capacity_640": capacity[b],
+                "peak_concurrency": sweep[b]["peak_concurrency"],
+                "min_concurrency_saturated": sweep[b]["min_concurrency_saturated"],
+                "mean_concurrency_saturated": sweep[b]["mean_concurrency_saturated"],
+                "utilization_saturated_pct": 100 * sweep[b]["utilization_saturated"],
+                "mean_tail_tokens": sweep[b]["mean_tail_waste_tokens_per_seq"],
+            }
+            for b in blocks
+        ]
+    )
     fig, ax = new_figure()
     ax.plot(blocks, frame.capacity_640, "s-", color="black", label=f"allocator ceiling, {n.seq}-token sequences")
     ax.plot(blocks, frame.peak_concurrency, "^--", color="#2b8cbe", label="paged run: peak")
     ax.plot(blocks, frame.mean_concurrency_saturated, "o-", color="#2b8cbe", label="paged run: mean while saturated")
     ax.plot(blocks, frame.min_concurrency_saturated, "v:", color="#2b8cbe", label="paged run: floor while saturated")
-    ax.axhline(naive["mean_concurrency_saturated"], color=_COLORS["naive"], linestyle="--",
-               label=f"naive (S_max {n.s_max:,}): {naive_capacity}")  # fmt: skip
+    ax.axhline(
+        naive["mean_concurrency_saturated"],
+        color=_COLORS["naive"],
+        linestyle="--",
+        label=f"naive (S_max {n.s_max:,}): {naive_capacity}",
+    )
     ax.set_xscale("log", base=2)
     ax.set_xticks(blocks, [str(b) for b in blocks])
     ax.set_xlabel("block size (tokens)")
@@ -92,8 +127,10 @@ def block_size_figure(n, sweep: dict[int, dict], capacity: dict[int, int], naive
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
-    ax.set_title(f"Concurrency against block size: Llama-2-7B, H100, {n.budget / 1e9:g} GB, {n.prompt} + {n.output} "
-                 "tokens", fontsize=9)
+    ax.set_title(
+        f"Concurrency against block size: Llama-2-7B, H100, {n.budget / 1e9:g} GB, {n.prompt} + {n.output} tokens",
+        fontsize=9,
+    )
     return save(fig, path), frame
 
 
@@ -107,8 +144,15 @@ def allocator_timeline_figure(results: dict, path: Path) -> Path:
         end = start + steps["duration_s"].to_numpy()
         x = np.append(start, end[-1]) if len(start) else start
         y = np.append(steps["num_running"].to_numpy(), 0) if len(start) else start
-        ax.step(x, y, where="post", color=_COLORS.get(name), label=name, linewidth=1.2,
-                linestyle="--" if name == "per_request" else "-")  # fmt: skip
+        ax.step(
+            x,
+            y,
+            where="post",
+            color=_COLORS.get(name),
+            label=name,
+            linewidth=1.2,
+            linestyle="--" if name == "per_request" else "-",
+        )
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("running sequences (batch size)")
     ax.set_ylim(bottom=0)
@@ -120,9 +164,8 @@ def allocator_timeline_figure(results: dict, path: Path) -> Path:
 
 def memory_breakdown_figure(summaries: dict[str, dict], budget_bytes: float, path: Path) -> Path:
     """Stacked shares of the KV budget while memory binds, per allocator."""
-    parts = [("frac_token", "tokens", "#2b8cbe"), ("frac_reserved_future", "reserved for future tokens", "#a6bddb"),
-             ("frac_internal", "internal fragmentation", "#e34a33"), ("frac_external", "external fragmentation", "#fdae6b"),
-             ("frac_free", "free", "#d9d9d9")]  # fmt: skip
+    # the ledger's parts in the catalogue's words and colours (the lecture's workload caches no prefix)
+    parts = [(m.key, m.legend, m.colour) for m in ledger_parts() if m.key != "frac_cached"]
     names = list(summaries)
     fig, ax = new_figure(7.0, 3.6)
     bottom = np.zeros(len(names))

@@ -8,10 +8,8 @@ import math
 from collections.abc import Sequence
 from functools import cache
 
-from kvbench.api import build
-from kvbench.api import SeqShape
+from kvbench.api import SeqShape, build, memory_ceiling
 from kvbench.studies.paper.configs import composed
-from kvbench.api import memory_ceiling
 
 #: Llama-2-7B with grouped-query attention of 8 KV heads (the lecture's "GQA-8")
 GQA8 = ("model.hf_config.num_key_value_heads=8",)
@@ -35,15 +33,22 @@ def fill(overrides: Sequence[str], context_tokens: int, s_max_tokens: int) -> in
 
 def fill_description(overrides: Sequence[str], context_tokens: int, s_max_tokens: int) -> str:
     where = " ".join(overrides) or "the defaults"
-    return (f"kvbench.slo.batch.memory_ceiling: a fresh allocator of kvbench {where}, filled with "
-            f"{context_tokens:,}-token sequences (S_max {s_max_tokens:,}) until it refuses")  # fmt: skip
+    return (
+        f"kvbench.slo.batch.memory_ceiling: a fresh allocator of kvbench {where}, filled with "
+        f"{context_tokens:,}-token sequences (S_max {s_max_tokens:,}) until it refuses"
+    )
 
 
 def fits_fan_out(overrides: Sequence[str], prompt: int, output: int, branches: int) -> bool:
     """Whether a fresh allocator admits one request of ``branches`` completions off ``prompt``."""
     allocator = build(composed(overrides)).allocator
-    shape = SeqShape(num_tokens=prompt, s_max_tokens=prompt + output, final_kv_tokens=prompt + output - 1,
-                     num_branches=branches, prompt_tokens=prompt)  # fmt: skip
+    shape = SeqShape(
+        num_tokens=prompt,
+        s_max_tokens=prompt + output,
+        final_kv_tokens=prompt + output - 1,
+        num_branches=branches,
+        prompt_tokens=prompt,
+    )
     return bool(allocator.fits_in_empty(shape))
 
 

@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvbench.api import kvbench_version
-from kvbench.api import write_frame, write_text
+from kvbench.api import kvbench_version, write_frame, write_text
 from kvbench.studies.paper.document import Source, Table
 from kvbench.studies.paper.rows import DIFFERS, NOT_CONFIRMED, Row
 
@@ -117,10 +116,13 @@ def verdict_line(rows: list[Row]) -> str:
 
 def source_markdown(source: Source) -> str:
     out = [f"# {source.title}", "", stamp(), "", source.about.strip(), "", verdict_line(source.rows), ""]
-    out += ["Columns: the source's claim as printed; kvbench's closed form, with its inputs, and its value; "
-            "what a kvbench run (or kvbench's own allocator or cost model) gives, with the run listed under "
-            "the table; the verdict, computed: *matches* when the closed form lies within the claim's printed "
-            "precision, *differs* otherwise, with the reason.", ""]  # fmt: skip
+    out += [
+        "Columns: the source's claim as printed; kvbench's closed form, with its inputs, and its value; "
+        "what a kvbench run (or kvbench's own allocator or cost model) gives, with the run listed under "
+        "the table; the verdict, computed: *matches* when the closed form lies within the claim's printed "
+        "precision, *differs* otherwise, with the reason.",
+        "",
+    ]
     out += ["Contents:", ""] + [f"- [{s.title}](#{anchor(s.title)})" for s in source.sections] + [""]
     number = 0
     for section in source.sections:
@@ -136,10 +138,18 @@ def source_markdown(source: Source) -> str:
                 if row.run:
                     label = runs.setdefault(row.run, f"r{len(runs) + 1}")
                     sim = f"{sim} [{label}]"
-                body.append([
-                    number, row.quantity, claim_cell(row), row.formula,
-                    fmt_value(row.formula_value, row.claim_decimals), sim, _verdict_cell(row), row.why,
-                ])  # fmt: skip
+                body.append(
+                    [
+                        number,
+                        row.quantity,
+                        claim_cell(row),
+                        row.formula,
+                        fmt_value(row.formula_value, row.claim_decimals),
+                        sim,
+                        _verdict_cell(row),
+                        row.why,
+                    ]
+                )
             header = ["#", "quantity", "claim", "kvbench closed form", "=", "simulated", "verdict", "why"]
             out += [markdown_table(header, body, "rllllrll"), ""]
             if runs:
@@ -169,17 +179,27 @@ def index_markdown(sources: list[Source]) -> str:
         differs = [row for row in source.rows if row.verdict in (DIFFERS, NOT_CONFIRMED)]
         if differs:
             out += [f"Where kvbench disagrees (the reasons are on [the page]({source.name}.md)):", ""]
-            body = [[row.section, row.quantity, claim_cell(row),
-                     row.verdict if row.holds is not None or row.judged_value is None
-                     else f"{fmt_value(row.judged_value, row.claim_decimals)} {row.unit}".strip()] for row in differs]  # fmt: skip
+            body = [
+                [
+                    row.section,
+                    row.quantity,
+                    claim_cell(row),
+                    row.verdict
+                    if row.holds is not None or row.judged_value is None
+                    else f"{fmt_value(row.judged_value, row.claim_decimals)} {row.unit}".strip(),
+                ]
+                for row in differs
+            ]
             out += [markdown_table(["where", "quantity", "claim", "kvbench"], body, "llll"), ""]
         figures = [f for s in source.sections for f in s.figures]
         if figures:
             out += ["Figures:", ""] + [f"- [{f.caption}](figures/{f.path.name})" for f in figures] + [""]
-    out += [f"Files: `data/<source>.csv` (one row per number), `data/runs.csv` (every run's command and simulated "
-            "summary), `data/<table>.csv` (sweeps); each also as Parquet, each with the command and kvbench "
-            f"version that produced it. The CSVs print floats to {CSV_SIGNIFICANT_DIGITS} significant digits, so that this "
-            "folder is the same on every machine (a float's last bits are not); the Parquet files keep full precision."]  # fmt: skip
+    out += [
+        f"Files: `data/<source>.csv` (one row per number), `data/runs.csv` (every run's command and simulated "
+        "summary), `data/<table>.csv` (sweeps); each also as Parquet, each with the command and kvbench "
+        f"version that produced it. The CSVs print floats to {CSV_SIGNIFICANT_DIGITS} significant digits, so that this "
+        "folder is the same on every machine (a float's last bits are not); the Parquet files keep full precision."
+    ]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -196,9 +216,16 @@ def write_paper(sources: list[Source], runs_table: pd.DataFrame, out_dir: Path) 
         raise ValueError(f"row keys used twice: {[k for k, n in keys.items() if n > 1]}")
     for source in sources:
         write_text(out_dir / f"{source.name}.md", source_markdown(source))
-        write_frame(with_provenance(pd.DataFrame([row.record() for row in source.rows])), data_dir, source.name, CSV_FLOAT_FORMAT)
+        write_frame(
+            with_provenance(pd.DataFrame([row.record() for row in source.rows])),
+            data_dir,
+            source.name,
+            CSV_FLOAT_FORMAT,
+        )
         for section in source.sections:
             for table in section.tables:
-                write_frame(with_provenance(table.frame.assign(command=table.run)), data_dir, table.name, CSV_FLOAT_FORMAT)
+                write_frame(
+                    with_provenance(table.frame.assign(command=table.run)), data_dir, table.name, CSV_FLOAT_FORMAT
+                )
     write_frame(with_provenance(runs_table), data_dir, "runs", CSV_FLOAT_FORMAT)
     write_text(out_dir / "README.md", index_markdown(sources))

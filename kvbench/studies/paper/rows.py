@@ -100,7 +100,9 @@ class Row:
             return CONFIRMED if self.holds else NOT_CONFIRMED
         value = self.judged_value
         if value is None or not math.isfinite(value):
-            raise ValueError(f"{self.key}: a numeric claim needs a finite formula_value (or, with no closed form, simulated)")
+            raise ValueError(
+                f"{self.key}: a numeric claim needs a finite formula_value (or, with no closed form, simulated)"
+            )
         return MATCHES if abs(value - self.claim_value) <= self.tolerance else DIFFERS
 
     @property
@@ -119,8 +121,18 @@ class Row:
     def record(self) -> dict:
         """The row as a flat record for the CSV and Parquet tables."""
         return {
-            "key": self.key, "section": self.section, "quantity": self.quantity, "unit": self.unit,
-            "claim": self.claim, "claim_value": self.claim_value, "formula": self.formula,
-            "formula_value": self.formula_value, "simulated": self.simulated, "run": self.run,
-            "judged_value": self.judged_value, "verdict": self.verdict, "sim_agrees": self.sim_agrees, "why": self.why,
-        }  # fmt: skip
+            "key": self.key,
+            "section": self.section,
+            "quantity": self.quantity,
+            "unit": self.unit,
+            "claim": self.claim,
+            "claim_value": self.claim_value,
+            "formula": self.formula,
+            "formula_value": self.formula_value,
+            "simulated": self.simulated,
+            "run": self.run,
+            "judged_value": self.judged_value,
+            "verdict": self.verdict,
+            "sim_agrees": self.sim_agrees,
+            "why": self.why,
+        }

@@ -50,8 +50,9 @@ class Runs:
         for key, result in self._results.items():
             record = {"command": command(key)}
             record.update(
-                (name, value) for name, value in result.summary.items()
+                (name, value)
+                for name, value in result.summary.items()
                 if not any(part in name for part in _NOT_SIMULATED)
-            )  # fmt: skip
+            )
             records.append(record)
         return pd.DataFrame(records)

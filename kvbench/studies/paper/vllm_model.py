@@ -14,11 +14,8 @@ from importlib import resources
 import numpy as np
 from omegaconf import OmegaConf
 
-from kvbench.api import CostModel
-from kvbench.api import Transfer
+from kvbench.api import CostModel, HardwareSpec, ModelSpec, Transfer, hardware_spec
 from kvbench.studies.paper import configs
-from kvbench.api import HardwareSpec, hardware_spec
-from kvbench.api import ModelSpec
 
 GIB, MIB, KIB = 2**30, 2**20, 2**10
 #: the paper's single-GPU setting (Table 1's OPT-13B on one A100-40GB)

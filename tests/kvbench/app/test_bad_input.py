@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from kvbench_cli import assert_one_line_error, kvbench
 
 import kvbench.app.checks as checks_module
 from kvbench.api import compose, run
@@ -20,10 +21,8 @@ from kvbench.app.checks import MEMORY_BASE_BYTES, MEMORY_BYTES_PER_REQUEST
 from kvbench.app.config import check_numbers
 from kvbench.app.run import setup
 from kvbench.errors import ConfigError
-from kvbench_cli import assert_one_line_error, kvbench
 
 SMALL = ["workload.num_requests=20", "wandb.mode=disabled", "progress=false"]
-
 
 
 def assert_refused(proc: subprocess.CompletedProcess, cwd: Path, *fragments: str) -> None:
@@ -129,7 +128,9 @@ def test_a_run_too_big_for_memory_is_refused_up_front(monkeypatch):
     per = MEMORY_BYTES_PER_REQUEST["synthetic"]
     monkeypatch.setattr(checks_module, "_available_memory_bytes", lambda: MEMORY_BASE_BYTES + 1000 * per)
     run([*SMALL, "workload.num_requests=1000"])
-    with pytest.raises(ConfigError, match=rf"workload.num_requests=1001 needs about 0.3 GB of memory \(250 MB \+ 1,001 x {per:,} B"):
+    with pytest.raises(
+        ConfigError, match=rf"workload.num_requests=1001 needs about 0.3 GB of memory \(250 MB \+ 1,001 x {per:,} B"
+    ):
         setup(compose(["workload.num_requests=1001"])[0])
     branched = per + 3 * checks_module.MEMORY_BYTES_PER_EXTRA_BRANCH
     setup(compose([f"workload.num_requests={1000 * per // branched}", "workload.num_branches=4"])[0])
@@ -145,7 +146,9 @@ def test_a_trace_is_counted_before_it_is_read(monkeypatch):
     rows = len(pd.read_csv(TRACES_DIR / "azure_llm_2023_conv.csv"))
     per = MEMORY_BYTES_PER_REQUEST["trace"]
     monkeypatch.setattr(checks_module, "_available_memory_bytes", lambda: MEMORY_BASE_BYTES + (rows - 1) * per)
-    with pytest.raises(ConfigError, match=rf"the {rows:,} rows of workload.path=azure_llm_2023_conv.csv needs about .*replayed trace"):
+    with pytest.raises(
+        ConfigError, match=rf"the {rows:,} rows of workload.path=azure_llm_2023_conv.csv needs about .*replayed trace"
+    ):
         setup(compose(["workload=azure_conv"])[0])
     setup(compose(["workload=azure_conv", f"workload.num_requests={rows - 1}"])[0])
 
@@ -165,8 +168,16 @@ def test_prefix_caching_and_fan_out_raise_the_estimate():
     [
         ("0::/job\n", {"job/memory.max": "1000000", "job/memory.current": "250000"}, 750_000),  # cgroup v2
         ("0::/job\n", {"job/memory.max": "max", "job/memory.current": "250000"}, None),  # v2, no limit
-        ("4:memory:/job\n0::/\n", {"memory/job/memory.limit_in_bytes": "4096", "memory/job/memory.usage_in_bytes": "96"}, 4000),  # v1
-        ("4:memory:/job\n", {"memory/job/memory.limit_in_bytes": str(2**63 - 4096), "memory/job/memory.usage_in_bytes": "1"}, None),
+        (
+            "4:memory:/job\n0::/\n",
+            {"memory/job/memory.limit_in_bytes": "4096", "memory/job/memory.usage_in_bytes": "96"},
+            4000,
+        ),  # v1
+        (
+            "4:memory:/job\n",
+            {"memory/job/memory.limit_in_bytes": str(2**63 - 4096), "memory/job/memory.usage_in_bytes": "1"},
+            None,
+        ),
         ("0::/job\n", {"unified/job/memory.max": "2000", "unified/job/memory.current": "500"}, 1500),  # hybrid host
     ],
 )
@@ -206,7 +217,9 @@ def test_real_mode_refuses_a_model_too_big_to_build_here(monkeypatch):
 
     seven_b = ModelSpec("llama2-7b", 32, 32, 32, 128, 2, 6_738_415_616)
     monkeypatch.setattr(checks_module, "_available_memory_bytes", lambda: 24 * 10**9)
-    with pytest.raises(ConfigError, match=r"about 40.4 GB while initialising, more than the 24.0 GB .*model=tiny-llama"):
+    with pytest.raises(
+        ConfigError, match=r"about 40.4 GB while initialising, more than the 24.0 GB .*model=tiny-llama"
+    ):
         check_real_model_memory(seven_b)
     monkeypatch.setattr(checks_module, "_available_memory_bytes", lambda: 64 * 10**9)
     check_real_model_memory(seven_b)  # fits there
@@ -254,9 +267,19 @@ def test_real_mode_loads_safetensors_only_and_damaged_weights_are_one_line(tmp_p
     with pytest.raises(ConfigError, match=r"holds only pickled PyTorch weights .*\(a pickle can run code\)"):
         load_model(tmp_path / "pickled", "float32")
     (tmp_path / "damaged").mkdir()
-    (tmp_path / "damaged" / "config.json").write_text(json.dumps({
-        "model_type": "llama", "hidden_size": 8, "intermediate_size": 16, "num_attention_heads": 2,
-        "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 32}))  # fmt: skip
+    (tmp_path / "damaged" / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 8,
+                "intermediate_size": 16,
+                "num_attention_heads": 2,
+                "num_key_value_heads": 2,
+                "num_hidden_layers": 1,
+                "vocab_size": 32,
+            }
+        )
+    )
     (tmp_path / "damaged" / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header")
     with pytest.raises(ConfigError, match=r"its weights cannot be loaded \(.*\); re-save them") as caught:
         load_model(tmp_path / "damaged", "float32")

@@ -9,12 +9,19 @@ import tempfile
 
 import pandas as pd
 import pytest
-
 from kvbench_cli import kvbench
 
 #: two allocators, two seeds of which one (-1) is refused when its job runs: two results, two failures
-SWEEP = ["-m", "allocator=naive,paged", "seed=0,-1", "workload.num_requests=30", "progress=false",
-         "wandb.mode=disabled", "output.steps=false", "output.figures=false"]  # fmt: skip
+SWEEP = [
+    "-m",
+    "allocator=naive,paged",
+    "seed=0,-1",
+    "workload.num_requests=30",
+    "progress=false",
+    "wandb.mode=disabled",
+    "output.steps=false",
+    "output.figures=false",
+]
 
 
 def comparison_of(table: pd.DataFrame) -> pd.DataFrame:
@@ -55,7 +62,9 @@ def test_a_sweep_split_across_machines_is_one_folder_each_then_one_table(tmp_pat
     table = pd.concat([pd.read_parquet(f) for f in folders], ignore_index=True)
     # only the job numbers are per folder: every row is the one-machine sweep's
     one_sweep = serial.drop(columns="job_num").sort_values("job", ignore_index=True)
-    pd.testing.assert_frame_equal(comparison_of(table).drop(columns="job_num").sort_values("job", ignore_index=True), one_sweep)
+    pd.testing.assert_frame_equal(
+        comparison_of(table).drop(columns="job_num").sort_values("job", ignore_index=True), one_sweep
+    )
 
 
 def test_a_joblib_sweep_gives_the_serial_results(tmp_path, serial):
@@ -79,8 +88,14 @@ def test_a_ray_sweep_on_a_local_instance_gives_the_serial_results(tmp_path, seri
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     # Ray's Unix sockets live under its temp folder: a short path, within the 107-byte socket limit
     with tempfile.TemporaryDirectory(prefix="kvb-ray-", dir="/tmp") as ray_tmp:
-        proc = kvbench(*SWEEP, "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
-                       "+hydra.launcher.ray.init.include_dashboard=false", f"+hydra.launcher.ray.init._temp_dir={ray_tmp}",
-                       "hydra.sweep.dir=sweep", cwd=tmp_path)  # fmt: skip
+        proc = kvbench(
+            *SWEEP,
+            "hydra/launcher=ray",
+            "+hydra.launcher.ray.init.num_cpus=2",
+            "+hydra.launcher.ray.init.include_dashboard=false",
+            f"+hydra.launcher.ray.init._temp_dir={ray_tmp}",
+            "hydra.sweep.dir=sweep",
+            cwd=tmp_path,
+        )
     assert "Ray Launcher is launching 4 jobs" in proc.stdout + proc.stderr, "not run by Ray"
     assert_like_serial(proc, tmp_path / "sweep", serial)

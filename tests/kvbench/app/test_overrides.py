@@ -27,7 +27,9 @@ def test_an_unknown_option_lists_the_group_s_options():
 
 def test_an_unknown_key_lists_the_keys_of_its_node():
     line = error_line("allocator=naive", "allocator.block_size_tokens=32")
-    assert line.startswith("allocator.block_size_tokens=32 is not a config key: 'block_size_tokens' is not in allocator (naive)")
+    assert line.startswith(
+        "allocator.block_size_tokens=32 is not a config key: 'block_size_tokens' is not in allocator (naive)"
+    )
     assert "its keys are: name, s_max_tokens" in line and "+allocator.block_size_tokens=32" in line
 
 

@@ -11,8 +11,13 @@ from kvbench.core.ledger import LEDGER_FIELDS
 
 #: 200 requests of 512 prompt tokens whose first 256 are one shared system prompt; a budget large
 #: enough that nobody is preempted, so computed tokens can be counted exactly
-SHARED = ["workload.num_requests=200", "workload.shared_prefix_tokens=256", "scheduler.max_num_seqs=64",
-          "workload.output_tokens=32", "progress=false"]  # fmt: skip
+SHARED = [
+    "workload.num_requests=200",
+    "workload.shared_prefix_tokens=256",
+    "scheduler.max_num_seqs=64",
+    "workload.output_tokens=32",
+    "progress=false",
+]
 
 
 @pytest.fixture(scope="module")

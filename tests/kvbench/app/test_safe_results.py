@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from kvbench_cli import error_lines, kvbench
 from locks import held_lock
 
@@ -74,8 +73,14 @@ def test_a_sweep_killed_mid_write_is_flagged_then_resumed(tmp_path):
 @pytest.mark.parametrize("signame, status", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_a_signal_ends_a_sweep_with_one_line_and_nothing_that_looks_complete(tmp_path, signame, status):
     sweep = tmp_path / "sweep"
-    proc = run("-m", "allocator=naive,paged", f"hydra.sweep.dir={sweep}", *SMALL,
-                   cwd=tmp_path, fault=(signame, "requests", "1"))  # fmt: skip
+    proc = run(
+        "-m",
+        "allocator=naive,paged",
+        f"hydra.sweep.dir={sweep}",
+        *SMALL,
+        cwd=tmp_path,
+        fault=(signame, "requests", "1"),
+    )
     assert proc.returncode == status
     [line] = notices(proc)
     assert line.startswith(f"kvbench: interrupted by {signame}") and f"hydra.sweep.dir={sweep}" in line
@@ -103,11 +108,14 @@ def test_a_second_run_into_a_folder_being_written_is_refused(tmp_path):
     assert not (folder / "summary.parquet").exists()
 
 
-@pytest.mark.parametrize("folder, fragment", [
-    ("a_file/run", "is a file, not a folder"),
-    ("x" * 300, "over this filesystem's"),
-    ("/proc/kvbench-results", "cannot write there"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "folder, fragment",
+    [
+        ("a_file/run", "is a file, not a folder"),
+        ("x" * 300, "over this filesystem's"),
+        ("/proc/kvbench-results", "cannot write there"),
+    ],
+)
 def test_an_unusable_results_folder_is_one_line_before_any_work(tmp_path, folder, fragment):
     (tmp_path / "a_file").write_text("")
     proc = kvbench(f"hydra.run.dir={folder}", *SMALL, cwd=tmp_path)

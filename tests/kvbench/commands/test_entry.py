@@ -4,7 +4,6 @@ is one line and 128 + the signal's number, like one that arrives later."""
 from __future__ import annotations
 
 import pytest
-
 from kvbench_cli import kvbench
 
 # raises the signal the moment the command imports Hydra (a second or more into a real start),

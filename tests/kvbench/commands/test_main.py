@@ -8,13 +8,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from kvbench_cli import assert_one_line_error, kvbench
 
 SMALL = ["workload.num_requests=40", "wandb.mode=disabled", "progress=false"]
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "outside_plugin"
-
-
 
 
 def test_sweep_runs_four_jobs_and_prints_one_table(tmp_path):
@@ -22,8 +19,10 @@ def test_sweep_runs_four_jobs_and_prints_one_table(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("kvbench comparison (4 jobs)") == 1
     # the kernel axis changes nothing without a calibration, and the line above the table says so
-    assert "kernel=flashinfer and kernel=triton run at the same simulated speed: no calibration for h100-sxm" in " ".join(
-        proc.stdout.split())
+    assert (
+        "kernel=flashinfer and kernel=triton run at the same simulated speed: no calibration for h100-sxm"
+        in " ".join(proc.stdout.split())
+    )
     [sweep] = list((tmp_path / "results" / "multirun").glob("*/*"))
     table = pd.read_csv(sweep / "comparison.csv")
     assert len(table) == 4 and set(table["allocator"]) == {"naive", "paged"}
@@ -122,8 +121,13 @@ def test_tab_completion_installs_and_completes_options(tmp_path):
     env = {"COMP_LINE": "kvbench allocator="}
     import os
 
-    query = subprocess.run([sys.executable, "-c", "from kvbench.commands.main import main; main()", "-sc", "query=bash"],
-                           cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True)  # fmt: skip
+    query = subprocess.run(
+        [sys.executable, "-c", "from kvbench.commands.main import main; main()", "-sc", "query=bash"],
+        cwd=tmp_path,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+    )
     assert query.returncode == 0
     assert {"allocator=naive", "allocator=paged", "allocator=per_request"} <= set(query.stdout.split())
 
@@ -148,7 +152,9 @@ def test_list_values_with_commas_are_one_value(tmp_path):
     import json
 
     assert json.loads(config.read_text())["workload"]["s_max_mix"] == [
-        {"s_max_tokens": 512, "fraction": 0.5}, {"s_max_tokens": 4096, "fraction": 0.5}]  # fmt: skip
+        {"s_max_tokens": 512, "fraction": 0.5},
+        {"s_max_tokens": 4096, "fraction": 0.5},
+    ]
 
 
 @pytest.mark.parametrize("allocators", ["naive,paged", "paged,naive"])

@@ -8,11 +8,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from kvbench_cli import kvbench
 
-SWEEP_ARGS = ("-m", "allocator=naive,paged", "workload.num_requests=40", "output.steps=false",
-              "output.figures=false", "wandb.mode=disabled", "progress=false")  # fmt: skip
+SWEEP_ARGS = (
+    "-m",
+    "allocator=naive,paged",
+    "workload.num_requests=40",
+    "output.steps=false",
+    "output.figures=false",
+    "wandb.mode=disabled",
+    "progress=false",
+)
 
 
 @pytest.fixture(scope="session")

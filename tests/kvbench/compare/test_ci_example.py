@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kvbench_cli import kvbench
 
 from kvbench.commands.compare import build_parser, main
-from kvbench_cli import kvbench
 
 ROOT = Path(__file__).resolve().parents[3]
 WORKFLOW = ROOT / "docs" / "examples" / "kvbench-gate.yml"
@@ -72,8 +72,11 @@ def test_the_sweep_composes_with_kvbench_config(tmp_path):
     sweep = next(c for c in _commands() if c[0] != "compare")
     assert sweep[0] == "-m"
     overrides = OverridesParser.create().parse_overrides(sweep[1:])
-    first_job = [f"{o.key_or_group}={next(o.sweep_string_iterator()) if o.is_sweep_override() else o.get_value_element_as_str()}"
-                 for o in overrides if not o.key_or_group.startswith("hydra.")]  # fmt: skip
+    first_job = [
+        f"{o.key_or_group}={next(o.sweep_string_iterator()) if o.is_sweep_override() else o.get_value_element_as_str()}"
+        for o in overrides
+        if not o.key_or_group.startswith("hydra.")
+    ]
     assert "allocator=paged" in first_job
     proc = kvbench(*first_job, "--cfg", "job", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

@@ -6,11 +6,11 @@ import shutil
 
 import pandas as pd
 import pytest
-
-from kvbench.commands.compare import main
-from kvbench.atomic import COMPLETE
-from kvbench.output.results import write_failure
 from kvbench_cli import kvbench
+
+from kvbench.atomic import COMPLETE
+from kvbench.commands.compare import main
+from kvbench.output.results import write_failure
 
 
 def compare(*args, out=None) -> int:
@@ -52,7 +52,11 @@ def test_one_metric_beyond_tolerance_exits_1_and_names_it(two_copies, tmp_path, 
     assert compare(base, head, out=tmp_path / "cmp") == 1
     out = capsys.readouterr().out
     assert "ttft_p50_s" in out and "beyond" in out and "+0.40%" in out
-    assert out.strip().splitlines()[-1].startswith("kvbench compare: FAIL: 1 value(s) beyond tolerance (1 of 2 jobs): ttft_p50_s")
+    assert (
+        out.strip()
+        .splitlines()[-1]
+        .startswith("kvbench compare: FAIL: 1 value(s) beyond tolerance (1 of 2 jobs): ttft_p50_s")
+    )
     frame = pd.read_parquet(tmp_path / "cmp" / "compare.parquet")
     [failed] = frame[~frame["passed"]].to_dict("records")
     assert failed["job"] == "allocator=paged" and failed["metric"] == "ttft_p50_s" and failed["verdict"] == "beyond"
@@ -66,8 +70,9 @@ def test_one_metric_beyond_tolerance_exits_1_and_names_it(two_copies, tmp_path, 
     assert compare(base, head, "--tol", "ttft_*=rel:0.01", "--tol", "ttft_p50_s=exact", out=tmp_path / "cmp4") == 1
 
 
-def test_summation_noise_passes_and_a_change_too_small_to_print_still_fails(two_copies, tmp_path, capsys, edit_summary,
-                                                                              summary_value):  # fmt: skip
+def test_summation_noise_passes_and_a_change_too_small_to_print_still_fails(
+    two_copies, tmp_path, capsys, edit_summary, summary_value
+):
     base, head = two_copies
     duration_s = summary_value(base / "0", "duration_s")
     edit_summary(head / "0", duration_s=duration_s * (1 + 1e-12))  # another CPU's last bits
@@ -123,7 +128,11 @@ def test_a_run_folder_compares_with_the_matching_job_of_a_sweep(two_copies, tmp_
     # one run against a sweep of two: the other job has no partner
     assert compare(base / "1", head, out=tmp_path / "cmp2") == 2
     line = one_error_line(capsys)
-    assert "has no base job with its config" in line and "allocator=naive" in line and "allocator.name: paged -> naive" in line
+    assert (
+        "has no base job with its config" in line
+        and "allocator=naive" in line
+        and "allocator.name: paged -> naive" in line
+    )
 
 
 def test_an_incomplete_job_is_flagged_and_never_read(two_copies, tmp_path, capsys):
@@ -152,7 +161,9 @@ def test_a_folder_that_holds_no_result_is_unusable(two_copies, tmp_path, capsys,
         head.write_text("x")
     assert compare(base, head, out=tmp_path / "cmp") == 2
     line = one_error_line(capsys)
-    assert str(head) in line and ("does not exist" in line if what != "empty" else "not a kvbench result folder" in line)
+    assert str(head) in line and (
+        "does not exist" in line if what != "empty" else "not a kvbench result folder" in line
+    )
 
 
 @pytest.mark.parametrize(
@@ -181,8 +192,11 @@ def test_the_comparison_is_never_written_into_a_compared_folder(two_copies, caps
 def test_a_malformed_tolerance_file_is_one_line(two_copies, tmp_path, capsys):
     base, head = two_copies
     rules = tmp_path / "rules.yaml"
-    for text, fragment in (("tolerances: [exact]\n", "holds one mapping"), ("tolerances:\n  '*': rel: 0.1\n", "not valid YAML"),
-                           ("tolerances:\n  '*':\n    rel: 0.1\n", "not a spec string")):  # fmt: skip
+    for text, fragment in (
+        ("tolerances: [exact]\n", "holds one mapping"),
+        ("tolerances:\n  '*': rel: 0.1\n", "not valid YAML"),
+        ("tolerances:\n  '*':\n    rel: 0.1\n", "not a spec string"),
+    ):
         rules.write_text(text)
         assert compare(base, head, "--tolerances", rules, out=tmp_path / "cmp") == 2
         assert fragment in one_error_line(capsys)
@@ -191,8 +205,17 @@ def test_a_malformed_tolerance_file_is_one_line(two_copies, tmp_path, capsys):
 def test_different_sweeps_match_nothing(two_copies, tmp_path, capsys):
     base, head = two_copies
     shutil.rmtree(head)
-    proc = kvbench("-m", "allocator=naive", "workload.num_requests=41", "wandb.mode=disabled", "progress=false",
-                   "output.steps=false", "output.figures=false", f"hydra.sweep.dir={head}", cwd=tmp_path)  # fmt: skip
+    proc = kvbench(
+        "-m",
+        "allocator=naive",
+        "workload.num_requests=41",
+        "wandb.mode=disabled",
+        "progress=false",
+        "output.steps=false",
+        "output.figures=false",
+        f"hydra.sweep.dir={head}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert compare(base, head, out=tmp_path / "cmp") == 2
     line = one_error_line(capsys)

@@ -10,8 +10,8 @@ import signal
 
 import pytest
 
-from kvbench.commands import compare as cli
 from kvbench.atomic import COMPLETE, mark_complete
+from kvbench.commands import compare as cli
 
 
 def compare(*args) -> int:
@@ -49,7 +49,7 @@ def _garbage_vouched(job):
 
 
 def _config_not_json(job):
-    (job / "config.json").write_text("{\"allocator\": ")
+    (job / "config.json").write_text('{"allocator": ')
     revouch(job)
 
 
@@ -72,7 +72,7 @@ def _unlisted_result_file(job):
 
 
 def _marker_damaged(job):
-    (job / COMPLETE).write_text("{\"files\": 3}")
+    (job / COMPLETE).write_text('{"files": 3}')
 
 
 def _writer_temporary(job):

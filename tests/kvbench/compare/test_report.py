@@ -20,9 +20,19 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
 
 def _row(job: str, metric: str, base, head, verdict: str, tolerance: str = "exact") -> dict:
     change = head - base
-    return {"job": job, "base_job": "b", "head_job": "h", "metric": metric, "base": base, "head": head,
-            "change_abs": change, "change_rel": change / abs(base) if base else math.inf, "tolerance": tolerance,
-            "verdict": verdict, "passed": verdict != "beyond"}  # fmt: skip
+    return {
+        "job": job,
+        "base_job": "b",
+        "head_job": "h",
+        "metric": metric,
+        "base": base,
+        "head": head,
+        "change_abs": change,
+        "change_rel": change / abs(base) if base else math.inf,
+        "tolerance": tolerance,
+        "verdict": verdict,
+        "passed": verdict != "beyond",
+    }
 
 
 def _render(frame: pd.DataFrame) -> list[str]:
@@ -33,11 +43,13 @@ def _render(frame: pd.DataFrame) -> list[str]:
 
 def test_long_labels_and_metric_names_fold_within_100_columns():
     job = "allocator=orca_oracle model=opt-13b hardware=a100-40gb workload=sharegpt_like scheduler.max_num_seqs=256"
-    frame = _frame([
-        _row(job, "num_requests_refused_by_fragmentation", 123_456_789_012, 123_456_789_013, "beyond"),
-        _row(job, "mean_tail_waste_bytes_per_seq", 1266809925.966517, 1266809925.966518, "beyond"),
-        _row("allocator=paged", "simulated_requests_per_wall_s", 5026.325101, 3000.0, "within", ">=x0.5"),
-    ])  # fmt: skip
+    frame = _frame(
+        [
+            _row(job, "num_requests_refused_by_fragmentation", 123_456_789_012, 123_456_789_013, "beyond"),
+            _row(job, "mean_tail_waste_bytes_per_seq", 1266809925.966517, 1266809925.966518, "beyond"),
+            _row("allocator=paged", "simulated_requests_per_wall_s", 5026.325101, 3000.0, "within", ">=x0.5"),
+        ]
+    )
     lines = _render(frame)
     assert max(map(len, lines)) <= 100
     header = next(line for line in lines if line.startswith("job"))

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import math
 
-import pytest
-
 import numpy as np
+import pytest
 
 from kvbench.compare.tolerance import (
     CLOSE_REL,

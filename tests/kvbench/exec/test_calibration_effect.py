@@ -10,12 +10,14 @@ import sys
 
 import pytest
 
-from kvbench.specs.calibration import load_calibration, load_decode_efficiency
 from kvbench.exec.costmodel import CostModel
+from kvbench.specs.calibration import load_calibration, load_decode_efficiency
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelSpec
 
-LLAMA2_7B = ModelSpec("llama2-7b", num_layers=32, num_heads=32, num_kv_heads=32, head_dim=128, dtype_bytes=2, num_params=6_738_415_616)
+LLAMA2_7B = ModelSpec(
+    "llama2-7b", num_layers=32, num_heads=32, num_kv_heads=32, head_dim=128, dtype_bytes=2, num_params=6_738_415_616
+)
 H100 = HardwareSpec(kv_budget_bytes=62.5e9)
 
 
@@ -30,10 +32,14 @@ def test_decode_time_is_weights_at_full_bandwidth_plus_kv_at_the_measured_fracti
     plain, calibrated = CostModel(LLAMA2_7B, H100), CostModel(LLAMA2_7B, H100, efficiency)
     bw, kv_tokens = 3.35e12, 64 * 4096
     kv_bytes = kv_tokens * LLAMA2_7B.kv_bytes_per_token
-    assert calibrated.decode_time_s(kv_tokens) == pytest.approx(LLAMA2_7B.weight_bytes / bw + kv_bytes / (bw * efficiency), rel=1e-15)
+    assert calibrated.decode_time_s(kv_tokens) == pytest.approx(
+        LLAMA2_7B.weight_bytes / bw + kv_bytes / (bw * efficiency), rel=1e-15
+    )
     # against the uncalibrated model's own numbers: the KV part alone grows by 1/efficiency
     kv_part_s = plain.decode_time_s(kv_tokens) - plain.decode_time_s(0)
-    assert calibrated.decode_time_s(kv_tokens) - calibrated.decode_time_s(0) == pytest.approx(kv_part_s / efficiency, rel=1e-12)
+    assert calibrated.decode_time_s(kv_tokens) - calibrated.decode_time_s(0) == pytest.approx(
+        kv_part_s / efficiency, rel=1e-12
+    )
     assert calibrated.decode_time_s(0) == plain.decode_time_s(0) == calibrated.weights_time_s
     assert calibrated.decode_kv_time_s(kv_bytes) == pytest.approx(kv_part_s / efficiency, rel=1e-12)
 
@@ -53,8 +59,13 @@ def test_a_run_steps_table_moves_by_exactly_the_measured_factor(tmp_path):
     from kvbench.api import run
 
     write(tmp_path, "triton", {"16": 0.6})
-    args = ["wandb.mode=disabled", "progress=false", "workload.num_requests=16", "output.steps=true",
-            f"calibration_dir={tmp_path}"]  # fmt: skip
+    args = [
+        "wandb.mode=disabled",
+        "progress=false",
+        "workload.num_requests=16",
+        "output.steps=true",
+        f"calibration_dir={tmp_path}",
+    ]
     plain, calibrated = run([*args, "kernel=torch"]), run([*args, "kernel=triton"])
     assert calibrated.summary["decode_efficiency"] == 0.6 and plain.summary["calibration"] == "uncalibrated"
     p, c = plain.steps, calibrated.steps
@@ -73,8 +84,18 @@ def test_a_kernel_sweep_with_calibrations_gives_different_rows_and_no_warning(tm
     write(tmp_path, "flashinfer", {"16": 0.8, "contiguous": 0.92})
     assert load_decode_efficiency("h100-sxm", "flashinfer", 16, calibration_dir=tmp_path).efficiency == 0.8
     sweep = tmp_path / "sweep"
-    cmd = [sys.executable, "-c", "import sys; from kvbench.commands.main import main; sys.argv[0] = 'kvbench'; main()", "-m", "kernel=triton,flashinfer", f"calibration_dir={tmp_path}",
-           "workload.num_requests=30", "wandb.mode=disabled", "progress=false", f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from kvbench.commands.main import main; sys.argv[0] = 'kvbench'; main()",
+        "-m",
+        "kernel=triton,flashinfer",
+        f"calibration_dir={tmp_path}",
+        "workload.num_requests=30",
+        "wandb.mode=disabled",
+        "progress=false",
+        f"hydra.sweep.dir={sweep}",
+    ]
     env = {**os.environ, "COLUMNS": "200"}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -93,5 +114,7 @@ def test_without_calibration_the_same_sweep_warns(tmp_path):
 
     from kvbench.output.report import no_effect_warnings
 
-    rows = pd.DataFrame({"kernel": ["triton", "flashinfer"], "hardware": ["h100-sxm"] * 2, "calibration": ["uncalibrated"] * 2})
+    rows = pd.DataFrame(
+        {"kernel": ["triton", "flashinfer"], "hardware": ["h100-sxm"] * 2, "calibration": ["uncalibrated"] * 2}
+    )
     assert any("same simulated speed" in w for w in no_effect_warnings(rows))

@@ -9,7 +9,9 @@ from kvbench.memory.allocator import Transfer
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelSpec
 
-LLAMA2_7B = ModelSpec("llama2-7b", num_layers=32, num_heads=32, num_kv_heads=32, head_dim=128, dtype_bytes=2, num_params=6_738_415_616)
+LLAMA2_7B = ModelSpec(
+    "llama2-7b", num_layers=32, num_heads=32, num_kv_heads=32, head_dim=128, dtype_bytes=2, num_params=6_738_415_616
+)
 H100 = HardwareSpec(kv_budget_bytes=62.5e9)
 
 
@@ -58,7 +60,9 @@ def test_a_4k_mha_swap_round_trip_takes_67_ms_plus_per_copy_overheads():
     transfer = Transfer(num_bytes=4096 * 524_288, num_runs=256)  # 256 blocks of 16
     assert no_overhead.swap_round_trip_s(transfer) == pytest.approx(0.0671, abs=1e-4)
     with_overhead = CostModel(LLAMA2_7B, H100)  # 10 us per block copy, each way
-    assert with_overhead.swap_round_trip_s(transfer) == pytest.approx(no_overhead.swap_round_trip_s(transfer) + 2 * 256 * 10e-6)
+    assert with_overhead.swap_round_trip_s(transfer) == pytest.approx(
+        no_overhead.swap_round_trip_s(transfer) + 2 * 256 * 10e-6
+    )
 
 
 def test_a_device_copy_reads_and_writes_every_byte():

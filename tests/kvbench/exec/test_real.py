@@ -11,30 +11,38 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from kvbench.api import run
-from kvbench.errors import ConfigError
-from kvbench.exec.real import prediction_error
-from kvbench.exec.real.executor import prompt_token_ids
+from kvbench.api import run  # noqa: E402 - after the importorskip above
+from kvbench.errors import ConfigError  # noqa: E402
+from kvbench.exec.real import prediction_error  # noqa: E402
+from kvbench.exec.real.executor import prompt_token_ids  # noqa: E402
 
 SEED = 3
 # 6 requests, prompts 5-20 tokens, outputs 3-10, S_max 32 (so that the contiguous allocators fit)
 WORKLOAD = [
-    "model=tiny-llama", "kernel=torch", "mode=real", "progress=false", "output.write=false", f"seed={SEED}",
-    "workload=synthetic", "workload.num_requests=6", "workload.lengths=lognormal", "workload.prompt_tokens=12",
-    "workload.output_tokens=6", "workload.prompt_sigma=0.6", "workload.output_sigma=0.6", "workload.min_tokens=5",
-    "workload.max_prompt_tokens=20", "workload.max_output_tokens=10", "workload.s_max_tokens=32",
-]  # fmt: skip
+    "model=tiny-llama",
+    "kernel=torch",
+    "mode=real",
+    "progress=false",
+    "output.write=false",
+    f"seed={SEED}",
+    "workload=synthetic",
+    "workload.num_requests=6",
+    "workload.lengths=lognormal",
+    "workload.prompt_tokens=12",
+    "workload.output_tokens=6",
+    "workload.prompt_sigma=0.6",
+    "workload.output_sigma=0.6",
+    "workload.min_tokens=5",
+    "workload.max_prompt_tokens=20",
+    "workload.max_output_tokens=10",
+    "workload.s_max_tokens=32",
+]
 #: 48 token slots of the tiny model (512 bytes each), no watermark: running requests outgrow it and preempt
 TIGHT = ["hardware.kv_budget_bytes=24576", "scheduler.watermark_fraction=0"]
 
 
 def _tokens(result) -> dict[int, list[int]]:
-    return {
-        int(r): ids[0]
-        for r, ids in zip(
-            result.requests["request_id"], result.requests["output_token_ids"]
-        )
-    }
+    return {int(r): ids[0] for r, ids in zip(result.requests["request_id"], result.requests["output_token_ids"])}
 
 
 @functools.cache
@@ -52,13 +60,16 @@ def _reference() -> dict[int, list[int]]:
     model = build_model(dict(cfg_model["hf_config"]), cfg_model["dtype"], SEED)
     out = {}
     for row in base.requests.itertuples():
-        prompt = prompt_token_ids(
-            SEED, int(row.request_id), int(row.prompt_tokens), model.config.vocab_size
-        )
+        prompt = prompt_token_ids(SEED, int(row.request_id), int(row.prompt_tokens), model.config.vocab_size)
         ids = torch.tensor([prompt])
         with torch.inference_mode():
-            gen = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                 max_new_tokens=int(row.output_tokens), pad_token_id=0)  # fmt: skip
+            gen = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=int(row.output_tokens),
+                pad_token_id=0,
+            )
         out[int(row.request_id)] = gen[0, len(prompt) :].tolist()
     return out
 
@@ -70,13 +81,9 @@ def test_paged_matches_hugging_face_generate():
     assert _tokens(result) == ref
     # a real run's step table: the measured time beside the cost model's prediction
     steps = result.steps
-    assert (steps["measured_s"] == steps["duration_s"]).all() and (
-        steps["predicted_s"] > 0
-    ).all()
+    assert (steps["measured_s"] == steps["duration_s"]).all() and (steps["predicted_s"] > 0).all()
     assert np.isfinite(result.summary["sim_step_error_median"])
-    assert (
-        result.summary["sim_step_error_p90"] >= result.summary["sim_step_error_median"]
-    )
+    assert result.summary["sim_step_error_p90"] >= result.summary["sim_step_error_median"]
 
 
 CASES = [
@@ -84,38 +91,56 @@ CASES = [
     ("allocator=paged", "allocator.block_size_tokens=16", "scheduler=mixed", *TIGHT, "preemption=swap"),
     ("allocator=paged", "allocator.block_size_tokens=8", "scheduler=prefill_first", *TIGHT, "preemption=swap"),
     ("allocator=paged", "allocator.block_size_tokens=16", "scheduler=prefill_first", *TIGHT, "preemption=recompute"),
-    ("allocator=paged", "allocator.block_size_tokens=8", "scheduler=chunked", "scheduler.max_num_batched_tokens=7", "scheduler.max_num_seqs=4",
-     *TIGHT, "preemption=swap"),
-    ("allocator=paged", "allocator.block_size_tokens=16", "scheduler=chunked", "scheduler.max_num_batched_tokens=7", "scheduler.max_num_seqs=4",
-     *TIGHT, "preemption=recompute"),
+    (
+        "allocator=paged",
+        "allocator.block_size_tokens=8",
+        "scheduler=chunked",
+        "scheduler.max_num_batched_tokens=7",
+        "scheduler.max_num_seqs=4",
+        *TIGHT,
+        "preemption=swap",
+    ),
+    (
+        "allocator=paged",
+        "allocator.block_size_tokens=16",
+        "scheduler=chunked",
+        "scheduler.max_num_batched_tokens=7",
+        "scheduler.max_num_seqs=4",
+        *TIGHT,
+        "preemption=recompute",
+    ),
     ("allocator=naive", "allocator.s_max_tokens=32", "scheduler=mixed", *TIGHT),
-    ("allocator=per_request", "scheduler=chunked", "scheduler.max_num_batched_tokens=7", "scheduler.max_num_seqs=4",
-     *TIGHT),
-]  # fmt: skip
+    (
+        "allocator=per_request",
+        "scheduler=chunked",
+        "scheduler.max_num_batched_tokens=7",
+        "scheduler.max_num_seqs=4",
+        *TIGHT,
+    ),
+]
 
 
-@pytest.mark.parametrize(
-    "overrides", CASES, ids=lambda o: "-".join(x.split("=")[-1] for x in o)
-)
+@pytest.mark.parametrize("overrides", CASES, ids=lambda o: "-".join(x.split("=")[-1] for x in o))
 def test_tokens_do_not_depend_on_placement_batching_or_preemption(overrides):
     result = _run(*overrides)
     assert _tokens(result) == _reference()
     if "preemption=swap" in overrides:
-        assert result.summary["num_swap_preemptions"] > 0, (
-            "the case must swap to test swapping"
-        )
+        assert result.summary["num_swap_preemptions"] > 0, "the case must swap to test swapping"
     elif "preemption=recompute" in overrides:
-        assert result.summary["num_recompute_preemptions"] > 0, (
-            "the case must recompute to test recomputing"
-        )
+        assert result.summary["num_recompute_preemptions"] > 0, "the case must recompute to test recomputing"
 
 
 def test_fan_out_branches_each_generate_the_greedy_continuation():
     # greedy: every branch of a request continues its prompt the same way, whether it shares
     # the prompt's blocks (paged, copy-on-write) or copies them (per_request)
     for allocator in ("allocator=paged", "allocator=per_request"):
-        result = _run(allocator, "workload.num_branches=2", "workload.lengths=fixed", "workload.prompt_tokens=9",
-                      "workload.output_tokens=5")  # fmt: skip
+        result = _run(
+            allocator,
+            "workload.num_branches=2",
+            "workload.lengths=fixed",
+            "workload.prompt_tokens=9",
+            "workload.output_tokens=5",
+        )
         for ids in result.requests["output_token_ids"]:
             assert len(ids) == 2 and ids[0] == ids[1] and len(ids[0]) == 5
         assert result.steps["num_forks"].sum() == 6
@@ -123,9 +148,7 @@ def test_fan_out_branches_each_generate_the_greedy_continuation():
 
 def test_a_gpu_only_kernel_on_a_cpu_is_one_line(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(
-        ConfigError, match="mode='real' cannot run here: kernel=flashinfer"
-    ):
+    with pytest.raises(ConfigError, match="mode='real' cannot run here: kernel=flashinfer"):
         run([*WORKLOAD, "kernel=flashinfer"])
 
 
@@ -146,9 +169,16 @@ def test_real_weights_from_a_local_folder_are_the_ones_used(tmp_path):
     saved.save_pretrained(tmp_path / "tiny")
     result = run([*WORKLOAD, "allocator=paged", f"model.config_path={tmp_path / 'tiny'}"])
     for row, ids in zip(result.requests.itertuples(), result.requests["output_token_ids"]):
-        prompt = torch.tensor([prompt_token_ids(SEED, int(row.request_id), int(row.prompt_tokens), saved.config.vocab_size)])
+        prompt = torch.tensor(
+            [prompt_token_ids(SEED, int(row.request_id), int(row.prompt_tokens), saved.config.vocab_size)]
+        )
         with torch.inference_mode():
-            gen = saved.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
-                                 max_new_tokens=int(row.output_tokens), pad_token_id=0)  # fmt: skip
+            gen = saved.generate(
+                prompt,
+                attention_mask=torch.ones_like(prompt),
+                do_sample=False,
+                max_new_tokens=int(row.output_tokens),
+                pad_token_id=0,
+            )
         assert list(ids[0]) == gen[0, prompt.shape[1] :].tolist()
     assert _tokens(result) != _tokens(_run("allocator=paged"))  # not the seeded random weights

@@ -13,18 +13,34 @@ import pytest
 
 # found, never imported here: Triton picks interpreter-or-compiled when first imported in a process,
 # and tests/plugins/kernels/test_kernel_triton.py must be the one to import it in pytest's process
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="the triton package is not installed")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None, reason="the triton package is not installed"
+)
 
-ARGS = ["mode=real", "model=tiny-llama", "allocator=paged", "allocator.block_size_tokens=8", "workload=real_smoke",
-        "workload.num_requests=6", "wandb.mode=disabled", "progress=false", "output.figures=false"]  # fmt: skip
+ARGS = [
+    "mode=real",
+    "model=tiny-llama",
+    "allocator=paged",
+    "allocator.block_size_tokens=8",
+    "workload=real_smoke",
+    "workload.num_requests=6",
+    "wandb.mode=disabled",
+    "progress=false",
+    "output.figures=false",
+]
 
 
 def tokens(kernel: str, folder) -> list:
     # the interpreter must be chosen before triton is imported: a fresh process, with it in the environment
     env = {**os.environ, "TRITON_INTERPRET": "1", "HYDRA_FULL_ERROR": "0"}
     code = "from kvbench.commands.main import main; main()"
-    proc = subprocess.run([sys.executable, "-c", code, *ARGS, f"kernel={kernel}", f"hydra.run.dir={folder}"],
-                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *ARGS, f"kernel={kernel}", f"hydra.run.dir={folder}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     frame = pd.read_parquet(folder / "requests.parquet")
     return [[list(map(int, branch)) for branch in row] for row in frame["output_token_ids"]]

@@ -21,8 +21,12 @@ def bench(tmp_path, *overrides: str, interpret: bool = False) -> subprocess.Comp
         env["TRITON_INTERPRET"] = "1"
     return subprocess.run(
         [sys.executable, "-m", "kvbench.commands.bench_kernels", f"hydra.run.dir={tmp_path / 'run'}", *overrides],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present: the CPU refusal is unreachable")
@@ -56,22 +60,33 @@ def test_dry_run_writes_csv_plots_and_calibrations(tmp_path):
 
 
 def rows(kernel, layout, block_size, batch, context, bytes_read, time_s, status="ok", output_ok=True):
-    return dict(kernel=kernel, layout=layout, block_size_tokens=block_size, batch=batch, context_tokens=context,
-                bytes_read=bytes_read, time_median_s=time_s, status=status, output_ok=output_ok)  # fmt: skip
+    return dict(
+        kernel=kernel,
+        layout=layout,
+        block_size_tokens=block_size,
+        batch=batch,
+        context_tokens=context,
+        bytes_read=bytes_read,
+        time_median_s=time_s,
+        status=status,
+        output_ok=output_ok,
+    )
 
 
 def test_efficiency_is_total_bytes_over_total_time_on_points_common_to_all_block_sizes():
-    df = pd.DataFrame([
-        rows("triton", "paged", 8, 1, 512, 100, 1.0),
-        rows("triton", "paged", 8, 16, 512, 300, 1.0),
-        rows("triton", "paged", 16, 1, 512, 200, 1.0),
-        rows("triton", "paged", 16, 16, 512, 600, 1.0),
-        rows("triton", "paged", 16, 64, 512, 9999, 1.0),  # measured at 16 only: left out
-        rows("triton", "paged", 8, 64, 512, 1, 1.0, status="skipped: time budget"),
-        rows("triton", "contiguous", 512, 1, 512, 500, 2.0),
-        rows("triton", "contiguous", 512, 16, 512, 500, 1.0, output_ok=False),  # wrong output: left out
-        rows("sdpa", "contiguous", 512, 1, 512, 90, 1.0),
-    ])  # fmt: skip
+    df = pd.DataFrame(
+        [
+            rows("triton", "paged", 8, 1, 512, 100, 1.0),
+            rows("triton", "paged", 8, 16, 512, 300, 1.0),
+            rows("triton", "paged", 16, 1, 512, 200, 1.0),
+            rows("triton", "paged", 16, 16, 512, 600, 1.0),
+            rows("triton", "paged", 16, 64, 512, 9999, 1.0),  # measured at 16 only: left out
+            rows("triton", "paged", 8, 64, 512, 1, 1.0, status="skipped: time budget"),
+            rows("triton", "contiguous", 512, 1, 512, 500, 2.0),
+            rows("triton", "contiguous", 512, 16, 512, 500, 1.0, output_ok=False),  # wrong output: left out
+            rows("sdpa", "contiguous", 512, 1, 512, 90, 1.0),
+        ]
+    )
     table = efficiency_table(df, "triton", spec_bytes_per_s=100.0)
     assert table == {"8": 2.0, "16": 4.0, "contiguous": 2.5}
 

@@ -4,11 +4,11 @@ the same attention as over the sequence's tokens laid out densely."""
 from __future__ import annotations
 
 import pytest
-
-from kvbench.memory.allocator import SeqShape
 from kvbench_plugins.allocators.naive import NaiveAllocator, NaiveConfig
 from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
 from kvbench_plugins.allocators.per_request import PerRequestAllocator, PerRequestConfig
+
+from kvbench.memory.allocator import SeqShape
 
 torch = pytest.importorskip("torch")
 from kvbench_plugins.kernels.torch_ref import TorchKernel  # noqa: E402
@@ -19,13 +19,21 @@ ALLOCATORS = {
     "naive": lambda: NaiveAllocator(NaiveConfig(s_max_tokens=256), budget_bytes=BUDGET_TOKENS, kv_bytes_per_token=1),
     "per_request-first_fit": lambda: PerRequestAllocator(
         PerRequestConfig(reserve="declared", placement="first_fit", granule_tokens=16),
-        budget_bytes=BUDGET_TOKENS, kv_bytes_per_token=1),
+        budget_bytes=BUDGET_TOKENS,
+        kv_bytes_per_token=1,
+    ),
     "per_request-buddy": lambda: PerRequestAllocator(
         PerRequestConfig(reserve="pow2", placement="buddy", granule_tokens=8),
-        budget_bytes=BUDGET_TOKENS, kv_bytes_per_token=1),
-    "paged-8": lambda: PagedAllocator(PagedConfig(block_size_tokens=8), budget_bytes=BUDGET_TOKENS, kv_bytes_per_token=1),
-    "paged-64": lambda: PagedAllocator(PagedConfig(block_size_tokens=64), budget_bytes=BUDGET_TOKENS, kv_bytes_per_token=1),
-}  # fmt: skip
+        budget_bytes=BUDGET_TOKENS,
+        kv_bytes_per_token=1,
+    ),
+    "paged-8": lambda: PagedAllocator(
+        PagedConfig(block_size_tokens=8), budget_bytes=BUDGET_TOKENS, kv_bytes_per_token=1
+    ),
+    "paged-64": lambda: PagedAllocator(
+        PagedConfig(block_size_tokens=64), budget_bytes=BUDGET_TOKENS, kv_bytes_per_token=1
+    ),
+}
 #: (prompt tokens, tokens appended afterwards); a fork of sequence 2 then appends 9 tokens of its own
 SEQUENCES = [(1, 0), (16, 0), (30, 7), (100, 41), (64, 1)]
 FORK_PARENT, FORK_CHILD, CHILD_APPENDS = 2, 99, 9

@@ -87,8 +87,9 @@ def test_a_shared_prefix_shorter_than_a_block_gives_0_and_says_why():
     requests = [req(0, 20, (10, 11, 12, 13, 14)), req(1, 20, (10, 21, 22, 23, 24))]
     at_16 = prefix_cache_bounds(requests, 16, 100)
     assert at_16["prefix_hit_rate_infinite"] == at_16["prefix_hit_rate_belady"] == 0.0
-    assert at_16["prefix_note"] == ("hit rate 0: prompts share at most 4 tokens, less than one 16-token block "
-                                   "(only full blocks are cached)")
+    assert at_16["prefix_note"] == (
+        "hit rate 0: prompts share at most 4 tokens, less than one 16-token block (only full blocks are cached)"
+    )
     at_4 = prefix_cache_bounds(requests, 4, 100)
     assert at_4["prefix_hit_rate_infinite"] == 4 / 40 and "prefix_note" not in at_4
 
@@ -168,8 +169,9 @@ def test_belady_matches_an_exhaustive_search_and_bounds_lru(seed):
 @pytest.mark.parametrize("seed", range(10))
 def test_the_room_for_everything_shortcut_gives_what_the_policies_give(seed):
     rng = random.Random(seed)
-    requests = [req(i, rng.randint(5, 13), (rng.randint(0, 1), rng.randint(2, 3), rng.randint(4, 5), 6))
-                for i in range(8)]  # fmt: skip
+    requests = [
+        req(i, rng.randint(5, 13), (rng.randint(0, 1), rng.randint(2, 3), rng.randint(4, 5), 6)) for i in range(8)
+    ]
     refs = _lookup_and_insert_keys(requests, B)
     total = sum(r.prompt_tokens for r in requests)
     bounds = prefix_cache_bounds(requests, B, 10**6)

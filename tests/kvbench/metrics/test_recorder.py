@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+from toy import request
 
+from kvbench.core.ledger import LEDGER_FIELDS, MemoryLedger
 from kvbench.core.sequence import SequenceGroup
 from kvbench.core.step import AdmissionRefusal, StepPlan, StepResult
 from kvbench.memory.allocator import KVCopy, Refusal
-from kvbench.core.ledger import LEDGER_FIELDS, MemoryLedger
 from kvbench.metrics.recorder import Recorder
-from toy import request
 
 BUDGET = 1000
 
@@ -19,8 +19,15 @@ def ledger(token: int, free: int) -> MemoryLedger:
 
 
 def quiet(step: int, start_s: float, token: int, refused: SequenceGroup | None = None) -> StepPlan:
-    plan = StepPlan(step, start_s, decodes=[object(), object()], kv_read_tokens=10, ledger=ledger(token, 850 - token),
-                    num_running=2, num_waiting=1 if refused else 0)  # fmt: skip
+    plan = StepPlan(
+        step,
+        start_s,
+        decodes=[object(), object()],
+        kv_read_tokens=10,
+        ledger=ledger(token, 850 - token),
+        num_running=2,
+        num_waiting=1 if refused else 0,
+    )
     if refused:
         plan.refusal = AdmissionRefusal(refused, Refusal.NO_MEMORY, 400, 100, 100)
     return plan
@@ -62,10 +69,13 @@ def test_a_run_of_steps_recorded_at_once_writes_the_same_row_as_step_by_step():
     span = quiet(0, 0.0, 100)
     span.num_steps = 3
     # every ledger part, as the engine writes them (a part added to the ledger is in the span too)
-    span.span_ledgers = {name: np.array([getattr(ledger(t, 850 - t), name) for t in (200, 300)])
-                         for name in LEDGER_FIELDS}  # fmt: skip
+    span.span_ledgers = {
+        name: np.array([getattr(ledger(t, 850 - t), name) for t in (200, 300)]) for name in LEDGER_FIELDS
+    }
     end_s = float(np.cumsum(np.concatenate(([0.0], durations)))[-1])
-    at_once.record(span, StepResult(0.0, durations, end_s, decode_s=float(np.cumsum(durations)[-1])), any_seq_finished=False)
+    at_once.record(
+        span, StepResult(0.0, durations, end_s, decode_s=float(np.cumsum(durations)[-1])), any_seq_finished=False
+    )
     a, b = by_step.finish([]).steps, at_once.finish([]).steps
     assert a.equals(b)
 

@@ -46,28 +46,86 @@ STEP_ROWS = [
 
 def requests(rows=REQUEST_ROWS) -> pd.DataFrame:
     records = []
-    for (rid, arrival, prompt, output, s_max, generated, boundary, admitted, prefill, first, finish, preemptions,
-         computed, recomputed) in rows:  # fmt: skip
+    for (
+        rid,
+        arrival,
+        prompt,
+        output,
+        s_max,
+        generated,
+        boundary,
+        admitted,
+        prefill,
+        first,
+        finish,
+        preemptions,
+        computed,
+        recomputed,
+    ) in rows:
         record = dict.fromkeys(REQUEST_COLUMNS, 0)
-        record.update(request_id=rid, arrival_s=arrival, prompt_tokens=prompt, s_max_tokens=s_max, num_branches=1,
-                      max_branch_output_tokens=output, output_tokens=output, num_generated=generated,
-                      boundary_s=boundary, admitted_s=admitted, prefill_compute_s=prefill, first_token_s=first,
-                      finish_s=finish, num_preemptions=preemptions, num_recompute_preemptions=preemptions,
-                      num_computed_tokens=computed, num_recomputed_tokens=recomputed)  # fmt: skip
+        record.update(
+            request_id=rid,
+            arrival_s=arrival,
+            prompt_tokens=prompt,
+            s_max_tokens=s_max,
+            num_branches=1,
+            max_branch_output_tokens=output,
+            output_tokens=output,
+            num_generated=generated,
+            boundary_s=boundary,
+            admitted_s=admitted,
+            prefill_compute_s=prefill,
+            first_token_s=first,
+            finish_s=finish,
+            num_preemptions=preemptions,
+            num_recompute_preemptions=preemptions,
+            num_computed_tokens=computed,
+            num_recomputed_tokens=recomputed,
+        )
         records.append(record)
     return pd.DataFrame(records, columns=list(REQUEST_COLUMNS))
 
 
 def steps(rows=STEP_ROWS) -> pd.DataFrame:
     records = []
-    for (step, start, duration, running, prefill_seqs, prefill_tokens, decode_seqs, waiting, saturated,
-         token, future, internal, external, free, kv_read, preemptions) in rows:  # fmt: skip
+    for (
+        step,
+        start,
+        duration,
+        running,
+        prefill_seqs,
+        prefill_tokens,
+        decode_seqs,
+        waiting,
+        saturated,
+        token,
+        future,
+        internal,
+        external,
+        free,
+        kv_read,
+        preemptions,
+    ) in rows:
         record = dict.fromkeys(STEP_COLUMNS, 0)
-        record.update(step=step, num_steps=1, start_s=start, duration_s=duration, num_running=running,
-                      num_prefill_seqs=prefill_seqs, num_prefill_tokens=prefill_tokens, num_decode_seqs=decode_seqs,
-                      num_waiting=waiting, saturated=saturated, token_bytes=token, reserved_future_bytes=future,
-                      internal_bytes=internal, external_bytes=external, free_bytes=free, kv_read_bytes=kv_read,
-                      num_preemptions=preemptions)  # fmt: skip
+        record.update(
+            step=step,
+            num_steps=1,
+            start_s=start,
+            duration_s=duration,
+            num_running=running,
+            num_prefill_seqs=prefill_seqs,
+            num_prefill_tokens=prefill_tokens,
+            num_decode_seqs=decode_seqs,
+            num_waiting=waiting,
+            saturated=saturated,
+            token_bytes=token,
+            reserved_future_bytes=future,
+            internal_bytes=internal,
+            external_bytes=external,
+            free_bytes=free,
+            kv_read_bytes=kv_read,
+            num_preemptions=preemptions,
+        )
         records.append(record)
     return pd.DataFrame(records, columns=list(STEP_COLUMNS))
 
@@ -231,8 +289,8 @@ def test_format_summary_rows_have_units_and_show_nan_as_na():
     s["frac_external"] = math.nan
     rows = dict(format_summary(s))
     assert rows["TTFT p50 (ms)"] == "375.0"
-    assert rows["goodput, vLLM's (requests/s meeting all SLOs)"] == "1.200"
-    assert rows["throughput (output tokens/s)"] == "4.4"
+    assert rows["goodput, vLLM's (requests/s meeting all SLOs)"] == "1.20"  # one format per metric: the tables'
+    assert rows["throughput (output tokens/s)"] == "4"
     assert rows["SLO attainment (% of finished requests)"] == "75.0"
     assert rows["memory breakdown over steps"] == "saturated"
     assert rows["  external (% of budget)"] == "n/a"

@@ -60,5 +60,8 @@ def allocator_sweep(sweep) -> Path:
 @pytest.fixture
 def block_preemption_sweep(sweep) -> Path:
     """Two keys (one group, one nested key), a budget small enough to preempt, and a bad block size."""
-    return sweep("blocks", {"allocator.block_size_tokens": ["16", "7", "64"], "preemption": ["recompute", "swap"]},
-                 ["hardware.kv_budget_bytes=5e9"])  # fmt: skip
+    return sweep(
+        "blocks",
+        {"allocator.block_size_tokens": ["16", "7", "64"], "preemption": ["recompute", "swap"]},
+        ["hardware.kv_budget_bytes=5e9"],
+    )

@@ -9,26 +9,45 @@ import pandas as pd
 
 from kvbench.output.figures import cumulative_hit_rate, ledger_stack, plot_memory_timeline, plot_prefix_cache
 
-SUMMARY = {"kv_budget_bytes": 1024, "model": "m", "hardware": "h", "allocator": "paged", "block_size_tokens": 16,
-           "workload": "w", "prefix_hit_rate_infinite": 0.5, "prefix_hit_rate_belady": 0.4375}  # fmt: skip
+SUMMARY = {
+    "kv_budget_bytes": 1024,
+    "model": "m",
+    "hardware": "h",
+    "allocator": "paged",
+    "block_size_tokens": 16,
+    "workload": "w",
+    "prefix_hit_rate_infinite": 0.5,
+    "prefix_hit_rate_belady": 0.4375,
+}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _steps(cached=(0.0, 256.0, 512.0)) -> pd.DataFrame:
     n = len(cached)
-    return pd.DataFrame({
-        "start_s": np.arange(n, dtype=float), "num_running": [1] * n, "token_bytes": [256.0] * n,
-        "reserved_future_bytes": [0.0] * n, "internal_bytes": [0.0] * n, "external_bytes": [0.0] * n,
-        "free_bytes": [768.0 - c for c in cached], "cached_bytes": list(cached),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "start_s": np.arange(n, dtype=float),
+            "num_running": [1] * n,
+            "token_bytes": [256.0] * n,
+            "reserved_future_bytes": [0.0] * n,
+            "internal_bytes": [0.0] * n,
+            "external_bytes": [0.0] * n,
+            "free_bytes": [768.0 - c for c in cached],
+            "cached_bytes": list(cached),
+        }
+    )
 
 
 def _requests() -> pd.DataFrame:
     # admitted out of id order; r3 never admitted (its tokens must not count)
-    return pd.DataFrame({
-        "request_id": [0, 1, 2, 3], "admitted_s": [0.0, 2.0, 1.0, -1.0], "prompt_tokens": [8, 16, 8, 100],
-        "cached_prompt_tokens": [0, 12, 4, 0],
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "request_id": [0, 1, 2, 3],
+            "admitted_s": [0.0, 2.0, 1.0, -1.0],
+            "prompt_tokens": [8, 16, 8, 100],
+            "cached_prompt_tokens": [0, 12, 4, 0],
+        }
+    )
 
 
 def test_cumulative_hit_rate_follows_admissions():
@@ -36,8 +55,9 @@ def test_cumulative_hit_rate_follows_admissions():
     assert list(t_s) == [0.0, 1.0, 2.0]
     # after r0: 0 / 8; after r2: 4 / 16; after r1: 16 / 32 (the summary's prefix_hit_rate)
     assert list(rate) == [0.0, 0.25, 0.5]
-    _, none_yet = cumulative_hit_rate(pd.DataFrame({"admitted_s": [0.0], "prompt_tokens": [0],
-                                                    "cached_prompt_tokens": [0]}))  # fmt: skip
+    _, none_yet = cumulative_hit_rate(
+        pd.DataFrame({"admitted_s": [0.0], "prompt_tokens": [0], "cached_prompt_tokens": [0]})
+    )
     assert math.isnan(none_yet[0])
 
 
@@ -52,8 +72,10 @@ def test_the_prefix_figure_is_written_only_for_a_caching_run(tmp_path):
     assert path == tmp_path / "prefix_cache.png" and path.read_bytes()[:8] == PNG_MAGIC
     # no cached_bytes in the steps: the hit rate alone
     assert plot_prefix_cache(_requests(), _steps().drop(columns="cached_bytes"), SUMMARY, tmp_path / "b.png")
-    assert plot_prefix_cache(_requests().drop(columns="cached_prompt_tokens"), _steps(), SUMMARY,
-                             tmp_path / "none.png") is None  # fmt: skip
+    assert (
+        plot_prefix_cache(_requests().drop(columns="cached_prompt_tokens"), _steps(), SUMMARY, tmp_path / "none.png")
+        is None
+    )
     assert not (tmp_path / "none.png").exists()
     # an allocator without a cache: the columns are there, all 0, and the trace shares nothing
     no_cache = _requests().assign(cached_prompt_tokens=0)

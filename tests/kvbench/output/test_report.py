@@ -29,8 +29,11 @@ def assert_fits(lines: list[str], width: int = 100) -> None:
 
 def rows_of(lines: list[str], first_cell: str) -> list[list[str]]:
     """The cells of each table row whose first cell is ``first_cell``."""
-    return [[cell.strip() for cell in line.strip("│").split("│")] for line in lines
-            if line.startswith("│") and line.strip("│").split("│")[0].strip() == first_cell]  # fmt: skip
+    return [
+        [cell.strip() for cell in line.strip("│").split("│")]
+        for line in lines
+        if line.startswith("│") and line.strip("│").split("│")[0].strip() == first_cell
+    ]
 
 
 @pytest.mark.parametrize("width", [100, 80])
@@ -50,9 +53,17 @@ def test_the_quick_start_comparison_fits_the_terminal_whole(allocator_sweep, wid
 def test_settings_every_job_shares_are_said_once_above_the_tables(allocator_sweep):
     lines, _ = printed(print_comparison, allocator_sweep)
     text = " ".join(lines)
-    shared = text[text.index("every job:"):text.index("┏")]
-    for setting in ("llama2-7b", "on h100-sxm", "workload lecture_chat", "kernel triton", "scheduler mixed",
-                    "preemption recompute", "seed 0", "KV budget 62.5 GB"):  # fmt: skip
+    shared = text[text.index("every job:") : text.index("┏")]
+    for setting in (
+        "llama2-7b",
+        "on h100-sxm",
+        "workload lecture_chat",
+        "kernel triton",
+        "scheduler mixed",
+        "preemption recompute",
+        "seed 0",
+        "KV budget 62.5 GB",
+    ):
         assert setting in shared
     assert "allocator" not in shared.split("same in every job")[0]  # swept: a column, not a setting
 
@@ -107,8 +118,17 @@ def test_without_hydras_record_the_varying_overrides_are_the_columns(sweep, tmp_
 def test_the_comparison_files_keep_their_columns(allocator_sweep):
     _, frame = printed(print_comparison, allocator_sweep)
     saved = pd.read_parquet(allocator_sweep / "comparison.parquet")
-    for column in ("job", "allocator", "block_size_tokens", "peak_concurrency", "ttft_p50_s", "failed", "status",
-                   "label", "swept.allocator"):  # fmt: skip
+    for column in (
+        "job",
+        "allocator",
+        "block_size_tokens",
+        "peak_concurrency",
+        "ttft_p50_s",
+        "failed",
+        "status",
+        "label",
+        "swept.allocator",
+    ):
         assert column in saved
     assert (allocator_sweep / "comparison.csv").is_file() and (allocator_sweep / "comparison.png").is_file()
 
@@ -177,10 +197,16 @@ def _with_prefix_cache(source, copy, values: dict[str, list]) -> None:
 def test_the_prefix_cache_group_shows_when_a_job_cached_and_fits(block_preemption_sweep, tmp_path, width):
     copy = tmp_path / "prefix"
     # four finished jobs (block 16 and 64, recompute and swap): hits, ceiling, Belady, cached
-    _with_prefix_cache(block_preemption_sweep, copy, {
-        "prefix_hit_rate": [0.3125, 0.25, 0.0, 0.0], "prefix_hit_rate_infinite": [0.5, 0.5, 0.0, 0.0],
-        "prefix_hit_rate_belady": [0.4375, 0.4375, 0.0, 0.0], "frac_cached": [0.125, 0.0625, 0.0, 0.0],
-    })  # fmt: skip
+    _with_prefix_cache(
+        block_preemption_sweep,
+        copy,
+        {
+            "prefix_hit_rate": [0.3125, 0.25, 0.0, 0.0],
+            "prefix_hit_rate_infinite": [0.5, 0.5, 0.0, 0.0],
+            "prefix_hit_rate_belady": [0.4375, 0.4375, 0.0, 0.0],
+            "frac_cached": [0.125, 0.0625, 0.0, 0.0],
+        },
+    )
     lines, _ = printed(print_comparison, copy, width=width)
     assert_fits(lines, width)
     text = " ".join(line.strip() for line in lines)
@@ -201,8 +227,14 @@ def test_without_prefix_caching_no_prefix_group(allocator_sweep):
 def test_a_zero_hit_run_summary_says_why_and_fits(block_preemption_sweep):
     summary = pd.read_parquet(block_preemption_sweep / "1" / "summary.parquet").iloc[0].to_dict()
     note = "hit rate 0: prompts share at most 8 tokens, less than one 16-token block (only full blocks are cached)"
-    summary.update(prefix_hit_rate=0.0, prefix_recompute_cached_tokens=0, prefix_hit_rate_infinite=0.0,
-                   prefix_hit_rate_belady=0.0, prefix_hit_rate_lru_offline=0.0, prefix_note=note)
+    summary.update(
+        prefix_hit_rate=0.0,
+        prefix_recompute_cached_tokens=0,
+        prefix_hit_rate_infinite=0.0,
+        prefix_hit_rate_belady=0.0,
+        prefix_hit_rate_lru_offline=0.0,
+        prefix_note=note,
+    )
     lines, _ = printed(print_summary, summary, None, width=100)
     assert_fits(lines)
     assert len(lines) <= 40, "\n".join(lines)

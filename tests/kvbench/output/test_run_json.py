@@ -17,8 +17,16 @@ from kvbench.output.run_json import run_json
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     """A small run with one-token requests among others, an SLO, and a budget that preempts."""
-    result = run(["workload.num_requests=60", "workload.lengths=lognormal", "workload.output_tokens=8",
-                  "hardware.kv_budget_bytes=5e9", "slo.ttft_s=2", "wandb.mode=disabled"])  # fmt: skip
+    result = run(
+        [
+            "workload.num_requests=60",
+            "workload.lengths=lognormal",
+            "workload.output_tokens=8",
+            "hardware.kv_budget_bytes=5e9",
+            "slo.ttft_s=2",
+            "wandb.mode=disabled",
+        ]
+    )
     out_dir = write_run(result, tmp_path_factory.mktemp("run"), figures=False)
     return result, json.loads((out_dir / SUMMARY_JSON).read_text()), out_dir
 
@@ -67,14 +75,30 @@ def test_what_the_summary_lacks_comes_from_the_requests_by_its_definitions(writt
     assert data["total_input_tokens"] == done["prompt_tokens"].sum()
     assert data["total_output_tokens"] == done["output_tokens"].sum()
     assert data["total_token_throughput"] == pytest.approx(
-        (data["total_input_tokens"] + data["total_output_tokens"]) / data["duration"])
+        (data["total_input_tokens"] + data["total_output_tokens"]) / data["duration"]
+    )
 
 
 def test_no_slo_means_no_goodput_as_in_vllm_and_nan_is_null():
-    summary = {"num_requests": 2, "num_finished": 0, "duration_s": math.nan, "goodput_requests_per_s": math.nan,
-               "ttft_p50_s": math.nan, "kvbench_version": "9.9", "kvbench_commit": None}  # fmt: skip
-    requests = pd.DataFrame({"arrival_s": [0.0, 1.0], "first_token_s": [-1.0, -1.0], "finish_s": [-1.0, -1.0],
-                             "max_branch_output_tokens": [4, 4], "prompt_tokens": [8, 8], "output_tokens": [0, 0]})  # fmt: skip
+    summary = {
+        "num_requests": 2,
+        "num_finished": 0,
+        "duration_s": math.nan,
+        "goodput_requests_per_s": math.nan,
+        "ttft_p50_s": math.nan,
+        "kvbench_version": "9.9",
+        "kvbench_commit": None,
+    }
+    requests = pd.DataFrame(
+        {
+            "arrival_s": [0.0, 1.0],
+            "first_token_s": [-1.0, -1.0],
+            "finish_s": [-1.0, -1.0],
+            "max_branch_output_tokens": [4, 4],
+            "prompt_tokens": [8, 8],
+            "output_tokens": [0, 0],
+        }
+    )
     data = run_json(summary, requests, {"slo": {"ttft_s": None, "tpot_s": None, "e2e_s": None}})
     assert data["request_goodput"] is None and data["failed"] == 2
     assert data["median_ttft_ms"] is None and data["duration"] is None
@@ -85,8 +109,13 @@ def test_no_slo_means_no_goodput_as_in_vllm_and_nan_is_null():
 def test_a_summary_without_request_columns_still_writes(tmp_path):
     from kvbench.output.results import RunResult
 
-    result = RunResult(config={}, summary={"peak_concurrency": 3}, requests=pd.DataFrame({"request_id": [0]}),
-                       steps=pd.DataFrame(), refusals=pd.DataFrame())  # fmt: skip
+    result = RunResult(
+        config={},
+        summary={"peak_concurrency": 3},
+        requests=pd.DataFrame({"request_id": [0]}),
+        steps=pd.DataFrame(),
+        refusals=pd.DataFrame(),
+    )
     write_run(result, tmp_path, figures=False)
     data = json.loads((tmp_path / SUMMARY_JSON).read_text())
     assert data["peak_concurrency"] == 3 and data["request_goodput"] is None and "std_ttft_ms" not in data

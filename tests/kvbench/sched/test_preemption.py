@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import pytest
-
-from kvbench.core.sequence import SequenceGroup, Status
-from kvbench.errors import ConfigError
-from kvbench.exec.costmodel import CostModel
-from kvbench.memory.host_pool import HostSwapPool
-from kvbench.core.step import Mechanism
-from kvbench.sched.preemption import PreemptionConfig, PreemptionContext
 from kvbench_plugins.preemption.recompute import RecomputePolicy
 from kvbench_plugins.preemption.swap import SwapPolicy
 from toy import TOY_MODEL, paged, prefill_s, request, swap_s, toy_hardware
+
+from kvbench.core.sequence import SequenceGroup, Status
+from kvbench.core.step import Mechanism
+from kvbench.errors import ConfigError
+from kvbench.exec.costmodel import CostModel
+from kvbench.memory.host_pool import HostSwapPool
+from kvbench.sched.preemption import PreemptionConfig, PreemptionContext
 
 
 def running_groups(*computed_tokens: int, budget_tokens: int = 256):
@@ -56,5 +56,7 @@ def test_the_context_prices_a_victim_with_the_executors_cost_model():
 
 
 def test_an_unknown_victim_is_one_line():
-    with pytest.raises(ConfigError, match="preemption.victim='oldest' is invalid: choose one of newest, least_progress, cost_aware"):
+    with pytest.raises(
+        ConfigError, match="preemption.victim='oldest' is invalid: choose one of newest, least_progress, cost_aware"
+    ):
         PreemptionConfig("oldest").validate()

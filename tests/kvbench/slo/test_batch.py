@@ -8,14 +8,14 @@ import sys
 
 import pandas as pd
 import pytest
+from kvbench_cli import kvbench
 
 from kvbench.api import compose
 from kvbench.app.run import setup
-from kvbench.specs import calibration
-from kvbench.exec.costmodel import CostModel
 from kvbench.commands import slo_batch as slo_batch_command
+from kvbench.exec.costmodel import CostModel
 from kvbench.slo.batch import memory_ceiling, slo_batch
-from kvbench_cli import kvbench
+from kvbench.specs import calibration
 
 H100_BYTES_PER_S = 3.35e12  # conf/hardware/h100-sxm.yaml, the lecture's 3,350 GB/s
 LLAMA2_KV_BYTES_PER_TOKEN = 2 * 32 * 4096 * 2  # K and V x 32 layers x 4,096 wide x fp16 = 512 KiB
@@ -24,7 +24,6 @@ LLAMA2_KV_BYTES_PER_TOKEN = 2 * 32 * 4096 * 2  # K and V x 32 layers x 4,096 wid
 def built(*overrides: str):
     cfg, _ = compose(list(overrides))
     return setup(cfg)
-
 
 
 def run_main(monkeypatch, *args: str) -> int:
@@ -96,8 +95,11 @@ def test_kernel_efficiency_and_model_change_the_answer():
     [
         # paged: floor(budget / (ceil(C / b) * b * kv)), the lecture_chat comment's 186
         (("allocator=paged",), 640, math.floor(62.5e9 / (40 * 16 * LLAMA2_KV_BYTES_PER_TOKEN))),
-        (("allocator=paged", "allocator.block_size_tokens=32"), 650,
-         math.floor(62.5e9 / (math.ceil(650 / 32) * 32 * LLAMA2_KV_BYTES_PER_TOKEN))),
+        (
+            ("allocator=paged", "allocator.block_size_tokens=32"),
+            650,
+            math.floor(62.5e9 / (math.ceil(650 / 32) * 32 * LLAMA2_KV_BYTES_PER_TOKEN)),
+        ),
         # naive: every sequence takes a 4,096-token slot
         (("allocator=naive",), 640, math.floor(62.5e9 / (4096 * LLAMA2_KV_BYTES_PER_TOKEN))),
     ],

@@ -9,18 +9,17 @@ import sys
 
 import pandas as pd
 import pytest
+from kvbench_cli import kvbench
 
 from kvbench.api import run
 from kvbench.commands import slo_search as search_command
 from kvbench.slo import search
 from kvbench.slo.search import bisect, expected_runs, is_monotone
-from kvbench_cli import kvbench
 
 SMALL = ["workload.num_requests=200", "wandb.mode=disabled", "progress=false"]
 #: the vLLM paper's ShareGPT setting (OPT-13B on an A100-40GB, Poisson arrivals)
 SHAREGPT = ["workload=sharegpt_like", "model=opt-13b", "hardware=a100-40gb", *SMALL]
 SLOS = ["slo.ttft_s=2", "slo.tpot_s=0.05"]
-
 
 
 def run_main(monkeypatch, *args: str) -> int:
@@ -96,10 +95,17 @@ def test_rate_search_answer_passes_and_the_next_step_fails(tmp_path, monkeypatch
     assert (curve["goodput_requests_per_s"] <= curve["throughput_requests_per_s"] + 1e-12).all()
     assert (tmp_path / "curve.png").stat().st_size > 0
     assert set(json.loads((tmp_path / "COMPLETE").read_text())["files"]) == {
-        "curve.parquet", "curve.csv", "curve.png", "search.json"}  # fmt: skip
+        "curve.parquet",
+        "curve.csv",
+        "curve.png",
+        "search.json",
+    }
     assert document["slo"] == {"ttft_s": 2.0, "tpot_s": 0.05} and document["overrides"] == [*SHAREGPT, *SLOS]
-    line = re.search(r"largest rate meeting ttft<=2 s, tpot<=50 ms for 90 % of requests: ([\d.]+) req/s "
-                     r"\(bracket ([\d.]+)\.\.([\d.]+)\)", " ".join(out.split()))
+    line = re.search(
+        r"largest rate meeting ttft<=2 s, tpot<=50 ms for 90 % of requests: ([\d.]+) req/s "
+        r"\(bracket ([\d.]+)\.\.([\d.]+)\)",
+        " ".join(out.split()),
+    )
     assert line, out
     printed = [float(x) for x in line.groups()]
     assert printed == pytest.approx([low, low, high], rel=0.005)  # 3 significant digits
@@ -117,14 +123,17 @@ def test_batch_cap_search_ends_on_neighbouring_integers(tmp_path, monkeypatch, c
     # mixed steps (prefills stall decodes) keep the simulated cap below the decode-only 159
     assert low < 159
     assert f"largest max_num_seqs meeting tpot<=20 ms for 90 % of requests: {low} (bracket {low}..{high})" in " ".join(
-        capsys.readouterr().out.split())
+        capsys.readouterr().out.split()
+    )
 
 
 @pytest.mark.parametrize(
     "low, high, status, hint",
     [("0.5", "1", "high_passes", "try a larger --high"), ("20", "40", "low_fails", "try a smaller --low")],
 )
-def test_a_range_that_does_not_bracket_is_reported_and_still_written(tmp_path, monkeypatch, capsys, low, high, status, hint):
+def test_a_range_that_does_not_bracket_is_reported_and_still_written(
+    tmp_path, monkeypatch, capsys, low, high, status, hint
+):
     args = ["--over", "rate", *SHAREGPT, *SLOS, "--low", low, "--high", high, "--out", str(tmp_path)]
     assert run_main(monkeypatch, *args) == 1
     assert hint in " ".join(capsys.readouterr().out.split())
@@ -165,7 +174,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, f
 def test_bad_input_from_the_command_line_has_no_traceback(tmp_path):
     proc = kvbench("slo-search", "--over", "rate", *SHAREGPT, *SLOS, "--low", "3", "--high", "3", cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
-    assert proc.stderr.strip().splitlines() == ["kvbench: error: --high=3.0 is invalid: use a finite number above --low=3"]
+    assert proc.stderr.strip().splitlines() == [
+        "kvbench: error: --high=3.0 is invalid: use a finite number above --low=3"
+    ]
 
 
 # --- attainment that rises with the knob, bounds, signals ----------------------------------------
@@ -192,13 +203,31 @@ def test_a_cap_whose_attainment_rises_says_so_instead_of_low_fails(tmp_path, mon
         return _Result(1.0 if cap >= 24 else 0.5)
 
     monkeypatch.setattr(kvbench.api, "run", fake_run)
-    args = ["--over", "max_num_seqs", "workload=lecture_chat", *SMALL, "slo.ttft_s=2", "--high", "256", "--out", str(tmp_path)]
+    args = [
+        "--over",
+        "max_num_seqs",
+        "workload=lecture_chat",
+        *SMALL,
+        "slo.ttft_s=2",
+        "--high",
+        "256",
+        "--out",
+        str(tmp_path),
+    ]
     assert run_main(monkeypatch, *args) == 1
     out = " ".join(capsys.readouterr().out.split())
-    assert "attainment rises with max_num_seqs here" in out and "the smallest max_num_seqs meeting it is 24 (bracket 23..24)" in out
+    assert (
+        "attainment rises with max_num_seqs here" in out
+        and "the smallest max_num_seqs meeting it is 24 (bracket 23..24)" in out
+    )
     assert "misses ttft<=2 s for 90 % of requests: the range does not bracket" not in out  # the old, wrong headline
     document = json.loads((tmp_path / "search.json").read_text())
-    assert (document["status"], document["smallest_passing"], document["bracket"], document["answer"]) == ("rising", 24, [23, 24], None)
+    assert (document["status"], document["smallest_passing"], document["bracket"], document["answer"]) == (
+        "rising",
+        24,
+        [23, 24],
+        None,
+    )
 
 
 @pytest.mark.parametrize(

@@ -66,12 +66,15 @@ def write(tmp_path, doc) -> None:
     [
         ("{not json", r"triton.json: not valid JSON \(line 1, column 2"),
         ("[" * 100_000 + "]" * 100_000, r"triton.json: JSON nested too deeply"),
-        ("\ufeff{\"efficiency\": {\"16\": 2}}", r"efficiency\['16'\]=2 is invalid"),  # a BOM is read past
+        ('\ufeff{"efficiency": {"16": 2}}', r"efficiency\['16'\]=2 is invalid"),  # a BOM is read past
         ("[0.5]", r"triton.json holds a JSON list, not an object"),
         ({"efficiency": [0.5]}, r"triton.json: efficiency=\[0.5\] is invalid"),
         ({"efficiency": {"16": 0}}, r"efficiency\['16'\]=0 is invalid: use a fraction in \[0.001, 1\]"),
         ({"efficiency": {"16": 1e-300}}, r"efficiency\['16'\]=1e-300 is invalid: .*below 0.001: a failed measurement"),
-        ({"efficiency": {"16": 0.5}, "prefill_flops_efficiency": 1e-300}, r"prefill_flops_efficiency=1e-300 is invalid"),
+        (
+            {"efficiency": {"16": 0.5}, "prefill_flops_efficiency": 1e-300},
+            r"prefill_flops_efficiency=1e-300 is invalid",
+        ),
         ({"efficiency": {"16": -0.5}}, r"efficiency\['16'\]=-0.5 is invalid"),
         ({"efficiency": {"16": "fast"}}, r"efficiency\['16'\]='fast' is invalid"),
         ({"efficiency": {"16": True}}, r"efficiency\['16'\]=True is invalid"),

@@ -34,7 +34,10 @@ def test_a100_has_the_vllm_papers_budget_in_gib():
 
 def test_weights_and_an_explicit_budget_must_fit_in_memory_together():
     h100 = hw("h100-sxm")  # 62.5 GB of KV on an 80 GB card
-    with pytest.raises(ConfigError, match=r"hardware.kv_budget_bytes=6.25e\+10 plus 138.0 GB of weights exceed hardware.hbm_bytes=8e\+10"):
+    with pytest.raises(
+        ConfigError,
+        match=r"hardware.kv_budget_bytes=6.25e\+10 plus 138.0 GB of weights exceed hardware.hbm_bytes=8e\+10",
+    ):
         h100.kv_budget(137_953_296_384)  # a 70B model in fp16
 
 

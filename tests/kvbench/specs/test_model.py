@@ -69,9 +69,12 @@ def test_bad_model_inputs_are_one_line_errors(tmp_path):
         model_spec(ModelConfig(config_path=str(tmp_path / "missing")))
     with pytest.raises(ConfigError, match=r"model.dtype='int3' is invalid"):
         to_dataclass(ModelConfig, {"dtype": "int3", "hf_config": {"model_type": "llama"}}, "model")
-    with pytest.raises(ConfigError, match=r"model_type='gpt2' is not one kvbench knows the defaults of: use one of "
-                                          r"llama, mistral, opt, or set model.num_params and give num_hidden_layers, "
-                                          r"num_attention_heads, hidden_size, max_position_embeddings in model.hf_config$"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"model_type='gpt2' is not one kvbench knows the defaults of: use one of "
+        r"llama, mistral, opt, or set model.num_params and give num_hidden_layers, "
+        r"num_attention_heads, hidden_size, max_position_embeddings in model.hf_config$",
+    ):
         model_spec(ModelConfig(hf_config={"model_type": "gpt2"}))
 
 
@@ -105,8 +108,11 @@ def test_positions_are_capped_at_2_pow_24():
 
 
 def test_heads_must_divide_the_hidden_size_where_transformers_requires_it():
-    with pytest.raises(ConfigError, match=r"model.hf_config.num_attention_heads=7 is invalid: must divide "
-                                          r"hidden_size=4096, as transformers' llama model requires"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"model.hf_config.num_attention_heads=7 is invalid: must divide "
+        r"hidden_size=4096, as transformers' llama model requires",
+    ):
         model_spec(llama(num_attention_heads=7, num_key_value_heads=7))
     opt = dict(OmegaConf.to_container(OmegaConf.load(CONF / "opt-13b.yaml"))["hf_config"])
     with pytest.raises(ConfigError, match=r"num_attention_heads=48 is invalid: must divide hidden_size=5120"):
@@ -123,21 +129,32 @@ def test_kv_heads_must_divide_the_query_heads():
 
 @pytest.mark.parametrize("typo, guess", [("llamaa", "llama"), ("Mistral", "mistral"), ("opt2", "opt")])
 def test_a_misspelled_model_type_names_the_type_meant(typo, guess):
-    with pytest.raises(ConfigError, match=rf"model_type='{typo}' is not one kvbench knows the defaults of \(did you mean "
-                                          rf"'{guess}'\?\): use one of llama, mistral, opt"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=rf"model_type='{typo}' is not one kvbench knows the defaults of \(did you mean "
+        rf"'{guess}'\?\): use one of llama, mistral, opt",
+    ):
         model_spec(ModelConfig(hf_config={"model_type": typo}))
 
 
 def test_another_model_type_works_when_its_shape_and_parameters_are_given():
-    shape = {"num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "hidden_size": 3584,
-             "max_position_embeddings": 32768}  # fmt: skip  # Qwen2-7B
+    shape = {
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "hidden_size": 3584,
+        "max_position_embeddings": 32768,
+    }  # Qwen2-7B
     s = model_spec(ModelConfig(hf_config={"model_type": "qwen2", **shape}, num_params=7_615_616_512))
     assert (s.num_layers, s.num_heads, s.num_kv_heads, s.head_dim, s.max_positions) == (28, 28, 4, 128, 32768)
     assert s.num_params == 7_615_616_512
     # the count typed in but a shape field left out: the message names just that field
     del shape["max_position_embeddings"]
-    with pytest.raises(ConfigError, match=r"model_type='qwen2' is not one .*: use one of llama, mistral, opt, or "
-                                          r"give max_position_embeddings in model.hf_config$"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"model_type='qwen2' is not one .*: use one of llama, mistral, opt, or "
+        r"give max_position_embeddings in model.hf_config$",
+    ):
         model_spec(ModelConfig(hf_config={"model_type": "qwen2", **shape}, num_params=7_615_616_512))
 
 
@@ -146,19 +163,39 @@ def test_family_defaults_fill_what_the_config_leaves_out():
     assert (mistral.num_kv_heads, mistral.head_dim, mistral.max_positions) == (8, 128, 131_072)  # not 32 KV heads
     opt = resolve_architecture(ModelConfig(hf_config={"model_type": "opt", "hidden_size": 1536}))
     assert opt["word_embed_proj_dim"] == 1536 and opt["tie_word_embeddings"] is True  # LLaMA's is False
-    assert resolve_architecture(ModelConfig(hf_config={"model_type": "llama", "num_key_value_heads": None}))["num_key_value_heads"] == 32
+    assert (
+        resolve_architecture(ModelConfig(hf_config={"model_type": "llama", "num_key_value_heads": None}))[
+            "num_key_value_heads"
+        ]
+        == 32
+    )
 
 
 @pytest.mark.parametrize(
     "model_type, field, value, match",
     [
-        ("mistral", "num_key_value_heads", None, r"=None is invalid: use a positive integer, or leave it out for mistral's default \(8\)"),
-        ("llama", "hidden_size", None, r"=None is invalid: use a positive integer, or leave it out for llama's default \(4096\)"),
+        (
+            "mistral",
+            "num_key_value_heads",
+            None,
+            r"=None is invalid: use a positive integer, or leave it out for mistral's default \(8\)",
+        ),
+        (
+            "llama",
+            "hidden_size",
+            None,
+            r"=None is invalid: use a positive integer, or leave it out for llama's default \(4096\)",
+        ),
         ("llama", "tie_word_embeddings", "yes", r"='yes' is invalid: use true or false"),
         ("llama", "attention_bias", 1, r"=1 is invalid: use true or false"),  # 1 would count as a bias
-        ("opt", "do_layer_norm_before", None, r"=None is invalid: use true or false, or leave it out for opt's default \(True\)"),
+        (
+            "opt",
+            "do_layer_norm_before",
+            None,
+            r"=None is invalid: use true or false, or leave it out for opt's default \(True\)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_family_fields_have_the_types_transformers_requires(model_type, field, value, match):
     with pytest.raises(ConfigError, match=rf"model.hf_config.{field}{match}"):
         model_spec(ModelConfig(hf_config={"model_type": model_type, field: value}))
@@ -171,10 +208,17 @@ def test_every_conf_model_matches_transformers_autoconfig(name):
     fields = dict(config.hf_config)
     hf = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
     s = model_spec(config)
-    expected = (hf.num_hidden_layers, hf.num_attention_heads, getattr(hf, "num_key_value_heads", hf.num_attention_heads),
-                getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads, hf.max_position_embeddings)  # fmt: skip
+    expected = (
+        hf.num_hidden_layers,
+        hf.num_attention_heads,
+        getattr(hf, "num_key_value_heads", hf.num_attention_heads),
+        getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads,
+        hf.max_position_embeddings,
+    )
     assert (s.num_layers, s.num_heads, s.num_kv_heads, s.head_dim, s.max_positions) == expected
-    assert family_fields(resolve_architecture(config).get, hf.model_type) == family_fields(partial(getattr, hf), hf.model_type)
+    assert family_fields(resolve_architecture(config).get, hf.model_type) == family_fields(
+        partial(getattr, hf), hf.model_type
+    )
 
 
 @pytest.mark.parametrize("model_type", sorted(FAMILY_DEFAULTS))
@@ -190,20 +234,41 @@ def family_fields(read, model_type: str) -> dict:
     return {name: read(name) for name in FAMILY_DEFAULTS[model_type]}
 
 
-SMALL = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 8, "vocab_size": 1000, "max_position_embeddings": 128}
+SMALL = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "vocab_size": 1000,
+    "max_position_embeddings": 128,
+}
 
 
 @pytest.mark.parametrize(
     "model_type, fields",
     [
-        ("llama", {"intermediate_size": 96, "attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True, "num_key_value_heads": 2}),
+        (
+            "llama",
+            {
+                "intermediate_size": 96,
+                "attention_bias": True,
+                "mlp_bias": True,
+                "tie_word_embeddings": True,
+                "num_key_value_heads": 2,
+            },
+        ),
         ("llama", {"intermediate_size": 96, "head_dim": 16}),
-        ("mistral", {"intermediate_size": 96, "head_dim": 12, "num_key_value_heads": 4, "attention_bias": True}),  # Mistral has no biases
+        (
+            "mistral",
+            {"intermediate_size": 96, "head_dim": 12, "num_key_value_heads": 4, "attention_bias": True},
+        ),  # Mistral has no biases
         ("opt", {"ffn_dim": 96, "enable_bias": False, "layer_norm_elementwise_affine": False}),
-        ("opt", {"ffn_dim": 96, "word_embed_proj_dim": 32, "do_layer_norm_before": False, "tie_word_embeddings": False}),
+        (
+            "opt",
+            {"ffn_dim": 96, "word_embed_proj_dim": 32, "do_layer_norm_before": False, "tie_word_embeddings": False},
+        ),
         ("opt", {"ffn_dim": 96, "_remove_final_layer_norm": True}),
     ],
-)  # fmt: skip
+)
 def test_parameter_formula_follows_the_options_of_each_family(model_type, fields):
     torch = pytest.importorskip("torch")
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -216,10 +281,12 @@ def test_parameter_formula_follows_the_options_of_each_family(model_type, fields
 
 
 def test_building_a_model_spec_imports_neither_transformers_nor_torch():
-    code = ("import sys; from kvbench.specs.model import ModelConfig, model_spec; "
-            "model_spec(ModelConfig(hf_config={'model_type': 'llama'})); "
-            "model_spec(ModelConfig(hf_config={'model_type': 'opt'})); "
-            "loaded = [m for m in ('transformers', 'torch') if m in sys.modules]; assert not loaded, loaded")  # fmt: skip
+    code = (
+        "import sys; from kvbench.specs.model import ModelConfig, model_spec; "
+        "model_spec(ModelConfig(hf_config={'model_type': 'llama'})); "
+        "model_spec(ModelConfig(hf_config={'model_type': 'opt'})); "
+        "loaded = [m for m in ('transformers', 'torch') if m in sys.modules]; assert not loaded, loaded"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
 
@@ -227,12 +294,20 @@ def test_building_a_model_spec_imports_neither_transformers_nor_torch():
 def test_opt_heads_wider_than_the_model_are_refused():
     fields = dict(OmegaConf.to_container(OmegaConf.load(CONF / "opt-13b.yaml"))["hf_config"])
     config = to_dataclass(ModelConfig, {"hf_config": {**fields, "hidden_size": 10}}, "model")
-    with pytest.raises(ConfigError, match=r"model.hf_config.hidden_size=10 is invalid: must be at least num_attention_heads=40"):
+    with pytest.raises(
+        ConfigError, match=r"model.hf_config.hidden_size=10 is invalid: must be at least num_attention_heads=40"
+    ):
         model_spec(config)
 
 
-@pytest.mark.parametrize("text, match", [("[1, 2]", "holds a JSON list, not an object"),
-                                         ('"llama"', "holds a JSON str"), ("{", "is not valid JSON: line 1")])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("[1, 2]", "holds a JSON list, not an object"),
+        ('"llama"', "holds a JSON str"),
+        ("{", "is not valid JSON: line 1"),
+    ],
+)
 def test_a_config_json_must_hold_an_object(tmp_path, text, match):
     (tmp_path / "config.json").write_text(text)
     with pytest.raises(ConfigError, match=rf"model.config_path=.* {match}"):

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pluggy
 import pytest
+from kvbench_plugins.allocators import naive
+from kvbench_plugins.allocators.naive import NaiveAllocator, NaiveConfig
 from omegaconf import OmegaConf
 
 from kvbench import hookspecs
@@ -13,8 +15,6 @@ from kvbench.app.config import plugin_config
 from kvbench.errors import ConfigError
 from kvbench.memory.allocator import Refusal, SeqShape
 from kvbench.testing.allocators import AllocatorConformance
-from kvbench_plugins.allocators import naive
-from kvbench_plugins.allocators.naive import NaiveAllocator, NaiveConfig
 
 LLAMA2_7B_KV_BYTES_PER_TOKEN = 524_288
 H100_KV_BUDGET_BYTES = 62_500_000_000

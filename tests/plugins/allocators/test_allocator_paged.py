@@ -8,6 +8,8 @@ import pluggy
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvbench_plugins.allocators import paged
+from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
 from omegaconf import OmegaConf
 
 from kvbench import hookspecs
@@ -15,8 +17,6 @@ from kvbench.app.config import plugin_config
 from kvbench.errors import ConfigError
 from kvbench.memory.allocator import Refusal, SeqShape
 from kvbench.testing.allocators import OPERATIONS, AllocatorConformance, CachingAllocatorConformance
-from kvbench_plugins.allocators import paged
-from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
 
 LLAMA2_7B_KV_BYTES_PER_TOKEN = 524_288  # 2 (K,V) x 32 layers x 4096 hidden x 2 bytes
 H100_KV_BUDGET_BYTES = 62_500_000_000
@@ -240,4 +240,6 @@ class TestPagedWithPrefixCachingConforms(CachingAllocatorConformance):
     def allocator_factory(self, request):
         return lambda budget_bytes, kv_bytes_per_token: PagedAllocator(
             PagedConfig(block_size_tokens=request.param, prefix_caching=True),
-            budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)
+            budget_bytes=budget_bytes,
+            kv_bytes_per_token=kv_bytes_per_token,
+        )

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
+
 from kvbench.memory.allocator import SeqShape
 from kvbench.testing.allocators import check_cache, check_ledger, prefix_hashes
-from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
 
 B = 16  # tokens per block
 
 
 def make(budget_blocks: int = 64, block_size_tokens: int = B) -> PagedAllocator:
-    return PagedAllocator(PagedConfig(block_size_tokens, prefix_caching=True),
-                          budget_bytes=budget_blocks * block_size_tokens, kv_bytes_per_token=1)  # fmt: skip
+    return PagedAllocator(
+        PagedConfig(block_size_tokens, prefix_caching=True),
+        budget_bytes=budget_blocks * block_size_tokens,
+        kv_bytes_per_token=1,
+    )
 
 
-def shape(request: int, prompt: int, shared_tokens: int, prefix: int = 0, granule: int = B, num_tokens=None) -> SeqShape:
+def shape(
+    request: int, prompt: int, shared_tokens: int, prefix: int = 0, granule: int = B, num_tokens=None
+) -> SeqShape:
     hashes = prefix_hashes(prompt, granule, shared_tokens // granule, prefix, request)
     return SeqShape(prompt if num_tokens is None else num_tokens, prompt + 100, prompt + 50, 1, prompt, hashes, granule)
 

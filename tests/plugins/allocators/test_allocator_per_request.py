@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pluggy
 import pytest
+from kvbench_plugins.allocators import per_request
+from kvbench_plugins.allocators.per_request import PerRequestAllocator, PerRequestConfig
 from omegaconf import OmegaConf
 
 from kvbench import hookspecs
@@ -14,8 +16,6 @@ from kvbench.app.config import plugin_config
 from kvbench.errors import ConfigError
 from kvbench.memory.allocator import Refusal, SeqShape
 from kvbench.testing.allocators import AllocatorConformance
-from kvbench_plugins.allocators import per_request
-from kvbench_plugins.allocators.per_request import PerRequestAllocator, PerRequestConfig
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf" / "allocator"
 
@@ -148,7 +148,9 @@ def test_orca_max_on_opt_13b_with_12_gib_holds_7_and_leaves_8_85_percent_unusabl
     # the vLLM paper's setting: 12 GiB of KV, 800 KiB per token, 15,728 token slots in 983 granules
     # of 16; Orca (Max) reserves S_max = 2,048 tokens (128 granules, a power of two already)
     kv = 819_200
-    alloc = PerRequestAllocator(PerRequestConfig("declared", "buddy", 16), budget_bytes=12 * 2**30, kv_bytes_per_token=kv)
+    alloc = PerRequestAllocator(
+        PerRequestConfig("declared", "buddy", 16), budget_bytes=12 * 2**30, kv_bytes_per_token=kv
+    )
     shape = SeqShape(161, 2048, 161 + 338 - 1)
     admitted = 0
     while alloc.allocate(admitted, shape) is not None:

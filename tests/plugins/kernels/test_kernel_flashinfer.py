@@ -10,10 +10,6 @@ import sys
 
 import pytest
 import torch
-
-from kvbench.errors import ConfigError
-from kvbench.testing.kernels import DECODE_CASES, DTYPES, assert_matches_reference
-from kvbench.kernels.layout import make_paged_case
 from kvbench_plugins.kernels.flashinfer import (
     BUNDLED_VARIANTS,
     FlashInferConfig,
@@ -21,6 +17,10 @@ from kvbench_plugins.kernels.flashinfer import (
     paged_kv_indices,
 )
 from kvbench_plugins.kernels.torch_ref import paged_decode_reference
+
+from kvbench.errors import ConfigError
+from kvbench.kernels.layout import make_paged_case
+from kvbench.testing.kernels import DECODE_CASES, DTYPES, assert_matches_reference
 
 
 def test_block_tables_become_indptr_indices_and_last_page_lengths():

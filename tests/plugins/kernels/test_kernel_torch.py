@@ -8,10 +8,10 @@ import sys
 
 import pytest
 import torch
-
-from kvbench.testing.kernels import DECODE_CASES, DTYPES, assert_matches_reference
-from kvbench.kernels.layout import make_paged_case
 from kvbench_plugins.kernels.torch_ref import TorchKernel, paged_decode_reference
+
+from kvbench.kernels.layout import make_paged_case
+from kvbench.testing.kernels import DECODE_CASES, DTYPES, assert_matches_reference
 
 
 def loop_reference(query, key_cache, value_cache, block_tables, seq_lens, scale=None):

@@ -24,11 +24,12 @@ if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ and not 
 
 triton = pytest.importorskip("triton", reason="the triton package is not installed (pip install 'kvbench[kernels]')")
 
+from kvbench_plugins.kernels.triton_paged import TritonConfig, TritonKernel  # noqa: E402
+
 from kvbench.errors import ConfigError  # noqa: E402
 from kvbench.kernels import triton_decode  # noqa: E402
-from kvbench.testing.kernels import DECODE_CASES, DTYPES, assert_matches_reference  # noqa: E402
 from kvbench.kernels.layout import make_paged_case  # noqa: E402
-from kvbench_plugins.kernels.triton_paged import TritonConfig, TritonKernel  # noqa: E402
+from kvbench.testing.kernels import DECODE_CASES, DTYPES, assert_matches_reference  # noqa: E402
 
 INTERPRETED = triton_decode.interpreter_active()
 #: the defaults, and small tiles with forced splits so that short test sequences still loop over
@@ -77,9 +78,14 @@ def test_explicit_scale_is_used(device):
 )
 def test_splits_cover_the_longest_sequence_in_whole_tiles(max_tokens, tile, splits, expected):
     num_splits, tokens_per_split = triton_decode.choose_splits(
-        batch=2, num_kv_heads=2, max_tokens=max_tokens, tile_tokens=tile, num_splits=splits,
-        min_tokens_per_split=128, target_programs=64,
-    )  # fmt: skip
+        batch=2,
+        num_kv_heads=2,
+        max_tokens=max_tokens,
+        tile_tokens=tile,
+        num_splits=splits,
+        min_tokens_per_split=128,
+        target_programs=64,
+    )
     assert (num_splits, tokens_per_split) == expected
     assert tokens_per_split % tile == 0 and num_splits * tokens_per_split >= max_tokens
 

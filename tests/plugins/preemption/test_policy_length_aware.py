@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from kvbench.exec.costmodel import CostModel
 from kvbench_plugins.preemption.length_aware import LengthAwarePolicy
 from kvbench_plugins.schedulers.mixed import MixedScheduler
 from toy import TOY_MODEL, paged, request, toy_hardware
+
+from kvbench.exec.costmodel import CostModel
 
 # A 16 B/s host link makes swapping slow enough to lose to recompute for short victims. Per KV
 # token: a swap round trip costs 2 x (16 / 16 + 0.5 / 8) = 2.125 s (bytes, then one copy per

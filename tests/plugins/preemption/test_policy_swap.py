@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from kvbench_plugins.preemption.swap import SwapPolicy
 from kvbench_plugins.schedulers.mixed import MixedScheduler
 from toy import decode_s, paged, request, swap_s
@@ -28,7 +27,12 @@ def test_a_swapped_request_comes_back_with_its_cache_and_recomputes_nothing(toy_
     # from step 5 B decodes again: its 9th token needs a new block
     assert plans[5].decodes[0].group.request_id == 1 and plans[5].kv_read_tokens == 9
     b = run.request(1)
-    assert (b["num_swap_preemptions"], b["swap_out_bytes"], b["swap_in_bytes"], b["num_recomputed_tokens"]) == (1, 128, 128, 0)
+    assert (b["num_swap_preemptions"], b["swap_out_bytes"], b["swap_in_bytes"], b["num_recomputed_tokens"]) == (
+        1,
+        128,
+        128,
+        0,
+    )
     assert run.record.steps["recompute_s"].sum() == 0.0
     assert run.engine.scheduler.host_pool.peak_bytes == 128
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pluggy
 import pytest
-
-from kvbench import hookspecs
 from kvbench_plugins.preemption.recompute import RecomputePolicy
 from kvbench_plugins.schedulers import mixed
 from kvbench_plugins.schedulers.mixed import MixedScheduler
 from toy import decode_s, paged, prefill_s, request
+
+from kvbench import hookspecs
 
 
 def test_kvbench_register_schedulers_registers_the_four_builtins():
@@ -45,7 +45,12 @@ def test_steps_batch_contents_and_the_victim(preempted):
     assert [s.group.request_id for s in plans[2].decodes] == [0]  # steps 2 and 3: A alone
     assert plans[2].refusal.group.request_id == 1 and plans[2].refusal.reason.value == "no_memory"
     [chunk] = plans[4].prefills  # step 4: B readmitted with its prompt and its one generated token
-    assert (chunk.seq.group.request_id, chunk.num_new_tokens, chunk.num_context_tokens, chunk.num_recomputed_tokens) == (1, 9, 0, 8)
+    assert (
+        chunk.seq.group.request_id,
+        chunk.num_new_tokens,
+        chunk.num_context_tokens,
+        chunk.num_recomputed_tokens,
+    ) == (1, 9, 0, 8)
     assert len(plans) == 15  # steps 0..14
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from kvbench_plugins.preemption.recompute import RecomputePolicy
 from kvbench_plugins.preemption.swap import SwapPolicy
 from kvbench_plugins.schedulers.prefill_first import PrefillFirstScheduler
@@ -12,7 +11,9 @@ from toy import decode_s, paged, prefill_s, request, swap_s
 
 def test_an_arrival_pauses_every_decode_for_its_prefill(toy_run):
     # A (8 + 3) decodes; B (8 + 2) arrives at t = 1: step 1 prefills B alone, A waits a step
-    run = toy_run(PrefillFirstScheduler, RecomputePolicy, paged(64), [request(0, 8, 3), request(1, 8, 2, arrival_s=1.0)])
+    run = toy_run(
+        PrefillFirstScheduler, RecomputePolicy, paged(64), [request(0, 8, 3), request(1, 8, 2, arrival_s=1.0)]
+    )
     plans = run.plans
     assert [(len(p.prefills), len(p.decodes)) for p in plans] == [(1, 0), (1, 0), (0, 2), (0, 1)]
     assert [row["duration_s"] for _, row in run.record.steps.iterrows()] == pytest.approx(
@@ -24,7 +25,9 @@ def test_an_arrival_pauses_every_decode_for_its_prefill(toy_run):
 
 def test_prompt_budget_and_sequence_cap_limit_a_prefill_step(toy_run):
     requests = [request(i, 8, 2) for i in range(5)]
-    run = toy_run(PrefillFirstScheduler, RecomputePolicy, paged(128), requests, max_num_batched_tokens=16, max_num_seqs=3)
+    run = toy_run(
+        PrefillFirstScheduler, RecomputePolicy, paged(128), requests, max_num_batched_tokens=16, max_num_seqs=3
+    )
     assert [len(p.prefills) for p in run.plans[:3]] == [2, 1, 0]  # 16 prompt tokens, then the cap of 3 sequences
     assert len(run.plans[2].decodes) == 3
 
@@ -41,4 +44,4 @@ def test_nothing_is_admitted_while_a_request_is_swapped_out(toy_run):
     resumed = next(i for i, p in enumerate(plans) if p.swap_in)
     admitted_c = next(i for i, p in enumerate(plans) if any(c.seq.group.request_id == 2 for c in p.prefills))
     assert resumed < admitted_c
-    assert all(not p.prefills for p in plans[1:resumed + 1])
+    assert all(not p.prefills for p in plans[1 : resumed + 1])

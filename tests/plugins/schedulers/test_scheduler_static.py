@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from kvbench_plugins.preemption.recompute import RecomputePolicy
 from kvbench_plugins.schedulers.mixed import MixedScheduler
 from kvbench_plugins.schedulers.static import StaticScheduler

@@ -7,19 +7,21 @@ from pathlib import Path
 import numpy as np
 import pluggy
 import pytest
+from kvbench_cli import assert_one_line_error, kvbench
+from kvbench_plugins.workloads import request_csv
+from kvbench_plugins.workloads.request_csv import RequestCsvConfig, RequestCsvWorkload
 from omegaconf import OmegaConf
 
 from kvbench import hookspecs
 from kvbench.app.config import plugin_config, to_dataclass
 from kvbench.errors import ConfigError
-from kvbench_cli import assert_one_line_error, kvbench
-from kvbench_plugins.workloads import request_csv
-from kvbench_plugins.workloads.request_csv import RequestCsvConfig, RequestCsvWorkload
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "workload" / "request_csv.yaml"
 KVBENCH_NAMES = "arrival_s,prompt_tokens,output_tokens\n0.5,100,10\n1.25,200,20\n1.25,300,30\n"
-VIDUR_NAMES = "request_id,arrived_at,num_prefill_tokens,num_decode_tokens,pd_ratio\n" \
-              "0,0.5,100,10,10\n1,1.25,200,20,10\n2,1.25,300,30,10\n"  # fmt: skip
+VIDUR_NAMES = (
+    "request_id,arrived_at,num_prefill_tokens,num_decode_tokens,pd_ratio\n"
+    "0,0.5,100,10,10\n1,1.25,200,20,10\n2,1.25,300,30,10\n"
+)
 
 
 def write(tmp_path: Path, text: str, name: str = "requests.csv") -> Path:
@@ -205,7 +207,11 @@ def test_an_invisible_character_in_a_header_name_is_named(tmp_path, hidden):
     path = write(tmp_path, f"arr{hidden}ival_s,prompt_tokens,output_tokens\n0,10,5\n")
     message = error(path)
     escape = hidden.encode("unicode_escape").decode()
-    assert message.startswith(f"{path}:1:1: ") and f"invisible characters ({escape})" in message and "'arrival_s'" in message
+    assert (
+        message.startswith(f"{path}:1:1: ")
+        and f"invisible characters ({escape})" in message
+        and "'arrival_s'" in message
+    )
 
 
 def test_a_folder_or_an_unreadable_file_is_one_line(tmp_path, monkeypatch):

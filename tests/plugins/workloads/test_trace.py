@@ -8,22 +8,24 @@ from pathlib import Path
 import numpy as np
 import pluggy
 import pytest
+from kvbench_cli import assert_one_line_error, kvbench
+from kvbench_plugins.workloads import trace
+from kvbench_plugins.workloads.trace import TRACES_DIR, TraceConfig, TraceWorkload
 from omegaconf import OmegaConf
 
 from kvbench import hookspecs
 from kvbench.app.config import plugin_config, to_dataclass
 from kvbench.errors import ConfigError
-from kvbench_cli import assert_one_line_error, kvbench
-from kvbench_plugins.workloads import trace
-from kvbench_plugins.workloads.trace import TRACES_DIR, TraceConfig, TraceWorkload
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "workload"
 PRESETS = ("azure_code", "azure_conv", "mooncake_conversation", "mooncake_synthetic", "sharegpt", "arxiv")
-AZURE = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-         "2023-11-16 18:17:03.9799600,100,10\n"
-         "2023-11-16 18:17:04.4799600,200,20\n"
-         "2023-11-16 18:17:05.2299600,300,30\n"
-         "2023-11-17 00:00:00.0000000,400,40\n")  # fmt: skip
+AZURE = (
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    "2023-11-16 18:17:03.9799600,100,10\n"
+    "2023-11-16 18:17:04.4799600,200,20\n"
+    "2023-11-16 18:17:05.2299600,300,30\n"
+    "2023-11-17 00:00:00.0000000,400,40\n"
+)
 AZURE_ARRIVALS_S = [0.0, 0.5, 1.25, 20576.02004]  # the last one crosses midnight
 
 
@@ -31,12 +33,19 @@ def mooncake_line(timestamp, prompt, output, hashes) -> str:
     return json.dumps({"timestamp": timestamp, "input_length": prompt, "output_length": output, "hash_ids": hashes})
 
 
-MOONCAKE = "\n".join([
-    mooncake_line(0, 1000, 5, [0, 1]),
-    mooncake_line(250, 512, 7, [0]),
-    mooncake_line(1500, 1100, 9, [0, 1, 2]),
-]) + "\n"  # fmt: skip
-LENGTHS = "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n74,918,992,0.08\n290,905,1195,0.32\n30,2,32,15\n"
+MOONCAKE = (
+    "\n".join(
+        [
+            mooncake_line(0, 1000, 5, [0, 1]),
+            mooncake_line(250, 512, 7, [0]),
+            mooncake_line(1500, 1100, 9, [0, 1, 2]),
+        ]
+    )
+    + "\n"
+)
+LENGTHS = (
+    "num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n74,918,992,0.08\n290,905,1195,0.32\n30,2,32,15\n"
+)
 
 
 def write(tmp_path: Path, text: str, name: str) -> Path:
@@ -80,8 +89,12 @@ def test_every_yaml_lists_every_option(name):
 
 
 def test_model_max_tokens_follows_the_model_in_the_composed_config():
-    root = OmegaConf.create({"model": {"hf_config": {"max_position_embeddings": 32768}},
-                             "workload": OmegaConf.load(CONF / "mooncake_conversation.yaml")})  # fmt: skip
+    root = OmegaConf.create(
+        {
+            "model": {"hf_config": {"max_position_embeddings": 32768}},
+            "workload": OmegaConf.load(CONF / "mooncake_conversation.yaml"),
+        }
+    )
     cfg = plugin_config(TraceWorkload, root.workload, "workload")
     assert cfg.model_max_tokens == 32768 and cfg.format == "mooncake"
     bare = OmegaConf.create({"workload": OmegaConf.load(CONF / "azure_code.yaml")})  # no model: null, refused
@@ -90,13 +103,20 @@ def test_model_max_tokens_follows_the_model_in_the_composed_config():
 
 
 def test_every_packaged_trace_is_readable_and_sized_as_documented():
-    sizes = {"azure_code": 8819, "azure_conv": 19366, "mooncake_conversation": 12031, "mooncake_synthetic": 3993,
-             "sharegpt": 30731, "arxiv": 28257}  # fmt: skip
+    sizes = {
+        "azure_code": 8819,
+        "azure_conv": 19366,
+        "mooncake_conversation": 12031,
+        "mooncake_synthetic": 3993,
+        "sharegpt": 30731,
+        "arxiv": 28257,
+    }
     for name, rows in sizes.items():
         node = OmegaConf.load(CONF / f"{name}.yaml")
         assert (TRACES_DIR / node.path).is_file()
-        src = source(Path(node.path), node.format, arrival=node.arrival, rate_per_s=node.rate_per_s,
-                     model_max_tokens=200_000)  # fmt: skip
+        src = source(
+            Path(node.path), node.format, arrival=node.arrival, rate_per_s=node.rate_per_s, model_max_tokens=200_000
+        )
         assert src.num_read == rows and src.num_dropped == 0
 
 
@@ -129,7 +149,9 @@ def test_lengths_take_kvbench_arrivals(tmp_path):
 
 
 def test_request_csv_is_read_by_its_reader(tmp_path):
-    path = write(tmp_path, "arrived_at,num_prefill_tokens,num_decode_tokens,s_max_tokens\n2,10,5,64\n2.5,20,5,30\n", "r.csv")
+    path = write(
+        tmp_path, "arrived_at,num_prefill_tokens,num_decode_tokens,s_max_tokens\n2,10,5,64\n2.5,20,5,30\n", "r.csv"
+    )
     w = generate(path, "request_csv", s_max_policy="request")
     assert w.arrival_s.tolist() == [0.0, 0.5] and w.prompt_tokens.tolist() == [10, 20]
     assert w.s_max_tokens.tolist() == [64, 30]  # the trace's own declaration
@@ -155,8 +177,9 @@ def test_offset_and_limit_pick_a_window_rebased_to_its_first_request(tmp_path):
     w = generate(path, "azure", start_offset=1, num_requests=2)
     assert w.prompt_tokens.tolist() == [200, 300] and w.arrival_s.tolist() == [0.0, 0.75]
     assert "start_offset=4 skips every one of the 4" in error(path, "azure", start_offset=4)
-    assert "num_requests=3 is more than the 2 requests after start_offset=2" in error(path, "azure", start_offset=2,
-                                                                                      num_requests=3)  # fmt: skip
+    assert "num_requests=3 is more than the 2 requests after start_offset=2" in error(
+        path, "azure", start_offset=2, num_requests=3
+    )
 
 
 def test_s_max_policies(tmp_path):
@@ -179,8 +202,9 @@ def test_too_long_drop_rebases_to_the_first_kept_request(tmp_path):
     src = source(write(tmp_path, MOONCAKE, "mc.jsonl"), "mooncake", model_max_tokens=600)
     w = src.generate(np.random.default_rng(0))
     assert src.num_dropped == 2 and w.arrival_s.tolist() == [0.0] and w.prefix_hashes == [(0,)]
-    assert "all 3 replayed requests are longer" in error(write(tmp_path, MOONCAKE, "m2.jsonl"), "mooncake",
-                                                         model_max_tokens=500)  # fmt: skip
+    assert "all 3 replayed requests are longer" in error(
+        write(tmp_path, MOONCAKE, "m2.jsonl"), "mooncake", model_max_tokens=500
+    )
 
 
 def test_too_long_clip_shortens_output_then_prompt_and_its_hashes(tmp_path):
@@ -276,7 +300,9 @@ def test_a_too_long_request_cannot_wrap_past_drop(tmp_path):
 def test_a_relative_path_reaches_the_packaged_traces_by_bare_name_only(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # relative to the packaged folder this is kvbench's own textio.py: no longer read from there
-    assert "no such file here or among kvbench's traces" in error(Path("../textio.py"), "lengths", arrival="all_at_once")
+    assert "no such file here or among kvbench's traces" in error(
+        Path("../textio.py"), "lengths", arrival="all_at_once"
+    )
     (tmp_path / "folder.csv").mkdir()
     assert "is a folder, not a trace file" in error(Path("folder.csv"), "azure")
 
@@ -285,8 +311,15 @@ def test_arrivals_beyond_any_trace_span_are_refused(tmp_path):
     from kvbench.api import run
 
     with pytest.raises(ConfigError, match=r"the last request arrives .* s after the start, beyond the 1e\+09 s"):
-        run(["workload=azure_conv", "workload.num_requests=20", "workload.rate_scale=1e-300", "wandb.mode=disabled",
-             "progress=false"])  # fmt: skip
+        run(
+            [
+                "workload=azure_conv",
+                "workload.num_requests=20",
+                "workload.rate_scale=1e-300",
+                "wandb.mode=disabled",
+                "progress=false",
+            ]
+        )
 
 
 def test_a_bad_lengths_row_and_missing_columns(tmp_path):
@@ -301,7 +334,9 @@ def test_missing_and_empty_traces(tmp_path):
     assert "is empty" in error(write(tmp_path, "", "e.csv"), "azure")
     assert "holds no requests" in error(write(tmp_path, "TIMESTAMP,ContextTokens,GeneratedTokens\n", "h.csv"), "azure")
     assert "holds no requests" in error(write(tmp_path, "\n\n", "e.jsonl"), "mooncake")
-    assert "no requests" in error(write(tmp_path, "prompt_tokens,output_tokens\n", "r.csv"), "lengths", arrival="all_at_once")
+    assert "no requests" in error(
+        write(tmp_path, "prompt_tokens,output_tokens\n", "r.csv"), "lengths", arrival="all_at_once"
+    )
 
 
 def test_bad_options(tmp_path):
@@ -336,7 +371,15 @@ def test_cli_replays_a_packaged_trace(tmp_path):
 
 def test_cli_reports_a_bad_row_in_one_line_and_writes_nothing(tmp_path):
     bad = write(tmp_path, MOONCAKE.replace('"output_length": 7', '"output_length": "7"'), "bad.jsonl")
-    proc = kvbench("workload=trace", "workload.format=mooncake", f"workload.path={bad}", "wandb.mode=disabled",
-                   "progress=false", "kernel=torch", cwd=tmp_path, code=REGISTERED)  # fmt: skip
+    proc = kvbench(
+        "workload=trace",
+        "workload.format=mooncake",
+        f"workload.path={bad}",
+        "wandb.mode=disabled",
+        "progress=false",
+        "kernel=torch",
+        cwd=tmp_path,
+        code=REGISTERED,
+    )
     assert_one_line_error(proc, f"{bad}:2: output_length='7'", status=2)
     assert not list((tmp_path / "results").rglob("summary.parquet")), "a failed run left results"

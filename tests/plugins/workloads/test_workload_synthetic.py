@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvbench_plugins.workloads import synthetic
+from kvbench_plugins.workloads.synthetic import SyntheticConfig, SyntheticWorkload
 from omegaconf import OmegaConf
 
 from kvbench.app.config import plugin_config, to_dataclass
 from kvbench.errors import ConfigError
 from kvbench.workload.arrivals import SmaxClass
 from kvbench.workload.source import Workload, WorkloadSource
-from kvbench_plugins.workloads import synthetic
-from kvbench_plugins.workloads.synthetic import SyntheticConfig, SyntheticWorkload
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf" / "workload"
 EXERCISE2_MIX = [
@@ -109,8 +109,13 @@ def test_drawn_lengths_are_clipped_into_each_requests_declared_class():
 
 def test_min_and_max_clip_drawn_lengths():
     w = generate(
-        num_requests=5000, lengths="lognormal", prompt_tokens=100, output_tokens=100,
-        min_tokens=10, max_prompt_tokens=150, max_output_tokens=120,
+        num_requests=5000,
+        lengths="lognormal",
+        prompt_tokens=100,
+        output_tokens=100,
+        min_tokens=10,
+        max_prompt_tokens=150,
+        max_output_tokens=120,
     )
     assert_well_formed(w)
     assert w.prompt_tokens.min() == 10 and w.prompt_tokens.max() == 150
@@ -212,8 +217,13 @@ def test_any_valid_lognormal_config_yields_requests_that_keep_their_promise(
     seed, num_requests, prompt_median, output_median, sigma, poisson, mix
 ):
     options = dict(
-        num_requests=num_requests, lengths="lognormal", prompt_tokens=prompt_median, output_tokens=output_median,
-        prompt_sigma=sigma, output_sigma=sigma, s_max_mix=mix,
+        num_requests=num_requests,
+        lengths="lognormal",
+        prompt_tokens=prompt_median,
+        output_tokens=output_median,
+        prompt_sigma=sigma,
+        output_sigma=sigma,
+        s_max_mix=mix,
     )
     if poisson:
         options.update(arrival="poisson", rate_per_s=3.0)
@@ -226,7 +236,9 @@ def test_any_valid_lognormal_config_yields_requests_that_keep_their_promise(
 
 def test_poisson_arrivals_must_stay_where_the_float64_clock_resolves_a_step():
     make(arrival="poisson", rate_per_s=1e-6, num_requests=1000)  # 1e9 s: the longest allowed
-    with pytest.raises(ConfigError, match=r"workload.rate_per_s=1e-300 is invalid: 10 requests would arrive over ~1e\+301 s"):
+    with pytest.raises(
+        ConfigError, match=r"workload.rate_per_s=1e-300 is invalid: 10 requests would arrive over ~1e\+301 s"
+    ):
         make(arrival="poisson", rate_per_s=1e-300, num_requests=10)
 
 
@@ -255,8 +267,15 @@ def test_granules_inside_the_shared_prefix_are_common_and_the_rest_unique():
 def test_a_prompt_shorter_than_the_prefix_is_shared_whole():
     # the drawn prompts are at most 9 tokens, all inside the 12-token prefix: every granule shared,
     # a last partial one included
-    w = generate(num_requests=50, lengths="lognormal", prompt_tokens=5, prompt_sigma=0.5, max_prompt_tokens=9,
-                 shared_prefix_tokens=12, hash_block_tokens=4)  # fmt: skip
+    w = generate(
+        num_requests=50,
+        lengths="lognormal",
+        prompt_tokens=5,
+        prompt_sigma=0.5,
+        max_prompt_tokens=9,
+        shared_prefix_tokens=12,
+        hash_block_tokens=4,
+    )
     for prompt, hashes in zip(w.prompt_tokens.tolist(), w.prefix_hashes):
         assert hashes == tuple(range(-(-prompt // 4)))
 
@@ -268,16 +287,22 @@ def test_a_prefix_shorter_than_one_granule_shares_nothing():
 
 def test_shared_prefix_draws_nothing_and_keeps_the_rest_of_the_workload():
     plain = generate(seed=5, num_requests=200, lengths="lognormal", arrival="poisson", rate_per_s=4.0)
-    shared = generate(seed=5, num_requests=200, lengths="lognormal", arrival="poisson", rate_per_s=4.0,
-                      shared_prefix_tokens=64)  # fmt: skip
+    shared = generate(
+        seed=5, num_requests=200, lengths="lognormal", arrival="poisson", rate_per_s=4.0, shared_prefix_tokens=64
+    )
     for column in ("arrival_s", "prompt_tokens", "output_tokens", "s_max_tokens"):
         assert np.array_equal(getattr(plain, column), getattr(shared, column))
     ids = [i for hashes in shared.prefix_hashes for i in hashes[8:]]  # beyond the 64 shared tokens
     assert len(ids) == len(set(ids)) and min(ids) >= 8
 
 
-@pytest.mark.parametrize(("options", "key"), [({"shared_prefix_tokens": -1}, "workload.shared_prefix_tokens"),
-                                              ({"hash_block_tokens": 0}, "workload.hash_block_tokens")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [
+        ({"shared_prefix_tokens": -1}, "workload.shared_prefix_tokens"),
+        ({"hash_block_tokens": 0}, "workload.hash_block_tokens"),
+    ],
+)
 def test_bad_shared_prefix_options(options, key):
     with pytest.raises(ConfigError, match=key):
         make(**options)

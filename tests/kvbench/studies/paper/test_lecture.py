@@ -138,8 +138,10 @@ def test_break_even_bandwidth_mha_is_a_rounding_slip(rows):
 def test_every_figure_exists(source):
     figures = [figure for section in source.sections for figure in section.figures]
     assert {figure.name for figure in figures} >= {
-        "lecture_swap_vs_recompute", "lecture_concurrency_vs_block_size", "lecture_batch_over_time",
-    }  # fmt: skip
+        "lecture_swap_vs_recompute",
+        "lecture_concurrency_vs_block_size",
+        "lecture_batch_over_time",
+    }
     for figure in figures:
         assert figure.name.startswith("lecture_")
         assert figure.path.is_file() and figure.path.stat().st_size > 0

@@ -14,9 +14,16 @@ def row(**fields) -> Row:
 
 @pytest.mark.parametrize(
     ("text", "parsed"),
-    [("15.2", (15.2, 1)), ("2,600", (2600.0, 0)), ("≈ 744", (744.0, 0)), ("1.7-2.7", (1.7, 1)),
-     ("0.39%", (0.39, 2)), ("16-128 best", (16.0, 0)), ("beam search helps", None)],
-)  # fmt: skip
+    [
+        ("15.2", (15.2, 1)),
+        ("2,600", (2600.0, 0)),
+        ("≈ 744", (744.0, 0)),
+        ("1.7-2.7", (1.7, 1)),
+        ("0.39%", (0.39, 2)),
+        ("16-128 best", (16.0, 0)),
+        ("beam search helps", None),
+    ],
+)
 def test_parse_claim_takes_the_first_printed_number_and_its_decimals(text, parsed):
     assert parse_claim(text) == parsed
 
@@ -65,9 +72,18 @@ def test_simulation_agreement_is_checked_only_where_asked():
 
 @pytest.mark.parametrize(
     ("value", "decimals", "shown"),
-    [(8.0, 0, "8"), (6.41, 0, "6.4"), (5201.3, 0, "5,201"), (0.0039, 1, "0.0039"), (0.4, 0, "0.40"), (15.57, 1, "15.6"),
-     (None, 1, "—"), (float("nan"), 1, "—"), (0.0, 2, "0.00")],
-)  # fmt: skip
+    [
+        (8.0, 0, "8"),
+        (6.41, 0, "6.4"),
+        (5201.3, 0, "5,201"),
+        (0.0039, 1, "0.0039"),
+        (0.4, 0, "0.40"),
+        (15.57, 1, "15.6"),
+        (None, 1, "—"),
+        (float("nan"), 1, "—"),
+        (0.0, 2, "0.00"),
+    ],
+)
 def test_values_are_shown_at_the_claims_precision_but_never_rounded_to_zero(value, decimals, shown):
     from kvbench.studies.paper.render import fmt_value
 

@@ -84,9 +84,15 @@ def test_claims_are_the_published_values(rows):
     ref = vm.reference()
     for label, allocator in (("Orca (Max)", "orca_max"), ("Orca (Oracle)", "orca_oracle")):
         assert rows[f"vllm.fig2_{allocator}_token"].claim_value == ref["fig2_kv_usage_pct"][label][0]
-        assert rows[f"vllm.fig13_alpaca_{allocator}"].claim_value == ref["fig13_avg_batched_requests_opt13b"]["Alpaca_30rps"][label]
+        assert (
+            rows[f"vllm.fig13_alpaca_{allocator}"].claim_value
+            == ref["fig13_avg_batched_requests_opt13b"]["Alpaca_30rps"][label]
+        )
     for n in (2, 4, 6):
-        assert rows[f"vllm.fig15_beam_n{n}"].claim_value == ref["fig15_memory_saving_pct_opt13b_alpaca"]["beam_search"][str(n)]
+        assert (
+            rows[f"vllm.fig15_beam_n{n}"].claim_value
+            == ref["fig15_memory_saving_pct_opt13b_alpaca"]["beam_search"][str(n)]
+        )
 
 
 def test_figures_are_written(built):
@@ -124,10 +130,22 @@ def test_sampling_saving_closed_form_equals_a_run_with_equal_branches(prompt, ou
     from kvbench.api import run
     from kvbench.studies.paper.vllm_paper import token_saving
 
-    result = run(["allocator=paged", "model=opt-13b", "hardware=a100-40gb", "workload=alpaca_like",
-                  "workload.lengths=fixed", f"workload.prompt_tokens={prompt}", f"workload.output_tokens={output}",
-                  "workload.num_requests=5", f"workload.num_branches={n}", "progress=false", "wandb.mode=disabled",
-                  "output.write=false"])  # fmt: skip
+    result = run(
+        [
+            "allocator=paged",
+            "model=opt-13b",
+            "hardware=a100-40gb",
+            "workload=alpaca_like",
+            "workload.lengths=fixed",
+            f"workload.prompt_tokens={prompt}",
+            f"workload.output_tokens={output}",
+            "workload.num_requests=5",
+            f"workload.num_branches={n}",
+            "progress=false",
+            "wandb.mode=disabled",
+            "output.write=false",
+        ]
+    )
     shared = prompt // 16 * 16  # the prompt's full blocks; its partly filled one is copied on write
     t = np.arange(1, output)  # a branch's decode steps: the first token came with the prefill
     stored = shared + n * (prompt - shared + t)

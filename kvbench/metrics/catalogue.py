@@ -1,0 +1,283 @@
+"""The one catalogue of what a summary key means to a reader: one :class:`Metric` record per key.
+
+Every view reads its words from here: the full list of a run's numbers
+(:func:`kvbench.metrics.display.format_summary`), the comparison table's columns
+(:mod:`kvbench.output.report`), the memory figure's ledger parts (:mod:`kvbench.output.figures`),
+the vLLM names of ``summary.json`` (:mod:`kvbench.output.run_json`) and the studies' figures. A key
+the catalogue lacks is still shown, under its own name, formatted by its unit suffix.
+
+One formatting vocabulary (``show``): ``int`` (thousands separators), ``ms`` (seconds shown in
+milliseconds), ``pct`` (a fraction in percent), ``bytes`` (decimal kB/MB/GB), ``text``, or a
+format string (``"{:.3f}"``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvbench.core.ledger import LEDGER_FIELDS
+from kvbench.metrics.summary import PERCENTILES
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    #: the words a list of a run's numbers shows, unit included: "TTFT p50 (ms)"
+    label: str
+    #: how a value is shown (the vocabulary above)
+    show: str = "{}"
+    #: a table's column header (lines, no unit) and the unit on its own line; None: not a column
+    header: str | None = None
+    header_unit: str | None = None
+    #: how the line of values every job of a sweep shares says it ("{}" stands for value and unit)
+    phrase: str | None = None
+    #: which way is better: "lower", "higher" or None (neither: a setting, a count of events)
+    better: str | None = None
+    #: ``vllm bench serve``'s name of the same number, where it has one
+    vllm: str | None = None
+    #: the colour a figure draws it in (the memory ledger's parts)
+    colour: str | None = None
+    #: a shorter name for a figure's legend, where the label is too long
+    legend: str | None = None
+
+
+#: the memory ledger's parts: (field, legend, colour), in LEDGER_FIELDS order
+_LEDGER_PARTS = {
+    "token_bytes": ("token states", "#2b8cbe"),
+    "reserved_future_bytes": ("reserved (future tokens)", "#a6bddb"),
+    "internal_bytes": ("internal fragmentation", "#e34a33"),
+    "external_bytes": ("external fragmentation", "#fdbb84"),
+    "free_bytes": ("free", "#f0f0f0"),
+    "cached_bytes": ("cached prefix blocks (evictable)", "#74c476"),
+}
+assert tuple(_LEDGER_PARTS) == LEDGER_FIELDS, "every ledger part needs its words and colour here"
+
+
+def _ledger_metrics() -> list[Metric]:
+    short = {"internal_bytes": "int.\nfrag.", "external_bytes": "ext.\nfrag.", "cached_bytes": "cached"}
+    phrase = {"cached_bytes": "cached prefix blocks {}"}
+    out = []
+    for field, (legend, colour) in _LEDGER_PARTS.items():
+        name = field.removesuffix("_bytes")
+        out.append(
+            Metric(
+                f"frac_{name}",
+                f"  {name.replace('_', ' ')} (% of budget)",
+                "pct",
+                short.get(field),
+                "% KV" if field in short else None,
+                phrase.get(field),
+                colour=colour,
+                legend=legend,
+            )
+        )
+    return out
+
+
+def _percentiles(prefix: str, words: str, header: str, vllm: str) -> list[Metric]:
+    return [
+        Metric(
+            f"{prefix}_p{p}_s",
+            f"{words} p{p} (ms)",
+            "ms",
+            f"{header}\np{p}" if p in (50, 99) else None,
+            "ms" if p in (50, 99) else None,
+            better="lower",
+            vllm=f"{'median' if p == 50 else f'p{p}'}_{vllm}_ms",
+        )
+        for p in PERCENTILES
+    ]
+
+
+#: what a sweep's jobs ran with: shown once when every job shares it, as a column where it differs
+SETTINGS = (
+    Metric("model", "model", "text", "model", phrase="{}"),
+    Metric("hardware", "hardware", "text", "hardware", phrase="on {}"),
+    Metric("kv_budget_bytes", "KV budget", "bytes", "KV budget"),
+    Metric("workload", "workload", "text", "workload"),
+    Metric("allocator", "allocator", "text", "allocator"),
+    Metric("block_size_tokens", "block size (tokens)", "{:d}", "block", "tokens"),
+    Metric("kernel", "kernel", "text", "kernel"),
+    Metric("calibration", "calibration", "text", "calibration", phrase="({})"),
+    Metric("scheduler", "scheduler", "text", "scheduler"),
+    Metric("preemption", "preemption", "text", "preemption"),
+    Metric("victim", "victim", "text", "victim"),
+    Metric("slo", "SLO", "text", "SLO"),
+    Metric("seed", "seed", "{:d}", "seed"),
+    Metric("mode", "mode", "text", "mode"),
+)
+
+#: a run's numbers in reading order (the full list shows them in this order)
+METRICS = (
+    Metric("num_requests", "requests", "int", vllm="num_prompts"),
+    Metric("num_finished", "finished requests", "int", vllm="completed"),
+    Metric("duration_s", "duration (s)", "{:.3f}", vllm="duration"),
+    Metric(
+        "throughput_tokens_per_s",
+        "throughput (output tokens/s)",
+        "{:,.0f}",
+        "output",
+        "tok/s",
+        better="higher",
+        vllm="output_throughput",
+    ),
+    Metric(
+        "throughput_requests_per_s",
+        "throughput (requests/s)",
+        "{:,.2f}",
+        "rate",
+        "req/s",
+        "request rate {}",
+        better="higher",
+        vllm="request_throughput",
+    ),
+    Metric(
+        "goodput_requests_per_s",
+        "goodput, vLLM's (requests/s meeting all SLOs)",
+        "{:,.2f}",
+        "goodput",
+        "req/s",
+        better="higher",
+        vllm="request_goodput",
+    ),
+    Metric("slo_attainment", "SLO attainment (% of finished requests)", "pct", better="higher"),
+    *_percentiles("ttft", "TTFT", "TTFT", "ttft"),
+    Metric("ttft_mean_s", "TTFT mean (ms)", "ms", better="lower", vllm="mean_ttft_ms"),
+    Metric("sched_delay_mean_s", "  scheduling delay mean (ms)", "ms", better="lower"),
+    Metric("queue_mean_s", "  queueing mean (ms)", "ms", better="lower"),
+    Metric("prefill_mean_s", "  prefill step mean (ms)", "ms", better="lower"),
+    *_percentiles("tpot", "TPOT", "TPOT", "tpot"),
+    *_percentiles("e2e", "end-to-end", "E2E", "e2el"),
+    Metric("peak_concurrency", "peak concurrency (sequences)", "int", "peak", "seqs"),
+    Metric("mean_concurrency", "mean concurrency (sequences)", "{:.1f}", better="higher"),
+    Metric(
+        "min_concurrency_saturated",
+        "fewest sequences when saturated (sustained floor)",
+        "int",
+        "floor\n(sat.)",
+        "seqs",
+        better="higher",
+    ),
+    Metric(
+        "mean_concurrency_saturated",
+        "mean concurrency when saturated (sequences)",
+        "{:,.1f}",
+        "mean\n(sat.)",
+        "seqs",
+        better="higher",
+    ),
+    Metric(
+        "utilization_saturated",
+        "KV utilization when saturated (% of budget)",
+        "pct",
+        "util.\n(sat.)",
+        "% KV",
+        better="higher",
+    ),
+    Metric("utilization_mean", "KV utilization mean (% of budget)", "pct", "util.", "% KV", better="higher"),
+    Metric("block_utilization_saturated", "KV blocks allocated when saturated, a server's gauge (% of budget)", "pct"),
+    # the block-granular figure a server's usage gauge shows, beside the token slots of "util."
+    Metric(
+        "block_utilization_mean",
+        "KV blocks allocated mean, a server's gauge (% of budget)",
+        "pct",
+        "blocks\nalloc.",
+        "% KV",
+    ),
+    Metric("saturated_s", "time saturated (s)", "{:.3f}"),
+    Metric("breakdown_period", "memory breakdown over steps", "text"),
+    *_ledger_metrics(),
+    Metric(
+        "mean_tail_waste_tokens_per_seq",
+        "mean tail waste (tokens/sequence)",
+        "{:,.1f}",
+        "unfilled\n/seq",
+        "tokens",
+        better="lower",
+    ),
+    Metric("num_preemptions", "preemptions", "int", "pre-\nempt.", "count", "preemptions {}", better="lower"),
+    Metric("num_recompute_preemptions", "  by recompute", "int"),
+    Metric("num_swap_preemptions", "  by swap", "int", "by\nswap", "count", "preemptions by swap {}"),
+    Metric(
+        "num_swap_fallbacks",
+        "  swaps recomputed for lack of host memory",
+        "int",
+        "swap\nfallb.",
+        "count",
+        "swaps recomputed for lack of host memory {}",
+    ),
+    Metric(
+        "recompute_tax",
+        "recompute tax (% of tokens computed)",
+        "pct",
+        "re-\ncomp.\ntax",
+        "% tok.",
+        "recompute tax {}",
+        better="lower",
+    ),
+    Metric(
+        "preemption_cost_s",
+        "preemption cost: swap transfers + recompute (s)",
+        "{:,.2f}",
+        "pre-\nempt.\ncost",
+        "s",
+        "preemption cost {}",
+        better="lower",
+    ),
+    Metric("swap_out_bytes", "swapped out", "bytes"),
+    Metric("swap_pool_peak_bytes", "host swap pool peak", "bytes"),
+    Metric("swap_break_even_kv_tokens", "swap beats recompute above (KV tokens)", "{:,.0f}"),
+    Metric("num_copies", "copy-on-write / fork copies", "int"),
+    Metric(
+        "prefix_hit_rate",
+        "prefix cache hit rate (% of admitted prompt tokens)",
+        "pct",
+        "prefix\nhits",
+        "% tok.",
+        "prefix-cache hits {}",
+        better="higher",
+    ),
+    Metric("prefix_cached_prompt_tokens", "prompt tokens served from the prefix cache", "int"),
+    Metric(
+        "prefix_recompute_cached_tokens", "tokens served from cache on re-admission after preemption (not hits)", "int"
+    ),
+    Metric(
+        "prefix_hit_rate_infinite",
+        "prefix hit rate ceiling, infinite cache (% of prompt tokens)",
+        "pct",
+        "ceil-\ning",
+        "% tok.",
+        "prefix-cache ceiling {}",
+        legend="ceiling (infinite cache)",
+    ),
+    Metric(
+        "prefix_hit_rate_belady",
+        "prefix hit rate, Belady's optimal eviction, offline (% of prompt tokens)",
+        "pct",
+        "Belady",
+        "% tok.",
+        "Belady bound {}",
+        legend="Belady (optimal eviction)",
+    ),
+    Metric(
+        "prefix_hit_rate_lru_offline",
+        "prefix hit rate, LRU, offline (% of prompt tokens)",
+        "pct",
+        legend="LRU (offline model)",
+    ),
+    Metric("prefix_note", "prefix cache note", "text"),
+)
+
+#: every record by its key
+BY_KEY: dict[str, Metric] = {m.key: m for m in (*SETTINGS, *METRICS)}
+assert len(BY_KEY) == len(SETTINGS) + len(METRICS), "a key is catalogued twice"
+
+
+def metric(key: str) -> Metric:
+    """The record of ``key`` (a KeyError names a key a view asks for that the catalogue lacks)."""
+    return BY_KEY[key]
+
+
+def ledger_parts() -> list[Metric]:
+    """The memory ledger's parts, in :data:`LEDGER_FIELDS` order (``frac_<part>`` records)."""
+    return [BY_KEY[f"frac_{field.removesuffix('_bytes')}"] for field in LEDGER_FIELDS]
