@@ -87,6 +87,18 @@ REQUEST_COLUMNS = (
     "cached_prompt_tokens",
     "recompute_cached_tokens",
 )
+#: the request table's columns the recorder counts from the step plans (each preemption, swap out
+#: and swap in is in a plan): the scheduler keeps only the state it schedules by
+EVENT_COLUMNS = (
+    "num_preemptions",
+    "num_recompute_preemptions",
+    "num_swap_preemptions",
+    "num_swap_fallbacks",
+    "swap_out_bytes",
+    "swap_in_bytes",
+)
+#: the columns a request's group fills itself, in REQUEST_COLUMNS order
+GROUP_COLUMNS = tuple(name for name in REQUEST_COLUMNS if name not in EVENT_COLUMNS)
 
 
 class SequenceGroup:
@@ -117,13 +129,7 @@ class SequenceGroup:
         "prefill_compute_s",
         "first_token_s",
         "finish_s",
-        "num_preemptions",
-        "num_recompute_preemptions",
-        "num_swap_preemptions",
-        "num_swap_fallbacks",
         "num_recomputed_tokens",
-        "swap_out_bytes",
-        "swap_in_bytes",
         "cached_prompt_tokens",
         "recompute_cached_tokens",
     )
@@ -142,9 +148,7 @@ class SequenceGroup:
         self.beam_rng = None
         self.boundary_s = self.admitted_s = self.first_token_s = self.finish_s = -1.0
         self.prefill_compute_s = 0.0
-        self.num_preemptions = self.num_recompute_preemptions = self.num_swap_preemptions = 0
-        self.num_swap_fallbacks = self.num_recomputed_tokens = 0
-        self.swap_out_bytes = self.swap_in_bytes = 0
+        self.num_recomputed_tokens = 0
         self.cached_prompt_tokens = self.recompute_cached_tokens = 0
 
     @property
@@ -198,7 +202,8 @@ class SequenceGroup:
         return prompt_computed + generated + self.num_recomputed_tokens
 
     def row(self) -> tuple:
-        """Its request-table row, in :data:`REQUEST_COLUMNS` order."""
+        """Its request-table row, in :data:`GROUP_COLUMNS` order (the columns of what it knows;
+        the recorder adds the :data:`EVENT_COLUMNS` it counted from the step plans)."""
         r = self.request
         outputs = r.branch_output_tokens
         return (
@@ -215,14 +220,8 @@ class SequenceGroup:
             self.prefill_compute_s,
             self.first_token_s,
             self.finish_s,
-            self.num_preemptions,
-            self.num_recompute_preemptions,
-            self.num_swap_preemptions,
-            self.num_swap_fallbacks,
             self.num_computed_tokens,
             self.num_recomputed_tokens,
-            self.swap_out_bytes,
-            self.swap_in_bytes,
             self.cached_prompt_tokens,
             self.recompute_cached_tokens,
         )

@@ -48,6 +48,8 @@ class Preemption(NamedTuple):
     #: a swap was asked for but could not be done (no room in the host pool, or an allocator
     #: that cannot swap), so the victim was recomputed instead
     fell_back: bool
+    #: bytes the swap moved to host memory (0 for a recompute)
+    swap_out_bytes: int = 0
 
 
 class AdmissionRefusal(NamedTuple):
@@ -75,6 +77,8 @@ class StepPlan:
     copies: list[KVCopy] = field(default_factory=list)
     swap_out: list[Transfer] = field(default_factory=list)
     swap_in: list[Transfer] = field(default_factory=list)
+    #: the request each ``swap_in`` transfer brought back, in the same order
+    swap_in_request_ids: list[int] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
     refusal: AdmissionRefusal | None = None
     #: the memory ledger once the step's allocations are made

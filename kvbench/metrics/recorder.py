@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from kvbench.core.ledger import LEDGER_FIELDS
-from kvbench.core.sequence import REQUEST_COLUMNS, SequenceGroup
+from kvbench.core.sequence import EVENT_COLUMNS, GROUP_COLUMNS, REQUEST_COLUMNS, SequenceGroup
 from kvbench.core.step import Mechanism, StepPlan, StepResult
 
 #: step-table columns besides the ledger's, in order (one source for the table and its readers)
@@ -103,10 +103,14 @@ class Recorder:
         self._open_mergeable = False
         self._open_refusal: list | None = None
         self._wall_start_s = time.perf_counter()
+        #: request id -> its EVENT_COLUMNS counts, from the plans' preemptions and swaps
+        self._events: dict[int, dict[str, int]] = {}
         self._measured = False  # a real run's results carry predictions: MEASURED_COLUMNS are written
 
     def record(self, plan: StepPlan, result: StepResult, any_seq_finished: bool) -> None:
         """One plan (a step, or a run of quiet steps) and what the executor said it took."""
+        if plan.preemptions or plan.swap_in:
+            self._count_events(plan)
         durations = result.durations_s
         num_steps = plan.num_steps
         kv_read_tokens = num_steps * plan.kv_read_tokens + len(plan.decodes) * num_steps * (num_steps - 1) // 2
@@ -171,9 +175,31 @@ class Recorder:
         steps = pd.DataFrame(self._columns, columns=columns)
         steps = steps.astype({name: np.float64 for name in LEDGER_FIELDS})  # span means; one schema for every run
         refusals = pd.DataFrame(self._refusals, columns=list(REFUSAL_COLUMNS))
-        columns = zip(*map(SequenceGroup.row, groups)) if groups else [[]] * len(REQUEST_COLUMNS)
-        requests = pd.DataFrame({name: np.array(values) for name, values in zip(REQUEST_COLUMNS, columns)})
+        columns = zip(*map(SequenceGroup.row, groups)) if groups else [[]] * len(GROUP_COLUMNS)
+        table = {name: np.array(values) for name, values in zip(GROUP_COLUMNS, columns)}
+        none = dict.fromkeys(EVENT_COLUMNS, 0)
+        counted = [self._events.get(g.request_id, none) for g in groups]
+        for name in EVENT_COLUMNS:
+            table[name] = np.array([c[name] for c in counted], dtype=np.int64)
+        requests = pd.DataFrame({name: table[name] for name in REQUEST_COLUMNS})
         return RunRecord(requests, steps, refusals, sim_wall_s)
+
+    def _count_events(self, plan: StepPlan) -> None:
+        """Add the plan's preemptions and swaps to their requests' EVENT_COLUMNS counts."""
+        for p in plan.preemptions:
+            counts = self._counts(p.group.request_id)
+            counts["num_preemptions"] += 1
+            if p.mechanism == Mechanism.SWAP:
+                counts["num_swap_preemptions"] += 1
+                counts["swap_out_bytes"] += p.swap_out_bytes
+            else:  # a swap that fell back is a recompute
+                counts["num_recompute_preemptions"] += 1
+                counts["num_swap_fallbacks"] += p.fell_back
+        for request_id, transfer in zip(plan.swap_in_request_ids, plan.swap_in, strict=True):
+            self._counts(request_id)["swap_in_bytes"] += transfer.num_bytes
+
+    def _counts(self, request_id: int) -> dict[str, int]:
+        return self._events.setdefault(request_id, dict.fromkeys(EVENT_COLUMNS, 0))
 
     # --- internals -------------------------------------------------------------------------------
 

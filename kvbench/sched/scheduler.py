@@ -319,10 +319,10 @@ class Scheduler:
             for seq in seqs:
                 seq.status = Status.RUNNING
             group.status = Status.RUNNING
-            group.swap_in_bytes += transfer.num_bytes
             self.running.append(group)
             self.num_running_seqs += group.num_live
             plan.swap_in.append(transfer)
+            plan.swap_in_request_ids.append(group.request_id)
         return True
 
     # --- computing one request's tokens ------------------------------------------------------------
@@ -614,6 +614,7 @@ class Scheduler:
             mechanism = Mechanism.RECOMPUTE
         held = victim.held_seqs()
         kv_tokens = victim.num_cached_positions()
+        swap_out_bytes = 0
         if mechanism == Mechanism.SWAP:
             transfer = self.allocator.swap_out([s.seq_id for s in held])
             if not self.host_pool.reserve(victim.request_id, transfer.num_bytes):
@@ -621,21 +622,18 @@ class Scheduler:
             for seq in held:
                 seq.status = Status.SWAPPED
             victim.status = Status.SWAPPED
-            victim.swap_out_bytes += transfer.num_bytes
-            victim.num_swap_preemptions += 1
+            swap_out_bytes = transfer.num_bytes
             self.swapped.appendleft(victim)
             plan.swap_out.append(transfer)
         else:
             self._release(victim)
             victim.num_lost_tokens += kv_tokens
             victim.num_recomputed_tokens += kv_tokens
-            victim.num_recompute_preemptions += 1
-            victim.num_swap_fallbacks += fell_back
             victim.status = Status.WAITING
             self.waiting.appendleft(victim)
-        victim.num_preemptions += 1
         self.num_running_seqs -= victim.num_live
-        plan.preemptions.append(Preemption(victim, kv_tokens, mechanism, fell_back))
+        # the plan is the record of the event: the recorder counts the request's preemptions from it
+        plan.preemptions.append(Preemption(victim, kv_tokens, mechanism, fell_back, swap_out_bytes))
         return victim
 
     def _take_back(self, work: _Work) -> None:

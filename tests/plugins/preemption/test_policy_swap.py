@@ -16,8 +16,8 @@ REQUESTS = [request(0, 8, 4), request(1, 8, 12)]
 def test_a_swapped_request_comes_back_with_its_cache_and_recomputes_nothing(toy_run):
     run = toy_run(MixedScheduler, SwapPolicy, paged(24), REQUESTS, watermark_fraction=0.3)
     plans = run.plans
-    [(victim, kv_tokens, mechanism, fell_back)] = plans[1].preemptions
-    assert (victim.request_id, kv_tokens, mechanism, fell_back) == (1, 8, "swap", False)
+    [(victim, kv_tokens, mechanism, fell_back, swap_out_bytes)] = plans[1].preemptions
+    assert (victim.request_id, kv_tokens, mechanism, fell_back, swap_out_bytes) == (1, 8, "swap", False, 128)
     # step 1: B's one block goes out (8 x 16 bytes, one copy) while A decodes
     assert run.row(1)["duration_s"] == pytest.approx(swap_s(128, 1) + decode_s(9))
     assert run.row(1)["swap_out_bytes"] == 128 and run.row(1)["num_swapped"] == 1
@@ -39,8 +39,8 @@ def test_a_swapped_request_comes_back_with_its_cache_and_recomputes_nothing(toy_
 
 def test_a_full_host_pool_falls_back_to_recompute_and_says_so(toy_run):
     run = toy_run(MixedScheduler, SwapPolicy, paged(24), REQUESTS, host_swap_bytes=127)
-    [(victim, kv_tokens, mechanism, fell_back)] = run.plans[1].preemptions
-    assert (mechanism, fell_back) == ("recompute", True)
+    [(victim, kv_tokens, mechanism, fell_back, swap_out_bytes)] = run.plans[1].preemptions
+    assert (mechanism, fell_back, swap_out_bytes) == ("recompute", True, 0)
     b = run.request(1)
     assert (b["num_swap_fallbacks"], b["num_recompute_preemptions"], b["num_swap_preemptions"]) == (1, 1, 0)
     assert run.row(1)["num_swap_fallbacks"] == 1 and run.row(1)["swap_s"] == 0.0

@@ -38,8 +38,8 @@ def preempted(toy_run):
 def test_steps_batch_contents_and_the_victim(preempted):
     plans = preempted.plans
     assert [len(p.prefills) for p in plans[:2]] == [2, 0]
-    [(victim, kv_tokens, mechanism, fell_back)] = plans[1].preemptions
-    assert (victim.request_id, kv_tokens, mechanism, fell_back) == (1, 8, "recompute", False)
+    [(victim, kv_tokens, mechanism, fell_back, swap_out_bytes)] = plans[1].preemptions
+    assert (victim.request_id, kv_tokens, mechanism, fell_back, swap_out_bytes) == (1, 8, "recompute", False, 0)
     assert [s.group.request_id for s in plans[1].decodes] == [0]
     assert plans[1].refusal is None
     assert [s.group.request_id for s in plans[2].decodes] == [0]  # steps 2 and 3: A alone
