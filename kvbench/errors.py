@@ -25,17 +25,22 @@ def require(ok: bool, key: str, value: Any, allowed: str) -> None:
         raise ConfigError(f"{key}={value!r} is invalid: {allowed}")
 
 
+def is_invisible(ch: str) -> bool:
+    """Whether a terminal shows ``ch`` as nothing (or acts on it): the one rule the helpers below share."""
+    return unicodedata.category(ch) in _INVISIBLE or (ch.isspace() and ch != " ")
+
+
+def _escape(ch: str) -> str:
+    return ch.encode("unicode_escape").decode("ascii")
+
+
 def visible(text: str, limit: int | None = None) -> str:
     """``text`` as a terminal shows it faithfully on one line: every control or invisible
     character (TAB, ESC, a newline, a byte-order mark, a zero-width space, a non-ASCII space) is
     written as its escape (``\\t``, ``\\x1b``, ``\\ufeff``), so a user sees what is really there and
     an ESC sequence in an argument cannot drive the terminal. Cut to ``limit`` characters when given."""
     cut = text if limit is None or len(text) <= limit else text[:limit]
-    out = []
-    for ch in cut:
-        invisible = unicodedata.category(ch) in _INVISIBLE or (ch.isspace() and ch != " ")
-        out.append(ch.encode("unicode_escape").decode("ascii") if invisible else ch)
-    return "".join(out) + ("..." if cut is not text else "")
+    return "".join(_escape(ch) if is_invisible(ch) else ch for ch in cut) + ("..." if cut is not text else "")
 
 
 def clip(text: str, limit: int = 200) -> str:
@@ -47,13 +52,7 @@ def clip(text: str, limit: int = 200) -> str:
 def invisible_characters(text: str) -> list[str]:
     """The escapes of the invisible characters ``text`` holds, each once, in order of appearance
     (``["\\ufeff"]`` for a header that starts with a byte-order mark)."""
-    found: list[str] = []
-    for ch in text:
-        if unicodedata.category(ch) in _INVISIBLE or (ch.isspace() and ch != " "):
-            escape = ch.encode("unicode_escape").decode("ascii")
-            if escape not in found:
-                found.append(escape)
-    return found
+    return list(dict.fromkeys(_escape(ch) for ch in text if is_invisible(ch)))
 
 
 def error_line(prog: str, message: object) -> str:

@@ -25,6 +25,7 @@ from kvbench.errors import ConfigError
 from kvbench.studies.paper.document import Source
 from kvbench.studies.paper.render import verdict_line, write_paper
 from kvbench.studies.paper.runs import Runs
+from kvbench.textio import read_text
 
 #: source name -> module whose ``build(runs, figures_dir)`` returns its :class:`Source`
 SOURCES = {"lecture": "kvbench.studies.paper.lecture", "vllm_paper": "kvbench.studies.paper.vllm_paper"}
@@ -58,7 +59,7 @@ def differences(committed: Path, fresh: Path) -> list[str]:
     for name in sorted(old & new):
         if not name.endswith(TEXT_SUFFIXES):
             continue
-        a = (committed / name).read_text().splitlines()
+        a = read_text(committed / name, "committed paper file").splitlines()  # damaged: one line, exit 2
         b = (fresh / name).read_text().splitlines()
         if a != b:
             diff = [

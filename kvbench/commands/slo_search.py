@@ -174,12 +174,6 @@ def _main(argv: list[str]) -> int:
             f"(bracket {value_text(search.low, knob, digits)}..{value_text(search.high, knob, digits)})[/bold]",
             highlight=False,
         )
-        if not search.converged:
-            out.print(
-                f"stopped at --max-runs={args.max_runs} before the bracket reached the tolerance: "
-                "raise --max-runs or narrow --low/--high",
-                highlight=False,
-            )
     elif search.status == "rising":
         out.print(
             f"[bold]attainment rises with {args.over} here: --low={value_text(low, knob, digits)}{unit} misses "
@@ -189,12 +183,6 @@ def _main(argv: list[str]) -> int:
             f"is not bracketed (every value probed from there to --high passes): try a larger --high[/bold]",
             highlight=False,
         )
-        if not search.converged:
-            out.print(
-                f"stopped at --max-runs={args.max_runs} before the bracket reached the tolerance: "
-                "raise --max-runs or narrow --low/--high",
-                highlight=False,
-            )
     elif search.status == "high_passes":
         out.print(
             f"[bold]even --high={value_text(high, knob, digits)}{unit} meets {goal}: the range does not "
@@ -206,6 +194,12 @@ def _main(argv: list[str]) -> int:
         out.print(
             f"[bold]even --low={value_text(low, knob, digits)}{unit} misses {goal}: the range does not "
             f"bracket the answer; try {hint}[/bold]",
+            highlight=False,
+        )
+    if search.status in ("bracketed", "rising") and not search.converged:
+        out.print(
+            f"stopped at --max-runs={args.max_runs} before the bracket reached the tolerance: "
+            "raise --max-runs or narrow --low/--high",
             highlight=False,
         )
     monotone = is_monotone(search.probes)

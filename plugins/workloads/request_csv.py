@@ -34,7 +34,7 @@ import numpy as np
 from omegaconf import MISSING
 
 from kvbench import hookimpl
-from kvbench.errors import ConfigError, clip, invisible_characters, require, visible
+from kvbench.errors import ConfigError, clip, invisible_characters, is_invisible, require, visible
 from kvbench.textio import count_lines, open_text
 from kvbench.workload.arrivals import MAX_ARRIVAL_S, arrival_times_s, validate_arrivals
 from kvbench.workload.source import Workload, WorkloadSource
@@ -180,7 +180,7 @@ def check_header_characters(path: Path, header: list[str], known: tuple[str, ...
     optional one (the arrivals) missing is a silently different replay."""
     for number, name in enumerate(header, start=1):
         hidden = invisible_characters(name)
-        cleaned = "".join(ch for ch in name if ch.isprintable() and not (ch.isspace() and ch != " ")).strip()
+        cleaned = "".join(ch for ch in name if not is_invisible(ch)).strip()
         if hidden and cleaned in known:
             raise ConfigError(
                 f"{path}:1:{number}: the header cell {name!r} is the column {cleaned!r} with "
