@@ -8,13 +8,22 @@ advances the whole run in one computation (the allocator projects its memory in 
 cost model prices every step at once), so the loop's cost grows with events, not with tokens.
 ``event_driven=False`` takes every step one by one: the reference the tests compare against, with
 identical tables.
+
+Closed loop (``max_in_flight=C``): a client that keeps C requests in flight. The first C requests
+are sent at their ``arrival_s``; each time k requests finish in a step, the next k are sent at
+that step's end, which becomes their arrival (TTFT counts from the moment the client sent it, as
+in ``vllm bench serve --max-concurrency``). A request finishes only at the last step of a run
+(a run of quiet steps ends at the first that finishes a sequence), so both loops release at the
+same boundaries.
 """
 
 from __future__ import annotations
 
 import bisect
 import gc
+import itertools
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -37,11 +46,15 @@ class Engine:
         *,
         event_driven: bool = True,
         on_finished: Callable[[int], None] = lambda n: None,
+        max_in_flight: int | None = None,
     ) -> None:
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1 or None, got {max_in_flight!r}")
         self.scheduler = scheduler
         self.executor = executor
         self.event_driven = event_driven
         self.on_finished = on_finished  # progress: called with the number of requests just finished
+        self.max_in_flight = max_in_flight  # a closed-loop client's requests in flight; None: open loop
 
     def run(self, requests: list[Request]) -> RunRecord:
         # NOTE: the loop creates many small objects that live for the whole run; the cyclic garbage
@@ -58,13 +71,14 @@ class Engine:
         scheduler = self.scheduler
         scheduler.check_fits(requests)
         recorder = Recorder(scheduler.allocator.kv_bytes_per_token)
-        groups, first_seq_id = [], 0
-        for request in requests:
-            groups.append(SequenceGroup(request, first_seq_id))
-            first_seq_id += request.num_branches
-        arrivals_s = [r.arrival_s for r in requests]
+        first_seq_ids = list(itertools.accumulate((r.num_branches for r in requests[:-1]), initial=0))
+        # groups (and arrivals_s) hold the requests sent so far, in order: all of them in an open
+        # loop; in a closed loop the rest are sent, and get their group, as earlier ones finish
+        num_sent = len(requests) if self.max_in_flight is None else min(self.max_in_flight, len(requests))
+        groups = [SequenceGroup(r, first) for r, first in zip(requests[:num_sent], first_seq_ids)]
+        arrivals_s = [r.arrival_s for r in requests[:num_sent]]
         clock_s, next_arrival, num_finished = 0.0, 0, 0
-        while num_finished < len(groups):
+        while num_finished < len(requests):
             if not scheduler.has_work():  # idle: jump to the next arrival
                 clock_s = max(clock_s, arrivals_s[next_arrival])
             while next_arrival < len(groups) and arrivals_s[next_arrival] <= clock_s:
@@ -78,6 +92,12 @@ class Engine:
             num_finished += outcome.num_finished_requests
             self.on_finished(outcome.num_finished_requests)
             clock_s = result.end_s
+            for request in requests[len(groups) : len(groups) + outcome.num_finished_requests]:
+                # a closed loop sends one request per finished one, at the end of the step; its
+                # own arrival_s is only the earliest time it may be sent
+                request = replace(request, arrival_s=max(request.arrival_s, clock_s))
+                groups.append(SequenceGroup(request, first_seq_ids[len(groups)]))
+                arrivals_s.append(request.arrival_s)
         return recorder.finish(groups)
 
     def _advance(self, plan: StepPlan, next_arrival_s: float | None) -> StepResult:

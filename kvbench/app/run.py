@@ -26,6 +26,7 @@ from kvbench.core.request import requests_from_workload
 from kvbench.engine import Engine
 from kvbench.errors import ConfigError, require
 from kvbench.exec.costmodel import CostModel
+from kvbench.exec.profiled import ProfiledCostModel, load_tables
 from kvbench.exec.sim import SimExecutor
 from kvbench.memory.allocator import Allocator
 from kvbench.memory.host_pool import HostSwapPool
@@ -38,6 +39,7 @@ from kvbench.sched.scheduler import Scheduler
 from kvbench.specs.calibration import DecodeEfficiency, calibration_digest, load_fitted_terms
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
+from kvbench.specs.profiles import hardware_system
 from kvbench.workload.arrivals import check_arrival_span
 
 
@@ -86,14 +88,7 @@ def setup(cfg: DictConfig) -> RunSetup:
         if reason:
             raise ConfigError(f"mode={cfg.mode!r} cannot run here: {reason}; pick kernel=torch")
         check_real_model_memory(model)
-    calibration_dir = calibration_dir_path(cfg.get("calibration_dir"))
-    where = {} if calibration_dir is None else {"calibration_dir": calibration_dir}  # older plugins: no keyword
-    efficiency = kernel.decode_efficiency(
-        hardware.name, allocator.block_size_tokens, allocator.capabilities.contiguous_layout, **where
-    )
-    # the same file's fitted prefill efficiency and per-step overhead (kvbench calibrate), if any
-    prefill_flops_efficiency, step_overhead_s = load_fitted_terms(hardware.name, kernel.name, calibration_dir)
-    cost = CostModel(model, hardware, efficiency.efficiency, prefill_flops_efficiency, step_overhead_s)
+    efficiency, cost = _clock(cfg, model, model_config, hardware, allocator, kernel)
     policy = _instantiate("preemption", cfg.preemption)
     host_pool = HostSwapPool(int(hardware.host_swap_bytes))
     scheduler = _instantiate(
@@ -121,6 +116,29 @@ def setup(cfg: DictConfig) -> RunSetup:
         output=to_dataclass(OutputConfig, cfg.output, "output"),
         wandb=to_dataclass(WandbConfig, cfg.wandb, "wandb"),
     )
+
+
+def _clock(cfg, model, model_config, hardware, allocator, kernel) -> tuple[DecodeEfficiency, CostModel]:
+    """The run's cost model: the profiled one for a measured kernel (its tables price every
+    step), else the roofline with the kernel's calibration file, if any."""
+    measured = getattr(type(kernel), "measured", None)
+    if measured is not None:
+        system = hardware_system(hardware.name)
+        kv_dtype = "fp8" if model.kv_element_bytes == 1 else "bfloat16"
+        try:
+            tables = load_tables(measured, system, model, kernel.gemm_dtype(model_config.dtype), kv_dtype)
+        except ConfigError as exc:
+            raise ConfigError(f"kernel={kernel.name}: {exc}") from None
+        cost = ProfiledCostModel(model, hardware, tables=tables)
+        return DecodeEfficiency(cost.decode_bandwidth_fraction, tables.label), cost
+    calibration_dir = calibration_dir_path(cfg.get("calibration_dir"))
+    where = {} if calibration_dir is None else {"calibration_dir": calibration_dir}  # older plugins: no keyword
+    efficiency = kernel.decode_efficiency(
+        hardware.name, allocator.block_size_tokens, allocator.capabilities.contiguous_layout, **where
+    )
+    # the same file's fitted prefill efficiency and per-step overhead (kvbench calibrate), if any
+    prefill_flops_efficiency, step_overhead_s = load_fitted_terms(hardware.name, kernel.name, calibration_dir)
+    return efficiency, CostModel(model, hardware, efficiency.efficiency, prefill_flops_efficiency, step_overhead_s)
 
 
 def labels(cfg: DictConfig, s: RunSetup, choices: dict | None = None) -> dict:
@@ -158,7 +176,13 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
         workload.num_requests, "running" if real else "simulating", enabled=bool(cfg.progress)
     ) as advance:
         # a real step's tokens depend on the previous step's: real mode takes steps one by one
-        engine = Engine(s.scheduler, executor, event_driven=bool(cfg.event_driven) and not real, on_finished=advance)
+        engine = Engine(
+            s.scheduler,
+            executor,
+            event_driven=bool(cfg.event_driven) and not real,
+            on_finished=advance,
+            max_in_flight=workload.max_concurrency,
+        )
         record = engine.run(requests)
     if real:
         from kvbench.exec.real import prediction_error
@@ -177,6 +201,7 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
         decode_efficiency=s.efficiency.efficiency,
         prefill_flops_efficiency=s.cost.prefill_flops_per_s / s.hardware.dense_flops_per_s,
         step_overhead_s=s.cost.step_overhead_s,
+        clock="profiled" if isinstance(s.cost, ProfiledCostModel) else "roofline",
         calibration=s.efficiency.source,
         calibration_sha256=calibration_digest(s.hardware.name, s.kernel.name, cfg.get("calibration_dir")),
     )
@@ -187,6 +212,7 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
             budget_bytes=s.budget_bytes,
             kv_bytes_per_token=s.model.kv_bytes_per_token,
             slo=s.slo,
+            max_concurrency=workload.max_concurrency,
         )
     )
     if real:
@@ -204,6 +230,8 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
     summary["swap_break_even_kv_tokens"] = s.cost.swap_break_even_kv_tokens(
         None if caps.contiguous_layout else s.allocator.block_size_tokens
     )
+    if isinstance(s.cost, ProfiledCostModel):
+        summary["profile_extrapolated_lookups"] = s.cost.extrapolated
     summary.update(provenance())  # which kvbench computed these numbers
     summary["sim_wall_s"] = record.sim_wall_s
     summary["simulated_requests_per_wall_s"] = workload.num_requests / record.sim_wall_s

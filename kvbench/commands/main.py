@@ -44,6 +44,8 @@ SUBCOMMANDS = {
     "paper": "kvbench.commands.paper",
     "slo-batch": "kvbench.commands.slo_batch",
     "slo-search": "kvbench.commands.slo_search",
+    "validate": "kvbench.commands.validate",
+    "profiles": "kvbench.commands.profiles",
 }
 
 #: Hydra's flag for a sweep; it may stand anywhere on kvbench's command line

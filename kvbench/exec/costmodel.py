@@ -1,5 +1,9 @@
 """The simulated GPU: what each piece of a step costs (the lecture's roofline cost model).
 
+The roofline is kvbench's default clock; :mod:`kvbench.exec.profiled` prices the same pieces from
+public kernel measurements instead (picked by choosing a measured kernel). Under tensor
+parallelism (``model.tp``) every term is one GPU's share; the roofline prices no all-reduce.
+
 - decode: every step re-reads all weights plus the KV of every decoding sequence, so it is
   memory-bound: ``weight bytes / HBM bandwidth + KV bytes read / (HBM bandwidth * kernel
   efficiency)`` (the attention kernel's calibrated efficiency applies to the KV it reads, not to
@@ -20,6 +24,7 @@ transfers overlap, which is why one long prefill stalls every decode in its batc
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,10 +48,10 @@ class CostModel:
 
     def __post_init__(self) -> None:
         # hoisted constants: these run once per simulated step
-        object.__setattr__(self, "_linear_flops", 2.0 * self.model.num_params)
-        object.__setattr__(
-            self, "_quadratic_flops", 4.0 * self.model.num_layers * self.model.num_heads * self.model.head_dim
-        )
+        # per GPU: tensor parallelism splits the weights and the heads (the roofline prices no all-reduce)
+        m = self.model
+        object.__setattr__(self, "_linear_flops", 2.0 * m.num_params / m.tp)
+        object.__setattr__(self, "_quadratic_flops", 4.0 * m.num_layers * m.heads_per_gpu * m.head_dim)
         flops_per_s = (
             self.hardware.achieved_prefill_flops_per_s
             if self.prefill_flops_efficiency is None
@@ -66,6 +71,14 @@ class CostModel:
     def prefill_time_s(self, num_tokens: int) -> float:
         """Compute time to prefill ``num_tokens`` tokens in one chunk (nothing cached)."""
         return self.prefill_chunk_time_s(num_tokens, 0)
+
+    def step_times_s(
+        self, chunks: Sequence[tuple[int, int]], num_decodes: int, kv_read_tokens: int
+    ) -> tuple[tuple[float, ...], float]:
+        """One step's parts: each prefill chunk's ``(new, context)`` tokens priced alone, and the
+        decode pass (the roofline adds them; a profiled model shares the GEMMs out instead)."""
+        chunk_times_s = tuple(self.prefill_chunk_time_s(c, p) for c, p in chunks)
+        return chunk_times_s, self.decode_time_s(kv_read_tokens) if num_decodes else 0.0
 
     def decode_time_s(self, kv_read_tokens: int) -> float:
         """Time of one decode step whose sequences hold ``kv_read_tokens`` KV slots in total."""

@@ -20,30 +20,31 @@ class SimExecutor:
 
     def execute(self, plan: StepPlan) -> StepResult:
         cost = self.cost
-        chunk_times_s = tuple(cost.prefill_chunk_time_s(c.num_new_tokens, c.num_context_tokens) for c in plan.prefills)
+        overhead_s = cost.step_overhead_s  # a calibration's fixed cost per step (0.0 uncalibrated)
+        if plan.num_steps > 1:
+            # a run of quiet decode steps: nothing but decodes, so each step is its decode pass
+            durations_s = cost.decode_times_s(plan.kv_read_tokens, len(plan.decodes), plan.num_steps) + overhead_s
+            end_s = float(np.cumsum(np.concatenate(([plan.start_s], durations_s)))[-1])
+            decode_s = float(np.cumsum(durations_s)[-1])
+            return StepResult(plan.start_s, durations_s, end_s, decode_s=decode_s)
+        chunk_times_s, decode_s = cost.step_times_s(
+            [(c.num_new_tokens, c.num_context_tokens) for c in plan.prefills], len(plan.decodes), plan.kv_read_tokens
+        )
         prefill_s = sum(chunk_times_s, 0.0)
         recompute_s = sum(
             (t * c.num_recomputed_tokens / c.num_new_tokens for t, c in zip(chunk_times_s, plan.prefills)), 0.0
         )
         swap_s = sum(map(cost.transfer_time_s, plan.swap_out), 0.0) + sum(map(cost.transfer_time_s, plan.swap_in), 0.0)
         copy_s = sum((cost.copy_time_s(copy.num_bytes) for copy in plan.copies), 0.0)
-        overhead_s = cost.step_overhead_s  # a calibration's fixed cost per step (0.0 uncalibrated)
-        if plan.num_steps == 1:
-            decode_s = cost.decode_time_s(plan.kv_read_tokens) if plan.decodes else 0.0
-            duration_s = swap_s + copy_s + prefill_s + decode_s + overhead_s
-            return StepResult(
-                plan.start_s,
-                (duration_s,),
-                plan.start_s + duration_s,
-                prefill_s,
-                chunk_times_s,
-                decode_s,
-                swap_s,
-                copy_s,
-                recompute_s,
-            )
-        # a run of quiet decode steps: nothing but decodes, so each step is its decode pass
-        durations_s = cost.decode_times_s(plan.kv_read_tokens, len(plan.decodes), plan.num_steps) + overhead_s
-        end_s = float(np.cumsum(np.concatenate(([plan.start_s], durations_s)))[-1])
-        decode_s = float(np.cumsum(durations_s)[-1])
-        return StepResult(plan.start_s, durations_s, end_s, decode_s=decode_s)
+        duration_s = swap_s + copy_s + prefill_s + decode_s + overhead_s
+        return StepResult(
+            plan.start_s,
+            (duration_s,),
+            plan.start_s + duration_s,
+            prefill_s,
+            chunk_times_s,
+            decode_s,
+            swap_s,
+            copy_s,
+            recompute_s,
+        )

@@ -34,6 +34,7 @@ def summarize(
     budget_bytes: int,
     kv_bytes_per_token: int,
     slo: SloConfig,
+    max_concurrency: int | None = None,
 ) -> Summary:
     """The run's summary row: counts, throughput, latency percentiles, goodput and memory ledgers.
 
@@ -82,6 +83,12 @@ def summarize(
     never saturated, as ``breakdown_period`` ("saturated" / "all") records. ``preemption_cost_s``
     is the step time spent on swap transfers plus recomputing lost KV.
 
+    Closed loop (``max_concurrency`` given: a client that keeps that many requests in flight):
+    ``max_concurrency`` is the setting and ``mean_requests_in_flight`` what the run held, the
+    time-weighted mean over ``duration_s`` of finished requests between arrival and finish, i.e.
+    their summed e2e / ``duration_s``. It stays below the setting by the ramp-down at the end,
+    when fewer requests than that are left. Open-loop runs have neither key.
+
     Empty inputs give zero counts and NaN statistics, never an exception.
 
     :param requests: one row per request, the engine's request table.
@@ -89,11 +96,18 @@ def summarize(
     :param budget_bytes: the KV-cache budget the ledgers are fractions of.
     :param kv_bytes_per_token: KV bytes of one token, to express tail waste in bytes.
     :param slo: latency objectives; ``None`` fields are not applied.
+    :param max_concurrency: a closed-loop client's requests in flight; None: an open loop.
     :return: a flat dict of plain Python numbers (and the ``breakdown_period`` string).
     """
     summary: Summary = {}
     summary.update(_request_summary(requests, slo))
     summary.update(_step_summary(steps, budget_bytes, kv_bytes_per_token))
+    if max_concurrency is not None:
+        # only a closed loop has a concurrency to hold (and open-loop summaries keep their keys)
+        done = requests[_col(requests, "finish_s") >= 0]
+        in_flight_s = _fsum(_col(done, "finish_s") - _col(done, "arrival_s"))
+        summary["max_concurrency"] = int(max_concurrency)
+        summary["mean_requests_in_flight"] = _rate(in_flight_s, summary["duration_s"])
     return summary
 
 

@@ -22,7 +22,10 @@ from kvbench.specs.names import require_name
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1}
 #: families whose parameters are counted with the gated-MLP (LLaMA) formula
-LLAMA_LIKE = ("llama", "mistral")
+LLAMA_LIKE = ("llama", "mistral", "qwen3")
+#: the most GPUs one tensor-parallel group spans here (one node of eight, as the public
+#: measurements kvbench prices steps with were taken)
+MAX_TENSOR_PARALLEL = 8
 #: per model type, the defaults of the fields kvbench reads, as in transformers 5.x
 #: ``models/<type>/configuration_<type>.py``. None: derived from other fields when absent or null
 #: (head_dim = hidden_size // heads, num_key_value_heads = heads, word_embed_proj_dim = hidden_size);
@@ -53,6 +56,20 @@ FAMILY_DEFAULTS: dict[str, dict[str, int | bool | None]] = {
         "head_dim": None,
         "max_position_embeddings": 4096 * 32,
         "tie_word_embeddings": False,
+    },
+    # Qwen3: LLaMA's shape plus an RMSNorm over each head's queries and keys (q_norm, k_norm), and
+    # an explicit head_dim (128) that need not be hidden_size // heads
+    "qwen3": {
+        "vocab_size": 151936,
+        "hidden_size": 4096,
+        "intermediate_size": 22016,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "head_dim": 128,
+        "max_position_embeddings": 32768,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
     },
     # OPT ties the LM head to the embeddings by default, unlike LLaMA
     "opt": {
@@ -105,14 +122,25 @@ class ModelConfig:
     config_path: str | None = None
     #: fields of a transformers config.json, model_type included
     hf_config: dict[str, Any] = field(default_factory=dict)
-    #: KV-cache and weight dtype (float32, float16, bfloat16, float8)
+    #: weight dtype, and the KV cache's unless kv_dtype says otherwise (float32, float16, bfloat16, float8)
     dtype: str = "float16"
+    #: KV-cache dtype; null: the weights' dtype. float8 halves the bytes per token of a 16-bit cache,
+    #: so every allocator holds twice the tokens in the same budget
+    kv_dtype: str | None = None
+    #: tensor-parallel GPUs: weights and attention heads split across them (KV heads are replicated
+    #: when there are fewer than GPUs, as vLLM does). Every byte count kvbench reports (weights, KV
+    #: per token, the KV budget) is per GPU
+    tp: int = 1
     #: override the parameter count computed from the architecture
     num_params: int | None = None
 
     def validate(self) -> None:
         require_name("model.name", self.name)
         require(self.dtype in DTYPE_BYTES, "model.dtype", self.dtype, f"choose one of {', '.join(DTYPE_BYTES)}")
+        ok = self.kv_dtype is None or self.kv_dtype in DTYPE_BYTES
+        require(ok, "model.kv_dtype", self.kv_dtype, f"choose null or one of {', '.join(DTYPE_BYTES)}")
+        ok = isinstance(self.tp, int) and 1 <= self.tp <= MAX_TENSOR_PARALLEL
+        require(ok, "model.tp", self.tp, f"use 1 to {MAX_TENSOR_PARALLEL} GPUs")
         require(
             self.num_params is None or self.num_params > 0,
             "model.num_params",
@@ -129,24 +157,54 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """A model as one GPU of its tensor-parallel group sees it. ``num_heads`` and ``num_kv_heads``
+    are the whole model's; the byte counts below are per GPU."""
+
     name: str
     num_layers: int
     num_heads: int
     num_kv_heads: int
     head_dim: int
+    #: bytes per weight element
     dtype_bytes: int
     num_params: int
     #: the longest sequence the model takes (its ``max_position_embeddings``)
     max_positions: int = 0
+    #: bytes per KV-cache element; None: dtype_bytes
+    kv_dtype_bytes: int | None = None
+    #: tensor-parallel GPUs
+    tp: int = 1
+    #: the GEMM shapes a profiled cost model prices (0: unknown, the roofline needs none of them)
+    hidden_size: int = 0
+    #: the MLP's inner width (LLaMA's intermediate_size, OPT's ffn_dim)
+    intermediate_size: int = 0
+    vocab_size: int = 0
+    #: a gated MLP (gate and up projections, LLaMA) rather than two plain ones (OPT)
+    gated_mlp: bool = True
+
+    @property
+    def kv_element_bytes(self) -> int:
+        return self.dtype_bytes if self.kv_dtype_bytes is None else self.kv_dtype_bytes
+
+    @property
+    def kv_heads_per_gpu(self) -> int:
+        """KV heads one GPU holds: split across the group, replicated when fewer than the GPUs."""
+        return max(1, self.num_kv_heads // self.tp)
+
+    @property
+    def heads_per_gpu(self) -> int:
+        return self.num_heads // self.tp
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """K and V of one token in every layer: 2 * L * n_kv * d_head * bytes."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+        """K and V of one token in every layer, on one GPU: 2 * L * n_kv / tp * d_head * bytes."""
+        return 2 * self.num_layers * self.kv_heads_per_gpu * self.head_dim * self.kv_element_bytes
 
     @property
     def weight_bytes(self) -> int:
-        return self.num_params * self.dtype_bytes
+        """One GPU's share of the weights (tensor parallelism splits every matrix; the norms it
+        replicates are a few hundred KB, left out)."""
+        return self.num_params * self.dtype_bytes // self.tp
 
     def prefill_flops(self, num_tokens: int) -> float:
         """FLOPs to prefill ``num_tokens`` tokens: 2*N*S + 4*L*H*d*S^2 (the lecture's formula)."""
@@ -281,6 +339,8 @@ def count_params(arch: dict[str, Any]) -> int:
         if arch.get("mlp_bias", False):
             mlp += 2 * ffn + h  # gate and up project to ffn, down back to h
         per_layer = attn + mlp + 2 * h  # two RMSNorm weights
+        if arch["model_type"] == "qwen3":
+            per_layer += 2 * d  # q_norm and k_norm: one RMSNorm weight over head_dim each
         head = 0 if arch["tie_word_embeddings"] else vocab * h
         return vocab * h + head + n_layers * per_layer + h  # embeddings, head, layers, final norm
     if arch["model_type"] == "opt":
@@ -304,6 +364,15 @@ def count_params(arch: dict[str, Any]) -> int:
 def model_spec(cfg: ModelConfig) -> ModelSpec:
     """Build the ModelSpec for a validated ModelConfig."""
     arch = resolve_architecture(cfg)
+    heads, kv_heads = arch["num_attention_heads"], arch["num_key_value_heads"]
+    # vLLM's rule: the query heads split evenly, and the KV heads split evenly or each is replicated
+    ok = heads % cfg.tp == 0 and (kv_heads % cfg.tp == 0 or cfg.tp % kv_heads == 0)
+    require(
+        ok,
+        "model.tp",
+        cfg.tp,
+        f"must divide the {heads} attention heads and divide or be a multiple of the {kv_heads} KV heads",
+    )
     return ModelSpec(
         name=cfg.name,
         num_layers=arch["num_hidden_layers"],
@@ -313,4 +382,10 @@ def model_spec(cfg: ModelConfig) -> ModelSpec:
         dtype_bytes=DTYPE_BYTES[cfg.dtype],
         num_params=cfg.num_params or count_params(arch),
         max_positions=arch["max_position_embeddings"],
+        kv_dtype_bytes=None if cfg.kv_dtype is None else DTYPE_BYTES[cfg.kv_dtype],
+        tp=cfg.tp,
+        hidden_size=arch["hidden_size"],
+        intermediate_size=arch.get("intermediate_size") or arch.get("ffn_dim") or 0,
+        vocab_size=arch.get("vocab_size") or 0,
+        gated_mlp=arch["model_type"] in LLAMA_LIKE,
     )

@@ -17,6 +17,11 @@ from kvbench.errors import ConfigError, require
 
 #: arrival processes a source may name in its config
 ARRIVAL_KINDS = ("all_at_once", "poisson")
+#: a closed-loop client (``vllm bench serve --max-concurrency``): ``max_concurrency`` requests in
+#: flight, the next sent when one finishes. Not an arrival process: the times are only known as the
+#: run goes, so the engine releases the requests (``Engine(max_in_flight=...)``) and the source
+#: only carries ``max_concurrency``; a source that can do so adds it to the kinds it accepts
+CLOSED_LOOP = "closed_loop"
 #: the latest arrival a run accepts, in seconds from its start: 10^9 s is about 32 years, longer
 #: than any trace spans. The clock is a float64 in seconds, whose resolution falls as it grows: at
 #: 1e9 s one unit in the last place is 1.2e-7 s, 1e-4 of a millisecond step; near 1e300 a whole
@@ -38,17 +43,28 @@ class SmaxClass:
     fraction: float = 1.0
 
 
-def validate_arrivals(kind: str, rate_per_s: float | None, key_prefix: str) -> None:
-    """Raise a one-line ConfigError unless ``kind`` is known and poisson has a positive rate.
+def validate_arrivals(
+    kind: str,
+    rate_per_s: float | None,
+    key_prefix: str,
+    kinds: tuple[str, ...] = ARRIVAL_KINDS,
+    max_concurrency: int | None = None,
+) -> None:
+    """Raise a one-line ConfigError unless ``kind`` is one of ``kinds``, poisson has a positive
+    rate and closed_loop a ``max_concurrency`` >= 1.
 
-    ``rate_per_s`` is ignored for ``all_at_once``, so a preset's rate does not have to be unset
-    when a user overrides only the arrival kind.
+    ``rate_per_s`` is ignored but for ``poisson`` and ``max_concurrency`` but for ``closed_loop``,
+    so a preset's value does not have to be unset when a user overrides only the arrival kind.
     """
-    require(kind in ARRIVAL_KINDS, f"{key_prefix}.arrival", kind, f"choose one of {', '.join(ARRIVAL_KINDS)}")
+    require(kind in kinds, f"{key_prefix}.arrival", kind, f"choose one of {', '.join(kinds)}")
     if kind == "poisson":
         ok = rate_per_s is not None and math.isfinite(rate_per_s) and rate_per_s > 0
         allowed = "use a positive request rate (requests/s) for poisson arrivals"
         require(ok, f"{key_prefix}.rate_per_s", rate_per_s, allowed)
+    if kind == CLOSED_LOOP:
+        ok = max_concurrency is not None and max_concurrency >= 1
+        allowed = "use an integer >= 1 (requests in flight) for closed_loop arrivals"
+        require(ok, f"{key_prefix}.max_concurrency", max_concurrency, allowed)
 
 
 def check_arrival_span(arrival_s: np.ndarray, cause: str) -> None:
@@ -78,18 +94,19 @@ def arrival_times_s(kind: str, n: int, rate_per_s: float | None, rng: np.random.
     """Arrival times of ``n`` requests in seconds from the start of the run (float64, non-decreasing).
 
     ``all_at_once``: every request arrives at 0 (the offline / throughput setting), and no random
-    numbers are drawn. ``poisson``: gaps are exponential with mean ``1 / rate_per_s`` and the first
+    numbers are drawn; so does ``closed_loop``, whose times are only the earliest (the engine
+    sends each when an earlier one finishes). ``poisson``: gaps are exponential with mean ``1 / rate_per_s`` and the first
     request arrives after the first gap, not at 0 (as in vLLM's serving benchmark), so the times are
     ``cumsum(gaps)``.
     """
-    if kind == "all_at_once":
+    if kind in ("all_at_once", CLOSED_LOOP):
         return np.zeros(n, dtype=np.float64)
     if kind == "poisson":
         if rate_per_s is None or not rate_per_s > 0:
             raise ValueError(f"poisson arrivals need a positive rate_per_s, got {rate_per_s!r}")
         gaps_s = rng.exponential(scale=1.0 / rate_per_s, size=n)
         return np.cumsum(gaps_s, dtype=np.float64)
-    raise ValueError(f"unknown arrival kind {kind!r}; expected one of {ARRIVAL_KINDS}")
+    raise ValueError(f"unknown arrival kind {kind!r}; expected one of {(*ARRIVAL_KINDS, CLOSED_LOOP)}")
 
 
 def draw_s_max(mix: Sequence[SmaxClass], n: int, rng: np.random.Generator) -> np.ndarray:

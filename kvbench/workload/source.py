@@ -37,6 +37,10 @@ class Workload:
     #: nothing is shared between requests
     prefix_hashes: list[tuple[int, ...]] | None = None
     hash_block_tokens: int = 0
+    #: a closed-loop client's requests in flight: the engine sends request ``i + max_concurrency``
+    #: when one in flight finishes, so ``arrival_s`` is only the earliest time (see
+    #: ``Engine(max_in_flight=...)``); None: open loop, every request arrives at its ``arrival_s``
+    max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)

@@ -1,4 +1,5 @@
-"""The ``synthetic`` workload source: fixed or lognormal lengths, all-at-once or Poisson arrivals.
+"""The ``synthetic`` workload source: fixed or lognormal lengths; all-at-once, Poisson or
+closed-loop arrivals.
 
 Presets in ``conf/workload/`` (``lecture_chat``, ``lognormal``, ``exercise2_mix``) are this source
 with different options.
@@ -18,8 +19,14 @@ tokens (see :func:`shared_prefix_hashes`), so a prefix-caching allocator can reu
 the hashes empty, and nothing changes for existing runs.
 
 Reproducibility. Random numbers are drawn in a fixed order (arrival gaps, S_max classes, prompt
-lengths, output lengths) from the generator the engine passes in; ``all_at_once`` arrivals, a
-one-class mix and fixed lengths draw nothing. One seed therefore gives one workload.
+lengths, output lengths) from the generator the engine passes in; ``all_at_once`` and
+``closed_loop`` arrivals, a one-class mix and fixed lengths draw nothing. One seed therefore gives
+one workload.
+
+Closed loop. ``arrival: closed_loop`` is a client with ``max_concurrency`` requests in flight that
+sends the next one the moment one finishes (``vllm bench serve --max-concurrency``). Its requests
+all carry arrival 0 and the workload carries ``max_concurrency``: the engine releases them as
+earlier ones finish, and records each one's arrival as the time it was sent.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ import numpy as np
 from kvbench import hookimpl
 from kvbench.errors import ConfigError, require
 from kvbench.workload.arrivals import (
+    ARRIVAL_KINDS,
+    CLOSED_LOOP,
     MAX_ARRIVAL_S,
     SmaxClass,
     arrival_times_s,
@@ -44,6 +53,8 @@ from kvbench.workload.source import Workload, WorkloadSource
 LENGTH_KINDS = ("fixed", "lognormal")
 #: the longest stretch of Poisson arrivals, in seconds (see SyntheticConfig.validate)
 FAN_OUTS = ("sample", "beam")
+#: the shared arrival processes, and a closed-loop client
+ARRIVALS = (*ARRIVAL_KINDS, CLOSED_LOOP)
 _KEY = "workload"
 
 
@@ -69,10 +80,13 @@ class SyntheticConfig:
     max_prompt_tokens: int | None = None
     #: longest drawn output in tokens, or null for no clip beyond S_max (lognormal only)
     max_output_tokens: int | None = None
-    #: all_at_once: every request arrives at t=0; poisson: exponential gaps at rate_per_s
+    #: all_at_once: every request arrives at t=0; poisson: exponential gaps at rate_per_s;
+    #: closed_loop: max_concurrency requests in flight, the next sent when one finishes
     arrival: str = "all_at_once"
-    #: mean request rate in requests/s; required (> 0) for poisson, ignored for all_at_once
+    #: mean request rate in requests/s; required (> 0) for poisson, ignored otherwise
     rate_per_s: float | None = None
+    #: requests in flight; required (>= 1) for closed_loop, ignored otherwise
+    max_concurrency: int | None = None
     #: the declared S_max (prompt + output tokens) of every request when s_max_mix is null
     s_max_tokens: int = 4096
     #: declared S_max classes, each {s_max_tokens, fraction}, fractions summing to 1; each request
@@ -137,7 +151,7 @@ class SyntheticConfig:
             self.hash_block_tokens,
             "use an integer >= 1 (the prefix-hash granule in tokens)",
         )
-        validate_arrivals(self.arrival, self.rate_per_s, _KEY)
+        validate_arrivals(self.arrival, self.rate_per_s, _KEY, ARRIVALS, self.max_concurrency)
         if self.arrival == "poisson":
             # at a rate of 1e-300/s every step time would vanish into the arrival times (see MAX_ARRIVAL_S)
             span_s = self.num_requests / self.rate_per_s
@@ -188,7 +202,8 @@ class SyntheticConfig:
 
 
 class SyntheticWorkload(WorkloadSource):
-    """Requests with fixed or lognormal lengths, arriving all at once or as a Poisson process."""
+    """Requests with fixed or lognormal lengths, arriving all at once, as a Poisson process or
+    from a closed-loop client."""
 
     name = "synthetic"
     Config = SyntheticConfig
@@ -250,6 +265,7 @@ class SyntheticWorkload(WorkloadSource):
             beam_fork_probability=cfg.beam_fork_probability if beam else 0.0,
             prefix_hashes=shared_prefix_hashes(prompt_tokens[order], shared, cfg.hash_block_tokens) if shared else None,
             hash_block_tokens=cfg.hash_block_tokens if shared else 0,
+            max_concurrency=cfg.max_concurrency if cfg.arrival == CLOSED_LOOP else None,
         )
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from kvbench.api import run
 from kvbench.core.ledger import LEDGER_FIELDS
 from kvbench.errors import ConfigError
+from kvbench.metrics.summary import SloConfig, summarize
 
 FAST = ["wandb.mode=disabled", "progress=false", "kernel=torch"]
 
@@ -306,3 +308,80 @@ def test_the_step_table_grows_with_events_not_with_decoded_tokens(event_driven):
     )
     assert (long.requests["num_generated"] == 30000).all()
     assert len(long.steps) <= 3 and long.steps["num_steps"].sum() == 30000
+
+
+# --- a closed-loop client (workload.arrival=closed_loop): max_concurrency requests in flight ------
+
+#: the HEAVY lognormal workload, sent by a client that keeps 12 requests in flight: lengths differ,
+#: so finishes (and the sends they trigger) are spread out, and paged preempts under the 2.5 GB budget
+CLOSED_LOOP = [*HEAVY, "workload.arrival=closed_loop", "+workload.max_concurrency=12"]
+
+
+def in_flight_and_left(result, t_s: float) -> tuple[int, int]:
+    """Requests sent and not finished at time ``t_s``, and requests not finished, from the request
+    table (one finished at ``t_s`` is out, one sent at ``t_s`` is in)."""
+    r = result.requests
+    unfinished = r["finish_s"] > t_s
+    return int((unfinished & (r["arrival_s"] <= t_s)).sum()), int(unfinished.sum())
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+@pytest.mark.parametrize("allocator, budget", [("paged", "2.5e9"), ("naive", "9e9")])
+def test_a_closed_loop_run_holds_its_concurrency_and_both_loops_agree(allocator, budget, preemption):
+    overrides = (f"allocator={allocator}", f"hardware.kv_budget_bytes={budget}", f"preemption={preemption}")
+    result = both_loops(*CLOSED_LOOP, *overrides)
+    for t_s in (0.0, *result.steps["start_s"]):  # every step boundary (a span's inner ones change nothing)
+        in_flight, left = in_flight_and_left(result, t_s)
+        assert in_flight == min(12, left), f"at t = {t_s} s"
+    r = result.requests
+    assert (r["num_generated"] == r["output_tokens"]).all()
+    # sent at a step boundary: no scheduling delay, and TTFT counts from the send
+    assert (r["boundary_s"] == r["arrival_s"]).all() and (r["first_token_s"] > r["arrival_s"]).all()
+    if allocator == "paged":
+        assert result.summary["num_preemptions"] > 0, "the closed loop must still preempt"
+
+
+def test_the_next_request_is_sent_when_an_earlier_one_finishes():
+    r = run([*FAST, *CLOSED_LOOP]).requests
+    arrival_s, finish_s = r["arrival_s"].to_numpy(), r["finish_s"].to_numpy()
+    assert (arrival_s[:12] == 0).all()
+    # the j-th finish (in time) sends request 12 + j, at that very time
+    assert (arrival_s[12:] == np.sort(finish_s)[: len(r) - 12]).all()
+    assert (np.diff(arrival_s[12:]) > 0).any(), "the finishes must be spread out"
+    for k in range(len(r) - 12):
+        assert arrival_s[k + 12] in set(finish_s[: k + 12]), f"request {k + 12} was sent when none had finished"
+
+
+def test_the_closed_loop_preset_holds_16_in_flight_the_whole_run():
+    result = run([*FAST, "workload=closed_loop"])
+    r = result.requests
+    assert len(r) == 64 and (r["num_generated"] == 1024).all()
+    assert result.summary["peak_concurrency"] == 16
+    s = summarize(
+        r,
+        result.steps,
+        budget_bytes=result.summary["kv_budget_bytes"],
+        kv_bytes_per_token=result.summary["kv_bytes_per_token"],
+        slo=SloConfig(),
+        max_concurrency=16,
+    )
+    # 16 in flight until the last 16 have been sent, then the ramp-down (a step admits 8,192 prompt
+    # tokens, 8 of the 1,024-token prompts, so the last 8 finish a step after the 8 before them)
+    assert s["max_concurrency"] == 16 and 15.99 < s["mean_requests_in_flight"] < 16
+
+
+@pytest.mark.parametrize("value", ["null", "0"])
+def test_a_closed_loop_without_a_concurrency_is_one_line(value):
+    with pytest.raises(ConfigError) as exc:
+        run([*FAST, "workload=closed_loop", f"workload.max_concurrency={value}"])
+    message = str(exc.value)
+    assert message.startswith(f"workload.max_concurrency={'None' if value == 'null' else value} is invalid: ")
+    assert "\n" not in message
+
+
+def test_a_closed_loop_wider_than_the_workload_is_all_at_once():
+    lognormal = [*FAST, "workload=lognormal", "workload.num_requests=20"]
+    closed = run([*lognormal, "workload.arrival=closed_loop", "+workload.max_concurrency=20"])
+    offline = run(lognormal)
+    for table in ("requests", "steps"):
+        pd.testing.assert_frame_equal(getattr(closed, table), getattr(offline, table), check_exact=True)

@@ -44,6 +44,7 @@ ORDER = [
     "registry",
     "app",
     "api",
+    "validation",
     "compare",
     "calibrate",
     "kernelbench",

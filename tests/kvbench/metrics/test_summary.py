@@ -130,13 +130,14 @@ def steps(rows=STEP_ROWS) -> pd.DataFrame:
     return pd.DataFrame(records, columns=list(STEP_COLUMNS))
 
 
-def run(req=None, stp=None, slo=None):
+def run(req=None, stp=None, slo=None, max_concurrency=None):
     return summarize(
         requests() if req is None else req,
         steps() if stp is None else stp,
         budget_bytes=BUDGET_BYTES,
         kv_bytes_per_token=KV_BYTES_PER_TOKEN,
         slo=slo or SloConfig(),
+        max_concurrency=max_concurrency,
     )
 
 
@@ -270,6 +271,18 @@ def test_empty_tables_give_zero_counts_and_nan_statistics():
     assert (s["num_requests"], s["num_finished"], s["num_steps"], s["peak_concurrency"]) == (0, 0, 0, 0)
     for key in ("duration_s", "ttft_p50_s", "tpot_mean_s", "goodput_requests_per_s", "mean_concurrency", "frac_free"):
         assert math.isnan(s[key]), key
+
+
+def test_a_closed_loop_reports_its_concurrency_and_the_mean_it_held():
+    assert "mean_requests_in_flight" not in run() and "max_concurrency" not in run()  # an open loop
+    s = run(max_concurrency=2)
+    # finished requests in flight for 1.25 + 2.25 + 0.25 + 1.0 = 4.75 s of a 2.5 s run (Little's law)
+    assert s["max_concurrency"] == 2 and s["mean_requests_in_flight"] == 4.75 / 2.5
+    assert type(s["max_concurrency"]) is int and type(s["mean_requests_in_flight"]) is float
+    empty = run(
+        pd.DataFrame(columns=list(REQUEST_COLUMNS)), pd.DataFrame(columns=list(STEP_COLUMNS)), max_concurrency=2
+    )
+    assert math.isnan(empty["mean_requests_in_flight"])
 
 
 def test_summary_is_deterministic_plain_python_and_leaves_inputs_alone():

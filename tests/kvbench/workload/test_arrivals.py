@@ -4,7 +4,15 @@ import numpy as np
 import pytest
 
 from kvbench.errors import ConfigError
-from kvbench.workload.arrivals import SmaxClass, arrival_times_s, draw_s_max, validate_arrivals, validate_s_max_mix
+from kvbench.workload.arrivals import (
+    ARRIVAL_KINDS,
+    CLOSED_LOOP,
+    SmaxClass,
+    arrival_times_s,
+    draw_s_max,
+    validate_arrivals,
+    validate_s_max_mix,
+)
 
 EXERCISE2_MIX = [SmaxClass(512, 0.70), SmaxClass(4096, 0.25), SmaxClass(32768, 0.05)]
 
@@ -73,6 +81,28 @@ def test_validate_arrivals_messages_name_key_value_and_what_is_allowed():
         validate_arrivals("poisson", None, "workload")
     with pytest.raises(ConfigError, match=r"^workload.arrival='gamma' is invalid: choose one of all_at_once, poisson$"):
         validate_arrivals("gamma", 1.0, "workload")
+
+
+def test_closed_loop_is_accepted_only_where_a_source_offers_it_and_needs_a_concurrency():
+    kinds = (*ARRIVAL_KINDS, CLOSED_LOOP)
+    validate_arrivals("closed_loop", None, "workload", kinds, max_concurrency=1)
+    validate_arrivals("poisson", 2.0, "workload", kinds, max_concurrency=0)  # ignored without closed_loop
+    with pytest.raises(ConfigError, match=r"^workload.arrival='closed_loop' is invalid: choose one of all_at_once, po"):
+        validate_arrivals("closed_loop", None, "workload", max_concurrency=4)
+    for value in (None, 0, -2):
+        with pytest.raises(ConfigError) as exc:
+            validate_arrivals("closed_loop", None, "workload", kinds, max_concurrency=value)
+        assert str(exc.value) == (
+            f"workload.max_concurrency={value!r} is invalid: use an integer >= 1 (requests in flight) for "
+            "closed_loop arrivals"
+        )
+
+
+def test_closed_loop_times_are_zeros_and_draw_nothing():
+    rng = np.random.default_rng(0)
+    before = rng.bit_generator.state
+    assert arrival_times_s("closed_loop", 3, None, rng).tolist() == [0.0] * 3
+    assert rng.bit_generator.state == before
 
 
 def test_validate_mix_accepts_decimal_fractions_that_do_not_sum_exactly_in_floats():

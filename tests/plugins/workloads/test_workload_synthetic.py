@@ -125,7 +125,7 @@ def test_min_and_max_clip_drawn_lengths():
 # -- presets ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("preset", ["synthetic", "lecture_chat", "lognormal", "exercise2_mix"])
+@pytest.mark.parametrize("preset", ["synthetic", "lecture_chat", "lognormal", "exercise2_mix", "closed_loop"])
 def test_every_preset_loads_and_generates_a_well_formed_workload(preset):
     node = OmegaConf.load(CONF_DIR / f"{preset}.yaml")
     assert node.name == "synthetic"
@@ -147,6 +147,25 @@ def test_lecture_chat_is_the_lectures_640_token_sequences():
     w = SyntheticWorkload(config).generate(np.random.default_rng(0))
     assert set((w.prompt_tokens + w.output_tokens).tolist()) == {640}
     assert set(w.s_max_tokens.tolist()) == {4096}
+
+
+def test_closed_loop_sends_16_of_64_at_once_and_carries_the_concurrency():
+    config = plugin_config(SyntheticWorkload, OmegaConf.load(CONF_DIR / "closed_loop.yaml"), "workload")
+    w = SyntheticWorkload(config).generate(np.random.default_rng(0))
+    assert w.num_requests == 64 and w.max_concurrency == 16
+    assert set(w.prompt_tokens.tolist()) == set(w.output_tokens.tolist()) == {1024}
+    assert set(w.s_max_tokens.tolist()) == {2048}
+
+
+def test_closed_loop_arrivals_are_only_the_earliest_times_and_draw_nothing():
+    rng = np.random.default_rng(0)
+    before = rng.bit_generator.state
+    w = make(arrival="closed_loop", max_concurrency=4, num_requests=10).generate(rng)
+    assert w.arrival_s.tolist() == [0.0] * 10 and w.max_concurrency == 4
+    assert rng.bit_generator.state == before
+    # ignored by the open-loop kinds, as the rate is: an open loop carries no concurrency
+    assert generate(max_concurrency=4).max_concurrency is None
+    assert generate(arrival="poisson", rate_per_s=5.0, max_concurrency=0).max_concurrency is None
 
 
 def test_exercise2_mix_declares_the_lectures_classes():
@@ -179,6 +198,12 @@ INVALID_OPTIONS = [
         r"^workload.rate_per_s=-1.0 is invalid: use a positive request rate \(requests/s\) for poisson arrivals$",
     ),
     ({"lengths": "zipf"}, r"^workload.lengths='zipf' is invalid: choose one of fixed, lognormal$"),
+    ({"arrival": "gamma"}, r"^workload.arrival='gamma' is invalid: choose one of all_at_once, poisson, closed_loop$"),
+    (
+        {"arrival": "closed_loop"},
+        r"^workload.max_concurrency=None is invalid: use an integer >= 1 \(requests in flight\) for closed_loop",
+    ),
+    ({"arrival": "closed_loop", "max_concurrency": 0}, r"^workload.max_concurrency=0 is invalid"),
     ({"num_requests": 0}, r"^workload.num_requests=0 is invalid"),
     ({"prompt_sigma": -0.5}, r"^workload.prompt_sigma=-0.5 is invalid"),
     ({"max_output_tokens": 0}, r"^workload.max_output_tokens=0 is invalid"),

@@ -1,0 +1,122 @@
+"""``kvbench validate``: replay public end-to-end measurements of real engines and report how far
+kvbench's clocks are from them (:mod:`kvbench.validation`).
+
+    pip install -e '.[profiles]' && kvbench validate
+    kvbench validate --model Qwen/Qwen3-32B --backend trtllm --workers 2 --out results/validate/qwen
+
+Without the ``profiles`` extra it replays the excerpt of the measurements kvbench ships (the
+rows of its dense models), priced by its excerpt of the tables.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from datetime import datetime
+from pathlib import Path
+
+from rich.table import Table
+
+from kvbench.app.folders import check_writable
+from kvbench.app.progress import progress_bar
+from kvbench.commands.common import Parser, run_cli
+from kvbench.errors import require
+from kvbench.output.report import wide_console
+from kvbench.slo.common import write_folder
+from kvbench.validation.validate import GOALS, parity_figure, run_validation, worst
+
+
+def _pct(value: float) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value * 100:.1f} %"
+
+
+def _table(title: str, frame, clocks, keys) -> Table:
+    table = Table(title=title, title_justify="left")
+    for key in keys:
+        table.add_column(key)
+    for clock in clocks:
+        table.add_column(f"{clock} TTFT med / p90", justify="right")
+        table.add_column(f"{clock} TPOT med / p90", justify="right")
+    for _, row in frame.iterrows():
+        cells = [str(int(row[k])) if isinstance(row[k], float) and row[k].is_integer() else str(row[k]) for k in keys]
+        for clock in clocks:
+            for metric in ("ttft", "tpot"):
+                cells.append(f"{_pct(row[f'{clock}_{metric}_median'])} / {_pct(row[f'{clock}_{metric}_p90'])}")
+        table.add_row(*cells)
+    return table
+
+
+def _main(argv: list[str]) -> int:
+    parser = Parser(
+        "kvbench validate",
+        "Replay public end-to-end TTFT/TPOT measurements of real vLLM, SGLang and TRT-LLM deployments "
+        "(aiconfigurator-core's silicon sample) on kvbench's profiled clock and its roofline, and report the errors.",
+    )
+    parser.add_argument("--model", action="append", help="only this model_path (repeatable), e.g. Qwen/Qwen3-32B")
+    parser.add_argument("--system", action="append", help="only this GPU (repeatable): a100_sxm, h100_sxm, h200_sxm")
+    parser.add_argument("--backend", action="append", help="only this engine (repeatable): vllm, sglang, trtllm")
+    parser.add_argument("--limit", type=int, default=None, help="replay only the first N admitted rows")
+    parser.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU)")
+    parser.add_argument("--no-aic", action="store_true", help="leave out aiconfigurator's own estimate")
+    parser.add_argument("--out", default=None, help="output folder (default results/validate/<date>/<time>/)")
+    args, overrides = parser.parse(argv)
+    require(not overrides, "kvbench validate", overrides[0] if overrides else None, "takes no kvbench overrides")
+    require(args.limit is None or args.limit >= 1, "--limit", args.limit, "use an integer >= 1")
+    require(args.workers is None or args.workers >= 1, "--workers", args.workers, "use an integer >= 1")
+    now = datetime.now()
+    out_dir = Path(args.out) if args.out else Path("results") / "validate" / f"{now:%Y-%m-%d}" / f"{now:%H-%M-%S-%f}"
+    check_writable(out_dir, "--out")
+    from kvbench.validation.silicon import admitted, read_silicon, select
+
+    frame, _ = read_silicon()
+    rows, _ = admitted(frame)
+    total = 2 * len(select(rows, args.model, args.system, args.backend, args.limit))
+    with progress_bar(total, "replaying", enabled=True) as advance:
+        v = run_validation(
+            models=args.model,
+            systems=args.system,
+            backends=args.backend,
+            limit=args.limit,
+            workers=args.workers,
+            with_aic=not args.no_aic,
+            advance=advance,
+        )
+    clocks = [c for c in ("profiled", "roofline", "aic") if f"{c}_ttft_ape" in v.rows]
+    console = wide_console()
+    console.print(
+        f"{len(v.rows)} rows of {v.source} replayed; not replayed: "
+        + ", ".join(f"{n} {reason}" for reason, n in v.refused.items())
+    )
+    if v.aic_status:
+        console.print(f"aiconfigurator's own estimate left out: {v.aic_status}")
+    console.print(_table("absolute percentage error, median / p90", v.headline, clocks, ["subset", "rows"]))
+    tp1 = v.headline[v.headline["subset"] == "TP1"]
+    if len(tp1):
+        h = tp1.iloc[0]
+        for metric, goal in GOALS.items():
+            got = h[f"profiled_{metric}_median"]
+            verdict = "meets" if got <= goal else "misses"
+            console.print(f"TP1 profiled median {metric.upper()} error {_pct(got)}: {verdict} the goal of {_pct(goal)}")
+    console.print(
+        _table("by model, GPU, engine and TP", v.groups, clocks, ["model_path", "system", "backend", "tp_size", "rows"])
+    )
+    for metric, frame_worst in worst(v.rows).items():
+        console.print(f"largest profiled {metric.upper()} errors:")
+        console.print(frame_worst.to_string(index=False))
+    command = shlex.join(["kvbench", "validate", *argv])
+    write_folder(
+        out_dir,
+        {"rows": v.rows, "groups": v.groups, "headline": v.headline},
+        {"parity.png": parity_figure(v.rows, clocks)},
+        {"validate.json": {"command": command, "source": v.source, "aic": v.aic_status or "ran"}},
+    )
+    console.print(f"wrote {out_dir}/ (rows, groups, headline as Parquet and CSV; parity.png)")
+    return 0
+
+
+def main() -> None:
+    run_cli(_main, "kvbench validate")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Measured kernels: decode attention as public measurements of real GPUs timed it.
+
+Each kernel here is named by what was measured, never by a kvbench kernel: the tables of
+NVIDIA's aiconfigurator-core (:mod:`kvbench.specs.profiles`) time vLLM's FlashAttention builds,
+SGLang's FlashAttention-3 and Triton backends and TRT-LLM's attention on A100, H100 and H200.
+Picking one prices every step of a ``mode=sim`` run from those tables (the profiled clock,
+:mod:`kvbench.exec.profiled`): its attention, and the GEMMs and all-reduces of the same framework.
+They have no code to run, so ``mode=real`` refuses them; kvbench's own ``triton`` and
+``flashinfer`` kernels stay on the roofline until a GPU run calibrates them (``gpu/run_all.sh``).
+
+``kernel.gemm`` picks the weights' GEMM table: ``auto`` follows ``model.dtype`` (float8: the
+per-tensor FP8 GEMMs; otherwise bf16), or name ``bfloat16``, ``fp8`` or ``fp8_block``
+(block-scaled FP8, as DeepSeek-style FP8 checkpoints and SGLang's FP8 quantization use).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from kvbench import hookimpl
+from kvbench.errors import require
+from kvbench.kernels.kernel import Kernel
+from kvbench.specs.profiles import GEMM_DTYPES, MeasuredKernel
+
+GEMM_CHOICES = ("auto", *GEMM_DTYPES)
+
+VLLM_GEMMS = {
+    "bfloat16": ("torch.nn.functional.linear", "vllm_default"),
+    "fp8": ("CutlassFP8ScaledMMLinearKernel",),
+    "fp8_block": ("DeepGemmFp8BlockScaledMMKernel",),
+}
+SGLANG_GEMMS = {
+    "bfloat16": ("sglang_torch_linear", "sglang"),
+    "fp8": ("sglang_sgl_kernel_fp8_scaled_mm", "sglang"),
+    "fp8_block": ("sglang_deepgemm_gemm_nt_f8f8bf16", "sglang"),
+}
+TRTLLM_GEMMS = {dtype: ("torch_flow",) for dtype in GEMM_DTYPES}
+
+
+@dataclass
+class MeasuredKernelConfig:
+    #: the weights' GEMM table: auto (from model.dtype), bfloat16, fp8 or fp8_block
+    gemm: str = "auto"
+
+    def validate(self) -> None:
+        require(self.gemm in GEMM_CHOICES, "kernel.gemm", self.gemm, f"choose one of {', '.join(GEMM_CHOICES)}")
+
+
+class MeasuredAttention(Kernel):
+    """A kernel known only by its measurements: sim mode prices it from them."""
+
+    Config = MeasuredKernelConfig
+    measured: ClassVar[MeasuredKernel]
+    #: what the tables call it, for the docs and ``kvbench profiles``
+    description: ClassVar[str]
+
+    @classmethod
+    def unavailable_reason(cls, device_type: str) -> str | None:
+        return (
+            f"kernel={cls.name} is a public measurement of {cls.description}, priced in mode=sim only; "
+            "pick kernel=torch, triton or flashinfer to run one"
+        )
+
+    def gemm_dtype(self, model_dtype: str) -> str:
+        if self.config is not None and self.config.gemm != "auto":
+            return self.config.gemm
+        return "fp8" if model_dtype == "float8" else "bfloat16"
+
+
+def _kernel(name: str, description: str, framework: str, sources: dict, gemms: dict, allreduce: str) -> type:
+    measured = MeasuredKernel(framework, sources, gemms, allreduce)
+    return type(
+        f"Measured_{name}",
+        (MeasuredAttention,),
+        {
+            "name": name,
+            "measured": measured,
+            "description": description,
+            "__doc__": f"``kernel={name}``: {description}.",
+        },
+    )
+
+
+H100_H200 = ("h100_sxm", "h200_sxm")
+MEASURED_KERNELS = [
+    _kernel(
+        "vllm_fa3",
+        "vLLM's FlashAttention-3 decode (vllm_flash_attn_fa3, vLLM 0.24.0)",
+        "vllm",
+        dict.fromkeys(H100_H200, "vllm_flash_attn_fa3"),
+        VLLM_GEMMS,
+        "vLLM_custom_graph",
+    ),
+    _kernel(
+        "vllm_fa2",
+        "vLLM's FlashAttention-2 decode on A100 (vllm_flash_attn, vLLM 0.14.0)",
+        "vllm",
+        {"a100_sxm": "vllm_flash_attn"},
+        VLLM_GEMMS,
+        "vLLM_custom_graph",
+    ),
+    _kernel(
+        "sglang_fa3",
+        "SGLang's FlashAttention-3 backend (fa3, SGLang 0.5.14)",
+        "sglang",
+        dict.fromkeys(H100_H200, "fa3"),
+        SGLANG_GEMMS,
+        "SGLang_CustomAllReduce_graph",
+    ),
+    _kernel(
+        "sglang_triton",
+        "SGLang's Triton attention backend (triton, SGLang 0.5.14)",
+        "sglang",
+        dict.fromkeys(H100_H200, "triton"),
+        SGLANG_GEMMS,
+        "SGLang_CustomAllReduce_graph",
+    ),
+    _kernel(
+        "trtllm",
+        "TRT-LLM's PyTorch-flow attention (torch_flow: TRT-LLM 1.3.0rc20 on H100/H200, 1.0.0 on A100)",
+        "trtllm",
+        dict.fromkeys(("a100_sxm", *H100_H200), "torch_flow"),
+        TRTLLM_GEMMS,
+        "TRTLLM",
+    ),
+]
+
+
+@hookimpl
+def kvbench_register_kernels():
+    return MEASURED_KERNELS

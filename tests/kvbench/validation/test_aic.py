@@ -1,0 +1,110 @@
+"""kvbench.validation.aic: aiconfigurator-core's own estimate for real silicon_sample.csv rows."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("aiconfigurator_core")
+
+from kvbench.validation import aic  # noqa: E402
+
+#: one admitted row each: (model_path, system, backend, tp_size), picked from the package's sample
+PICKS = (
+    ("meta-llama/Llama-3.1-8B-Instruct", "h100_sxm", "trtllm", 1),  # precision NaN -> bf16
+    ("Qwen/Qwen3-32B", "h100_sxm", "vllm", 2),  # precision NaN -> bf16, tp > 1
+    ("meta-llama/Llama-3.1-8B-Instruct", "h200_sxm", "sglang", 1),  # gemm fp8_block
+    ("meta-llama/Llama-3.1-70B", "h200_sxm", "trtllm", 2),  # gemm fp8, backend_version NaN
+)
+
+
+@pytest.fixture(scope="module")
+def sample() -> pd.DataFrame:
+    return pd.read_csv(aic.silicon_sample_path())
+
+
+@pytest.fixture(scope="module")
+def real_rows(sample) -> pd.DataFrame:
+    agg = sample[(sample["mode"] == "agg") & (sample["pp_size"] == 1)]
+    picked = []
+    for model, system, backend, tp in PICKS:
+        match = agg[
+            (agg["model_path"] == model)
+            & (agg["system"] == system)
+            & (agg["backend"] == backend)
+            & (agg["tp_size"] == tp)
+            & (agg["batch_size"] <= 64)
+            & (agg["isl"] <= 4096)
+        ]
+        assert not match.empty, f"the sample has no agg row for {model} {system} {backend} tp={tp}"
+        picked.append(match.iloc[[0]])
+    return pd.concat(picked)
+
+
+@pytest.fixture(scope="module")
+def estimated(real_rows) -> pd.DataFrame:
+    return aic.estimate_rows(real_rows)
+
+
+def test_aic_is_available_here():
+    assert aic.aic_available() is None
+
+
+def test_real_rows_get_finite_positive_predictions(real_rows, estimated):
+    assert list(estimated.index) == list(real_rows.index)
+    assert set(aic.OUTPUT_COLUMNS) <= set(estimated.columns)
+    assert (estimated["aic_status"] == "ok").all(), estimated["aic_status"].to_dict()
+    for column in ("aic_ttft_ms", "aic_tpot_ms"):
+        values = estimated[column]
+        assert values.dtype == float
+        assert values.map(math.isfinite).all() and (values > 0).all(), values.to_dict()
+
+
+def test_predictions_are_in_the_measured_range(real_rows, estimated):
+    # not an accuracy bar: a unit or mapping slip (s vs ms, tp ignored) would land far outside this
+    ratio = estimated["aic_tpot_ms"] / real_rows["silicon_tpot_ms"]
+    assert ratio.between(0.2, 5.0).all(), ratio.to_dict()
+
+
+def test_each_row_names_the_queryable_version_and_the_quant_modes_used(real_rows, estimated):
+    for index, row in real_rows.iterrows():
+        out = estimated.loc[index]
+        assert out["aic_backend_version"]
+        gemm = row["gemm_quant_mode"]
+        expected = "bfloat16" if pd.isna(gemm) else gemm
+        assert out["aic_quant"].startswith(f"gemm={expected} "), out["aic_quant"]
+
+
+def test_version_mapping_picks_the_nearest_queryable_version():
+    sdk = aic._sdk()
+    slots = sdk.queryable_versions("h100_sxm", "trtllm")
+    assert slots, "the package has no queryable trtllm version on h100_sxm"
+    version, why = aic._nearest_version(sdk, "h100_sxm", "trtllm", None)
+    assert (version, why) == (slots["current"], "")
+    version, _ = aic._nearest_version(sdk, "h100_sxm", "trtllm", "0.0.1")
+    assert version == min(slots.values(), key=aic._version_key)
+
+
+def test_unsupported_rows_get_a_status_and_nan_not_an_exception(real_rows):
+    base = real_rows.iloc[0].to_dict()
+    bad = pd.DataFrame(
+        [
+            {**base, "system": "no_such_gpu"},
+            {**base, "model_path": "nobody/no-such-model"},
+            {**base, "gemm_quant_mode": "int3_magic"},
+            {**base, "isl": float("nan")},
+            {**base, "backend": "no_such_backend"},
+        ],
+        index=["system", "model", "gemm", "isl", "backend"],
+    )
+    out = aic.estimate_rows(bad)
+    assert list(out.index) == list(bad.index)
+    assert (out["aic_status"] != "ok").all(), out["aic_status"].to_dict()
+    assert out[["aic_ttft_ms", "aic_tpot_ms"]].isna().all().all()
+    assert "no perf data" in out.at["system", "aic_status"] and "no_such_gpu" in out.at["system", "aic_status"]
+    assert "no cached model config" in out.at["model", "aic_status"]
+    assert "int3_magic" in out.at["gemm", "aic_status"]
+    for status in out["aic_status"]:
+        assert "\n" not in status and len(status) <= 200
