@@ -108,8 +108,8 @@ class Engine:
                 plan.num_steps = 1 + projection.num_steps
                 result = self.executor.execute(plan)
                 num_extra = projection.num_steps
-                if next_arrival_s is not None and not self.scheduler.waiting:
-                    # an arrival into an empty queue may be admitted: stop before the step it joins
+                if next_arrival_s is not None and self.scheduler.arrival_may_join():
+                    # an arrival that may be admitted (an empty queue, or one it may overtake): stop before its step
                     starts_s = result.step_starts_s()
                     num_extra = min(num_extra, int(np.searchsorted(starts_s, next_arrival_s, side="left")) - 1)
                 plan.num_steps = 1

@@ -70,11 +70,25 @@ def kvbench_register_preemption_policies() -> list[type]:
 def kvbench_register_schedulers() -> list[type]:
     """Return scheduling-policy classes to add to the ``scheduler`` config group.
 
-    Each class subclasses :class:`kvbench.sched.scheduler.Scheduler` and implements ``_schedule``:
-    the order in which a step runs the running requests, resumes swapped ones and admits waiting
-    ones, composed from the scheduler's shared mechanisms (grow or preempt, admit, resume).
+    Each class subclasses :class:`kvbench.sched.scheduler.Scheduler` and implements
+    ``schedule_step(plan)``: the order in which a step runs the running requests, resumes swapped
+    ones and admits waiting ones, composed from the scheduler's public mechanisms
+    (``run_running``, ``admit``, ``resume_swapped``). It must pass the scheduling conformance suite
+    in :mod:`kvbench.testing.schedulers`.
 
     :return: a list of scheduler classes (may be empty).
+    """
+
+
+@hookspec
+def kvbench_register_queues() -> list[type]:
+    """Return admission-queue classes, selected with ``scheduler.queue=<name>``.
+
+    Each class subclasses :class:`kvbench.sched.queue.RequestQueue` (``add``, ``add_preempted``,
+    ``peek``, ``pop``, ``__len__``, ``__iter__``; ``fifo = True`` only if later arrivals never
+    come out first): which waiting request the scheduler offers for admission next.
+
+    :return: a list of queue classes (may be empty).
     """
 
 

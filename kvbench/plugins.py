@@ -19,6 +19,8 @@ GROUP_HOOKS = {
     "kernel": "kvbench_register_kernels",
     "preemption": "kvbench_register_preemption_policies",
     "scheduler": "kvbench_register_schedulers",
+    # not a config folder: scheduler.queue=<name> picks one
+    "queue": "kvbench_register_queues",
     "workload": "kvbench_register_workloads",
 }
 

@@ -21,7 +21,8 @@ settings.load_profile("kvbench")
 def toy_run():
     """``toy_run(scheduler_class, policy_class, allocator, requests, **options)`` runs the toy
     machine (the allocator's budget, ``host_swap_bytes`` of host pool, or ``hardware``) and keeps
-    every plan; other options go to the scheduler's config (the watermark defaults to 0)."""
+    every plan; ``queue``: an admission queue (FCFS when None); other options go to the scheduler's
+    config (the watermark defaults to 0)."""
 
     def run(
         scheduler_class,
@@ -33,6 +34,7 @@ def toy_run():
         hardware=None,
         victim: str = "newest",
         event_driven: bool = False,
+        queue=None,
         **scheduler_options,
     ) -> ToyRun:
         hardware = hardware or toy_hardware(allocator.budget_bytes // TOY_KV_BYTES, host_swap_bytes)
@@ -46,6 +48,7 @@ def toy_run():
             victim=victim,
             event_driven=event_driven,
             model=TOY_MODEL,
+            queue=queue,
         )
         plans: list[StepPlan] = []
         schedule = engine.scheduler.schedule

@@ -60,6 +60,24 @@ class WandbConfig:
         require(ok, "WANDB_MODE (environment)", env_mode, f"unset it or {allowed}")
 
 
+@dataclass
+class EngineConfig:
+    """Which engine's conventions the run follows: ``engine=<preset>`` (conf/engine/) sets this
+    and the scheduler options that make kvbench decide step by step as that engine does."""
+
+    #: kvbench (its own defaults), or the preset's engine: vllm_v1, nano_vllm
+    name: str = "kvbench"
+    #: the engine release the preset was checked against step by step (kvbench diff-engine)
+    version: str | None = None
+    #: the block pool keeps one block out of use (vLLM's null block, the placeholder a padded block
+    #: table points at): the KV budget holds one block fewer
+    null_block: bool = False
+
+    def validate(self) -> None:
+        require(isinstance(self.name, str) and bool(self.name), "engine.name", self.name, "name the engine")
+        require(isinstance(self.null_block, bool), "engine.null_block", self.null_block, "use true or false")
+
+
 def _group() -> Any:
     """A config group: a folder of ``conf/`` whose option is picked with ``<group>=<name>``."""
     return field(default=None, metadata={"group": True})
@@ -91,11 +109,15 @@ class KvbenchConfig:
     #: refuse, before it starts, a run whose estimated memory exceeds what this machine (or its
     #: cgroup) has available; false runs it anyway
     check_memory: bool = True
+    #: the engine whose conventions the run follows (a preset from conf/engine/ sets it)
+    engine: EngineConfig = field(default_factory=EngineConfig)
     slo: SloConfig = field(default_factory=SloConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
+#: config groups of presets, not plugins: a file sets keys of other groups (conf/engine/)
+PRESET_GROUPS: tuple[str, ...] = ("engine",)
 #: every config group, in the order the defaults list and the help show them (the one list of them)
 CONFIG_GROUPS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(KvbenchConfig) if f.metadata.get("group"))
 

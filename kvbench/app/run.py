@@ -16,6 +16,7 @@ from kvbench.app.checks import (
 )
 from kvbench.app.config import (
     MODES,
+    EngineConfig,
     OutputConfig,
     WandbConfig,
     plugin_config,
@@ -33,7 +34,7 @@ from kvbench.memory.host_pool import HostSwapPool
 from kvbench.metrics.prefix_bounds import prefix_cache_bounds
 from kvbench.metrics.summary import SloConfig, summarize
 from kvbench.output.results import RunResult
-from kvbench.plugins import lookup
+from kvbench.plugins import lookup, registry
 from kvbench.provenance import provenance
 from kvbench.sched.scheduler import Scheduler
 from kvbench.specs.calibration import DecodeEfficiency, calibration_digest, load_fitted_terms
@@ -61,6 +62,8 @@ class RunSetup:
     slo: SloConfig
     output: OutputConfig
     wandb: WandbConfig
+    #: the engine whose conventions the run follows (engine=<preset>)
+    engine: EngineConfig
 
 
 def _instantiate(group: str, node, **kwargs):
@@ -68,6 +71,17 @@ def _instantiate(group: str, node, **kwargs):
         raise ConfigError(f"{group}.name is missing: pick one with {group}=<name>")
     cls = lookup(group, node["name"])
     return cls(plugin_config(cls, node, group), **kwargs)
+
+
+def _queue(node):
+    """The admission queue ``scheduler.queue`` names (a queue plugin), built empty."""
+    name = node.get("queue", "fcfs") if node is not None else "fcfs"
+    classes = registry("queue")
+    if not isinstance(name, str) or name not in classes:
+        raise ConfigError(
+            f"scheduler.queue={name!r} is not a registered queue; choose one of: {', '.join(sorted(classes))}"
+        )
+    return classes[name]()
 
 
 def setup(cfg: DictConfig) -> RunSetup:
@@ -78,10 +92,16 @@ def setup(cfg: DictConfig) -> RunSetup:
     model_config = to_dataclass(ModelConfig, cfg.model, "model")
     model = model_spec(model_config)
     hardware = to_dataclass(HardwareSpec, cfg.hardware, "hardware")
+    engine = to_dataclass(EngineConfig, cfg.get("engine") or {}, "engine")
     budget_bytes = hardware.kv_budget(model.weight_bytes)
     allocator = _instantiate(
         "allocator", cfg.allocator, budget_bytes=budget_bytes, kv_bytes_per_token=model.kv_bytes_per_token
     )
+    if engine.null_block:  # one block of the pool is never handed out: the budget holds one fewer
+        budget_bytes -= allocator.block_size_tokens * model.kv_bytes_per_token
+        allocator = _instantiate(
+            "allocator", cfg.allocator, budget_bytes=budget_bytes, kv_bytes_per_token=model.kv_bytes_per_token
+        )
     kernel = _instantiate("kernel", cfg.kernel)
     if cfg.mode == "real":
         reason = type(kernel).unavailable_reason(_real_device())
@@ -92,8 +112,19 @@ def setup(cfg: DictConfig) -> RunSetup:
     policy = _instantiate("preemption", cfg.preemption)
     host_pool = HostSwapPool(int(hardware.host_swap_bytes))
     scheduler = _instantiate(
-        "scheduler", cfg.scheduler, allocator=allocator, policy=policy, cost=cost, host_pool=host_pool
+        "scheduler",
+        cfg.scheduler,
+        allocator=allocator,
+        policy=policy,
+        cost=cost,
+        host_pool=host_pool,
+        queue=_queue(cfg.scheduler),
     )
+    if engine.null_block and scheduler.config.watermark_in_blocks and scheduler.watermark_bytes:
+        # vLLM counts its watermark in blocks of the whole pool, the null block included
+        block_bytes = allocator.block_size_tokens * model.kv_bytes_per_token
+        num_blocks = budget_bytes // block_bytes + 1
+        scheduler.watermark_bytes = int(scheduler.config.watermark_fraction * num_blocks) * block_bytes
     if cfg.workload is None or "name" not in cfg.workload:
         raise ConfigError("workload.name is missing: pick one with workload=<name>")
     source_cls = lookup("workload", cfg.workload["name"])
@@ -115,6 +146,7 @@ def setup(cfg: DictConfig) -> RunSetup:
         slo=to_dataclass(SloConfig, cfg.slo, "slo"),
         output=to_dataclass(OutputConfig, cfg.output, "output"),
         wandb=to_dataclass(WandbConfig, cfg.wandb, "wandb"),
+        engine=engine,
     )
 
 
@@ -150,6 +182,7 @@ def labels(cfg: DictConfig, s: RunSetup, choices: dict | None = None) -> dict:
     choices = choices or {}
     return {
         "mode": cfg.mode,
+        "engine": s.engine.name,
         "model": s.model.name,
         "hardware": s.hardware.name,
         "allocator": choices.get("allocator", s.allocator.name),

@@ -27,14 +27,15 @@ def render_help(args: Sequence[str]) -> str:
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
-    from kvbench.app.config import CONFIG_GROUPS
+    from kvbench.app.config import CONFIG_GROUPS, PRESET_GROUPS
 
     overrides = [arg for arg in args if not arg.startswith("-")]
     with initialize_config_module("kvbench.conf", version_base="1.3"):
         cfg = compose("config", overrides=overrides, return_hydra_config=True)
         loader = GlobalHydra.instance().config_loader()
         groups = "\n".join(
-            f"{group}: {', '.join(sorted(loader.get_group_options(group)))}" for group in sorted(CONFIG_GROUPS)
+            f"{group}: {', '.join(sorted(loader.get_group_options(group)))}"
+            for group in sorted((*CONFIG_GROUPS, *PRESET_GROUPS))
         )
     template = str(cfg.hydra.help.template)
     app_config = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])

@@ -46,6 +46,7 @@ SUBCOMMANDS = {
     "slo-search": "kvbench.commands.slo_search",
     "validate": "kvbench.commands.validate",
     "profiles": "kvbench.commands.profiles",
+    "diff-engine": "kvbench.commands.diff_engine",
 }
 
 #: Hydra's flag for a sweep; it may stand anywhere on kvbench's command line

@@ -10,6 +10,25 @@ from typing import Any
 IGNORED_KEYS = ("progress", "check_memory", "output", "wandb", "hydra")
 
 
+#: keys added to kvbench's config after results were first written, with the value that does
+#: what runs did before the key existed: a folder written without the key compares as having it
+#: at this value (so a gate across kvbench versions still matches its jobs)
+ADDED_KEY_DEFAULTS: dict[str, Any] = {
+    "engine.name": "kvbench",
+    "engine.version": None,
+    "engine.null_block": False,
+    "scheduler.queue": "fcfs",
+    "scheduler.watermark_in_blocks": False,
+    "scheduler.full_prompt_admission": False,
+    "scheduler.long_prefill_token_threshold": 0,
+    "scheduler.decodes_in_budget": False,
+    "scheduler.step_seq_cap": False,
+    "scheduler.head_only_chunking": False,
+    # the paged allocator's (on another allocator's config both sides get it alike: no difference)
+    "allocator.cache_generated_blocks": False,
+}
+
+
 def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``: configs compared key by key."""
     flat: dict[str, Any] = {}
@@ -29,6 +48,9 @@ def is_ignored(key: str, ignored: tuple[str, ...] = IGNORED_KEYS) -> bool:
 def comparable(config: dict[str, Any], ignored: tuple[str, ...] = IGNORED_KEYS) -> dict[str, Any]:
     """The flattened config without the ignored keys, values as ``config.json`` spells them."""
     flat = flatten(json.loads(json.dumps(config, default=str)))
+    if any(key.startswith("scheduler.") for key in flat):  # a run's config
+        for key, value in ADDED_KEY_DEFAULTS.items():
+            flat.setdefault(key, value)
     return {k: v for k, v in flat.items() if not is_ignored(k, ignored)}
 
 

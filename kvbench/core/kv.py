@@ -36,6 +36,9 @@ class SeqShape(NamedTuple):
     #: (:mod:`kvbench.core.prefix`): what a prefix cache identifies blocks by; () = unknown content
     prefix_hashes: tuple[int, ...] = ()
     hash_block_tokens: int = 0
+    #: the request whose own tokens these are (one-sequence requests): what identifies the blocks
+    #: past its shared prefix, generated tokens included, to a cache that keeps those (vLLM's)
+    content_id: int | None = None
 
 
 class Refusal(str, enum.Enum):

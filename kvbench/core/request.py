@@ -29,6 +29,8 @@ class Request:
     #: :mod:`kvbench.core.prefix`); () when the workload says nothing of content: nothing is shared
     prefix_hashes: tuple[int, ...] = ()
     hash_block_tokens: int = 0
+    #: the scheduler's priority queue runs lower values first (vLLM's convention); 0 for all by default
+    priority: int = 0
 
     @property
     def num_branches(self) -> int:
@@ -52,15 +54,17 @@ def requests_from_workload(workload: Workload, seed: int = 0) -> list[Request]:
     beam = workload.beam_fork_probability
     hashes = workload.prefix_hashes or [()] * workload.num_requests
     granule = workload.hash_block_tokens if workload.prefix_hashes else 0
+    priorities = workload.priority.tolist() if workload.priority is not None else [0] * workload.num_requests
     return [
-        Request(i, arrival_s, prompt, s_max, outputs, beam, seed, tuple(prefix), granule)
-        for i, (arrival_s, prompt, s_max, outputs, prefix) in enumerate(
+        Request(i, arrival_s, prompt, s_max, outputs, beam, seed, tuple(prefix), granule, priority)
+        for i, (arrival_s, prompt, s_max, outputs, prefix, priority) in enumerate(
             zip(
                 workload.arrival_s.tolist(),
                 workload.prompt_tokens.tolist(),
                 workload.s_max_tokens.tolist(),
                 branches,
                 hashes,
+                priorities,
             )
         )
     ]

@@ -178,7 +178,7 @@ class SequenceGroup:
         hashes, granule = request.prefix_hashes, request.hash_block_tokens
         if len(self.seqs) == 1:
             final = prompt + self.seqs[0].output_tokens - 1
-            return SeqShape(num_tokens, request.s_max_tokens, final, 1, prompt, hashes, granule)
+            return SeqShape(num_tokens, request.s_max_tokens, final, 1, prompt, hashes, granule, request.request_id)
         longest = max(s.output_tokens for s in self.seqs if s.status is not Status.FINISHED)
         return SeqShape(num_tokens, request.s_max_tokens, prompt + longest - 1, self.num_live, prompt, hashes, granule)
 

@@ -81,6 +81,9 @@ class StepPlan:
     swap_in_request_ids: list[int] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
     refusal: AdmissionRefusal | None = None
+    #: requests admitted (or readmitted) this step: one whose every token but the last was served
+    #: from a prefix cache computes a single token, which reads like a decode, yet the step is not quiet
+    num_admitted: int = 0
     #: the memory ledger once the step's allocations are made
     ledger: MemoryLedger | None = None
     num_running: int = 0  #: sequences holding memory and computing
@@ -98,7 +101,8 @@ class StepPlan:
     def is_quiet(self) -> bool:
         """Decodes only: nothing admitted, prefilled, preempted, forked, copied or moved."""
         return bool(self.decodes) and not (
-            self.prefills
+            self.num_admitted
+            or self.prefills
             or self.samples
             or self.forks
             or self.copies

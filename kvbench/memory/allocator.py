@@ -71,6 +71,10 @@ class AllocatorCapabilities:
     #: some leading tokens are already cached, and :meth:`Allocator.num_cached_tokens` says how
     #: many before the scheduler sizes the first chunk. Set per instance (it is an option)
     caches_prefixes: bool = False
+    #: with ``caches_prefixes``: also keys a one-sequence request's own blocks past any shared
+    #: prefix, generated tokens included (vLLM hashes every full block), so a request without
+    #: prefix hashes still finds its own blocks again after a recompute preemption. Set per instance
+    caches_own_blocks: bool = False
 
 
 class Allocator(ABC):
@@ -122,11 +126,28 @@ class Allocator(ABC):
         refuse when fewer than that many bytes would stay free; those that reserve the whole
         future ignore it. Returns how many of the leading tokens are already cached (their KV is
         reused, not computed: always 0 without ``caches_prefixes``; never more than
-        ``min(prompt_tokens, num_tokens - 1)``, so at least one token is computed and yields
+        ``min(prompt_tokens, num_tokens - 1)``, or ``num_tokens - 1`` with ``caches_own_blocks``, so at
+        least one token is computed and yields
         logits), or ``None`` (changing nothing) when it does not fit; :meth:`refusal_reason`
         then says why. The slots held afterwards are ``shape.num_tokens`` whatever the answer:
         the scheduler asks for the cached tokens plus the chunk it computes now.
         """
+
+    def can_allocate(self, shape: SeqShape, keep_free_bytes: int = 0) -> bool:
+        """Whether :meth:`allocate` of ``shape`` would succeed now, changing nothing (the
+        scheduler's whole-prompt admission asks this for a request's every known token before it
+        allocates only a first chunk). The default compares :meth:`reservation_tokens` with the
+        unallocated bytes; an allocator with placement constraints or a cache overrides it."""
+        need_bytes = self.reservation_tokens(shape) * self.kv_bytes_per_token + keep_free_bytes
+        return need_bytes <= self.unallocated_bytes()
+
+    def can_readmit_branches(self, prompt_tokens: int, branch_tokens: Sequence[int], keep_free_bytes: int = 0) -> bool:
+        """Whether a fan-out preempted after its branches emitted tokens surely fits if readmitted
+        now: its prompt, then each branch grown to ``branch_tokens``. The scheduler asks before a
+        readmission under a prefix cache, which must not start one it would take back. The default
+        counts every branch's tokens as its own (no sharing), a bound an allocator may tighten."""
+        need_bytes = sum(branch_tokens) * self.kv_bytes_per_token + keep_free_bytes
+        return need_bytes <= self.unallocated_bytes()
 
     def num_cached_tokens(self, shape: SeqShape) -> int:
         """What :meth:`allocate` of ``shape`` would answer now, changing nothing (``caches_prefixes``):

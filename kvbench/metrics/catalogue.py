@@ -99,6 +99,7 @@ SETTINGS = (
     Metric("block_size_tokens", "block size (tokens)", "{:d}", "block", "tokens"),
     Metric("kernel", "kernel", "text", "kernel"),
     Metric("calibration", "calibration", "text", "calibration", phrase="({})"),
+    Metric("engine", "engine preset", "text", "engine"),
     Metric("scheduler", "scheduler", "text", "scheduler"),
     Metric("preemption", "preemption", "text", "preemption"),
     Metric("victim", "victim", "text", "victim"),

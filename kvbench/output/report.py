@@ -126,6 +126,7 @@ _SETTING_OF_KEY = {
     "allocator.block_size_tokens": "block_size_tokens",
     "hardware.kv_budget_bytes": "kv_budget_bytes",
     "preemption.victim": "victim",
+    "engine.name": "engine",
     **{c.key: c.key for c in SETTINGS},
 }
 

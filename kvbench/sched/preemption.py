@@ -13,8 +13,10 @@ Two choices are separate axes:
   cheaper of the two from the same cost model the executor uses);
 - the victim, per the ``victim`` option every policy has: ``newest`` (the last admitted, as vLLM
   and nano-vllm do: it has the least progress to lose and the weakest claim under first come first
-  served), ``least_progress`` (the fewest KV tokens to lose) or ``cost_aware`` (the least time
-  spent per byte freed, under the policy's mechanism).
+  served), ``least_progress`` (the fewest KV tokens to lose), ``cost_aware`` (the least time
+  spent per byte freed, under the policy's mechanism) or ``lowest_priority`` (the largest
+  ``(Request.priority, arrival)``, as vLLM's priority policy: chosen among every running request,
+  one that already ran this step included, which then gives its step back).
 """
 
 from __future__ import annotations
@@ -90,17 +92,26 @@ def _cost_aware(candidates: Sequence[SequenceGroup], policy: PreemptionPolicy, c
     return min(range(len(candidates)), key=seconds_per_byte)
 
 
+def _lowest_priority(candidates: Sequence[SequenceGroup], policy: PreemptionPolicy, ctx: PreemptionContext) -> int:
+    # vLLM: max(running, key=(priority, arrival_time)); ties go to the first in admission order
+    return max(range(len(candidates)), key=lambda i: (candidates[i].request.priority, candidates[i].request.arrival_s))
+
+
 #: victim option -> chooser(candidates in admission order, policy, context) -> index
 VICTIMS: dict[str, Callable[[Sequence[SequenceGroup], PreemptionPolicy, PreemptionContext], int]] = {
     "newest": _newest,
     "least_progress": _least_progress,
     "cost_aware": _cost_aware,
+    "lowest_priority": _lowest_priority,
 }
+#: victim options chosen among every running request, not only those still to run this step
+VICTIMS_OVER_ALL_RUNNING = frozenset({"lowest_priority"})
 
 
 @dataclass
 class PreemptionConfig:
-    #: which running request gives up its memory: newest (vLLM), least_progress, cost_aware
+    #: which running request gives up its memory: newest (vLLM), least_progress, cost_aware,
+    #: lowest_priority (vLLM's priority policy)
     victim: str = "newest"
 
     def validate(self) -> None:
@@ -115,6 +126,12 @@ class PreemptionPolicy:
 
     def __init__(self, config: Any = None) -> None:
         self.config = config if config is not None else self.Config()
+
+    @property
+    def considers_scheduled(self) -> bool:
+        """Whether the victim is chosen among every running request (the scheduler then offers
+        those that already ran this step too), not only those still to run."""
+        return self.config.victim in VICTIMS_OVER_ALL_RUNNING
 
     def mechanism(self, group: SequenceGroup, ctx: PreemptionContext) -> Mechanism:
         """How ``group`` gives up its memory: ``Mechanism.RECOMPUTE`` or ``Mechanism.SWAP``."""

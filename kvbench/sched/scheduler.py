@@ -1,8 +1,11 @@
 """The scheduler: its queues, and the mechanisms every scheduling policy composes.
 
-A scheduling policy (a ``scheduler`` plugin) implements :meth:`Scheduler._schedule`, deciding the
-order in which a step runs the running requests, resumes swapped ones and admits waiting ones. The
-mechanisms are shared and live here:
+A scheduling policy (a ``scheduler`` plugin) implements :meth:`Scheduler.schedule_step`, deciding
+the order in which a step runs the running requests, resumes swapped ones and admits waiting ones,
+by calling the public mechanisms :meth:`Scheduler.run_running`, :meth:`Scheduler.admit` and
+:meth:`Scheduler.resume_swapped`. Which waiting request is offered first is the admission queue's
+choice (:mod:`kvbench.sched.queue`: ``scheduler.queue=fcfs|priority|shortest_prompt`` or a
+plugin's), not the policy's. The mechanisms are shared and live here:
 
 - *compute* a request's next tokens: its decodes, or the next chunk of its prefill. A fan-out's
   first live branch computes the shared prompt; when the prompt is complete the other branches
@@ -10,8 +13,8 @@ mechanisms are shared and live here:
 - *grow or preempt*: when the allocator cannot make room, the preemption policy picks a victim
   among the requests not yet run this step (possibly the one growing) and a mechanism; a swap that
   does not fit the host pool falls back to recompute;
-- *admit* the head of the waiting queue (first come first served: nobody overtakes a refused
-  head), keeping the watermark free unless nothing is running;
+- *admit* the head of the waiting queue (nobody overtakes a refused head), keeping the watermark
+  free unless nothing is running;
 - *resume* swapped requests, oldest preempted first;
 - *reuse cached prefixes* (allocators that ``caches_prefixes``): before a request's first
   allocation the scheduler asks how many leading tokens the cache holds; the sequence starts with
@@ -41,6 +44,7 @@ from kvbench.exec.costmodel import CostModel
 from kvbench.memory.allocator import NO_PROJECTION, Allocator, DecodeProjection, Refusal, SeqShape
 from kvbench.memory.host_pool import HostSwapPool
 from kvbench.sched.preemption import PreemptionContext, PreemptionPolicy
+from kvbench.sched.queue import FcfsQueue, RequestQueue
 
 
 @dataclass
@@ -53,6 +57,30 @@ class SchedulerConfig:
     #: fraction of the KV budget kept free when admitting, so running sequences can grow (vLLM's
     #: watermark; 0 allowed); allocators that reserve a sequence's whole future ignore it
     watermark_fraction: float = 0.01
+    #: the admission queue, by name (kvbench.sched.queue): fcfs, priority, shortest_prompt, or a plugin's
+    queue: str = "fcfs"
+    #: the watermark is int(watermark_fraction x blocks) whole blocks, counting every block the budget
+    #: holds (vLLM's rule); false: watermark_fraction of the budget's bytes
+    watermark_in_blocks: bool = False
+    #: admit a waiting request only when blocks for all its known tokens (its whole prompt, and its
+    #: output so far after a preemption) fit now, less any cache hit, even when only a first chunk
+    #: is computed (vLLM V1's scheduler_reserve_full_isl); false: the first chunk must fit
+    full_prompt_admission: bool = False
+    #: most tokens one request computes in a step when more than one request is running or waiting
+    #: (vLLM's long_prefill_token_threshold); 0: no cap
+    long_prefill_token_threshold: int = 0
+    #: a strict, shared token budget without chunking: decodes are charged to max_num_batched_tokens
+    #: too (mixed) and a prompt is admitted only if it fits what is left, whole, even the step's
+    #: first (vLLM V1 with chunked prefill off; nano-vllm); false: the budget counts prompt tokens
+    #: only and a longer prompt alone still runs
+    decodes_in_budget: bool = False
+    #: max_num_seqs caps the sequences one step computes, not the running set: running requests
+    #: beyond the cap wait (in order) for a later step (nano-vllm's rule); false: the running set
+    step_seq_cap: bool = False
+    #: prefill_first admits at most one chunked prompt per step: the head prompt, if it needs more
+    #: than the budget left, takes what is left and continues over the next steps, and only a step's
+    #: first prompt may be chunked (nano-vllm's rule); false: whole prompts only
+    head_only_chunking: bool = False
 
     def validate(self) -> None:
         require(self.max_num_seqs >= 1, "scheduler.max_num_seqs", self.max_num_seqs, "use an integer >= 1")
@@ -67,6 +95,23 @@ class SchedulerConfig:
             "scheduler.watermark_fraction",
             self.watermark_fraction,
             "use a fraction in [0, 1)",
+        )
+        require(
+            isinstance(self.queue, str) and bool(self.queue), "scheduler.queue", self.queue, "name a queue, e.g. fcfs"
+        )
+        for key in ("watermark_in_blocks", "full_prompt_admission", "decodes_in_budget", "step_seq_cap"):
+            require(isinstance(getattr(self, key), bool), f"scheduler.{key}", getattr(self, key), "use true or false")
+        require(
+            isinstance(self.head_only_chunking, bool),
+            "scheduler.head_only_chunking",
+            self.head_only_chunking,
+            "use true or false",
+        )
+        require(
+            self.long_prefill_token_threshold >= 0,
+            "scheduler.long_prefill_token_threshold",
+            self.long_prefill_token_threshold,
+            "use 0 (no cap) or a token count >= 1",
         )
 
 
@@ -93,13 +138,23 @@ class _Work:
 
 
 class Scheduler:
-    """A scheduling-policy plugin: ``name`` matches ``conf/scheduler/<name>.yaml``."""
+    """A scheduling-policy plugin: ``name`` matches ``conf/scheduler/<name>.yaml``.
+
+    The contract: a subclass implements :meth:`schedule_step` with the mechanisms
+    :meth:`run_running`, :meth:`admit` and :meth:`resume_swapped` (and may read, never reorder,
+    ``running``, ``waiting`` and ``swapped``). Everything else (admission order, growth,
+    preemption, forks, prefix-cache hits, finishing) is the base class's, so the engine, the
+    event-driven loop and the recorder work for any policy. ``kvbench.testing.SchedulingConformance``
+    checks a subclass.
+    """
 
     name: ClassVar[str]
     Config: ClassVar[type] = SchedulerConfig
     #: a finished sequence keeps its memory until every request of its batch has finished, and the
     #: requests of a batch are returned together (request-level batching)
     holds_finished: ClassVar[bool] = False
+    #: admits prompts in chunks (a prompt never needs the whole step's budget at once)
+    chunks_prompts: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -109,13 +164,15 @@ class Scheduler:
         policy: PreemptionPolicy,
         cost: CostModel,
         host_pool: HostSwapPool,
+        queue: RequestQueue | None = None,
     ) -> None:
         self.config = config if config is not None else self.Config()
         self.allocator = allocator
         self.policy = policy
         self.host_pool = host_pool
         self.preemption = PreemptionContext(allocator, cost, host_pool)
-        self.waiting: deque[SequenceGroup] = deque()
+        #: the admission queue (FCFS unless the run names another)
+        self.waiting: RequestQueue = queue if queue is not None else FcfsQueue()
         self.swapped: deque[SequenceGroup] = deque()
         self.running: list[SequenceGroup] = []  # in admission order
         self.held: list[SequenceGroup] = []  # finished, memory kept until the batch ends
@@ -123,7 +180,7 @@ class Scheduler:
         self.num_running_seqs = 0
         # NOTE: growth headroom only matters to allocators that allocate on demand
         reserves = allocator.capabilities.reserves_future
-        self.watermark_bytes = 0 if reserves else int(self.config.watermark_fraction * allocator.budget_bytes)
+        self.watermark_bytes = 0 if reserves else self._watermark_bytes()
         self._headroom_bytes = 0
         self._refused: tuple[SeqShape, Refusal] | None = None  # why the last admission failed
         self._caches_prefixes = allocator.capabilities.caches_prefixes
@@ -132,6 +189,10 @@ class Scheduler:
         self._admission_hit: tuple[SequenceGroup, int, int] | None = None
         self._work: _Work | None = None  # the request whose tokens are being scheduled
         self._step = 0
+        #: requests running or waiting when the step began (who a long prefill would starve)
+        self._num_eligible = 0
+        # victims taken this step from requests that had already run, and the tokens they gave back
+        self._num_earlier_victims = self._returned_tokens = 0
 
     # --- what the engine calls -------------------------------------------------------------------
 
@@ -150,6 +211,18 @@ class Scheduler:
             )
             if r.prompt_tokens + r.max_output_tokens > r.s_max_tokens:
                 raise ConfigError(f"{what} is longer than its declared S_max; shorten it or raise S_max")
+            budget = self.config.max_num_batched_tokens
+            if (
+                self.config.decodes_in_budget
+                and not self.chunks_prompts
+                and r.prompt_tokens + sum(o - 1 for o in r.branch_output_tokens)
+                > budget  # a readmission: all but the last tokens
+            ):
+                raise ConfigError(
+                    f"{what} can never be admitted whole within scheduler.max_num_batched_tokens={budget} "
+                    "(decodes_in_budget: a prompt, or a preempted request's prompt and output, runs in one "
+                    "step); raise it to the longest request or set scheduler.decodes_in_budget=false"
+                )
             if r.num_branches > self.config.max_num_seqs:
                 raise ConfigError(
                     f"{what} has more branches than scheduler.max_num_seqs={self.config.max_num_seqs}; "
@@ -170,7 +243,12 @@ class Scheduler:
     def add(self, group: SequenceGroup, clock_s: float) -> None:
         """A request arrives at the step boundary ``clock_s``."""
         group.boundary_s = clock_s
-        self.waiting.append(group)
+        self.waiting.add(group)
+
+    def arrival_may_join(self) -> bool:
+        """Whether a request arriving now could be admitted ahead of everything waiting: the queue
+        is empty, or it lets later arrivals overtake (the engine then ends a quiet run at arrivals)."""
+        return not self.waiting or not self.waiting.fifo
 
     def has_work(self) -> bool:
         return bool(self.running or self.waiting or self.swapped or self.held)
@@ -178,7 +256,8 @@ class Scheduler:
     def schedule(self, clock_s: float) -> StepPlan:
         """Decide the next step."""
         plan = StepPlan(self._step, clock_s)
-        self._schedule(plan)
+        self._num_eligible = len(self.running) + len(self.waiting)
+        self.schedule_step(plan)
         plan.copies.extend(self.allocator.drain_copies())
         plan.ledger = self.allocator.ledger(self._head_shape())
         plan.num_running = self.num_running_seqs
@@ -243,19 +322,28 @@ class Scheduler:
 
     # --- the policy ------------------------------------------------------------------------------
 
-    def _schedule(self, plan: StepPlan) -> None:
-        """Fill ``plan`` with this step's work, using the mechanisms below."""
-        raise NotImplementedError
+    def schedule_step(self, plan: StepPlan) -> None:
+        """Fill ``plan`` with this step's work, calling :meth:`run_running`, :meth:`admit` and
+        :meth:`resume_swapped` in the policy's order. The one method a scheduler plugin writes."""
+        legacy = getattr(self, "_schedule", None)  # a plugin written before the contract was public
+        if legacy is None:
+            raise NotImplementedError(f"scheduler {self.name!r} does not implement schedule_step")
+        legacy(plan)
 
     # --- mechanisms ------------------------------------------------------------------------------
 
-    def _run_running(self, plan: StepPlan, token_budget: int | None = None) -> int:
+    def run_running(self, plan: StepPlan, token_budget: int | None = None) -> int:
         """Compute the running requests' next tokens in admission order (decodes, or prefill
-        chunks within ``token_budget``), preempting when memory runs out. Returns tokens used."""
+        chunks within ``token_budget``), preempting when memory runs out. Returns tokens used.
+        With ``step_seq_cap`` at most ``max_num_seqs`` sequences compute; the rest wait their turn
+        in order."""
         used, index = 0, 0
         running, append, decodes = self.running, self.allocator.append, plan.decodes
+        cap = self.config.max_num_seqs if self.config.step_seq_cap else None
         while index < len(running):
             if token_budget is not None and used >= token_budget:
+                break
+            if cap is not None and self._seqs_counted(plan) >= cap:
                 break
             group = running[index]
             seqs = group.seqs
@@ -272,37 +360,64 @@ class Scheduler:
                     index += 1
                     continue
             budget = None if token_budget is None else token_budget - used
+            budget = self._chunk_cap(budget)
             tokens = self._compute(plan, group, budget, index)
+            index, used = self._after_earlier_victims(index, used)
             if tokens is None:
                 continue  # the group itself was preempted: the next one is now at `index`
             used += tokens
             index += 1
         return used
 
-    def _admit(self, plan: StepPlan, token_budget: int | None, chunked: bool = False) -> None:
-        """Admit waiting requests first come first served, within the sequence cap and the token
-        budget: whole prompts (a longer one alone still runs), or chunks when ``chunked``."""
+    def admit(self, plan: StepPlan, token_budget: int | None, chunked: bool = False, chunk_head: bool = False) -> int:
+        """Admit waiting requests from the head of the queue, within the sequence cap and
+        ``token_budget`` (None: no budget), stopping at the first that does not fit: whole prompts
+        (a longer one alone still runs, unless ``decodes_in_budget``), or chunks when ``chunked``.
+        ``chunk_head``: the step's first prompt (none computed yet this step) may be a chunk of
+        what the budget leaves, later ones must fit whole (nano-vllm). Returns the tokens scheduled."""
+        cfg = self.config
         used = 0
-        cap = self.config.max_num_seqs
+        # the prompt must fit what is left, even the step's first (unless that one may be chunked)
+        whole_only = cfg.decodes_in_budget or chunk_head
         while self.waiting:
-            group = self.waiting[0]
-            if self.num_running_seqs + group.num_live > cap:
+            group = self.waiting.peek()
+            if self._seqs_counted(plan) + group.num_live > cfg.max_num_seqs:
                 break
-            if chunked:
+            if chunked or (chunk_head and not plan.prefills):
                 budget = token_budget - used
                 if budget <= 0:
                     break
+                budget = self._chunk_cap(budget)
             else:
                 budget = None
-                if token_budget is not None and used and used + self._uncached_admission_tokens(group) > token_budget:
-                    break
+                if token_budget is not None and (used or whole_only):
+                    if used + self._uncached_admission_tokens(group) > token_budget:
+                        break
             tokens = self._admit_group(plan, group, budget)
             if tokens is None:
                 break
-            self.waiting.popleft()
+            self.waiting.pop()
             used += tokens
+        return used
 
-    def _resume_swapped(self, plan: StepPlan) -> bool:
+    def continue_prefills(self, plan: StepPlan, token_budget: int) -> int:
+        """Compute the next chunk of every running request whose prompt (or recomputation) is
+        not complete yet, in admission order, within ``token_budget``; decoding requests are
+        left alone. A chunk that does not fit waits for memory (no one is preempted for it: the
+        step then decodes, which frees memory as requests finish). Returns the tokens used."""
+        used = 0
+        for group in list(self.running):
+            if used >= token_budget:
+                break
+            if not any(s.num_pending_tokens > 1 or s.num_computed_tokens < s.prompt_tokens for s in group.live_seqs()):
+                continue
+            tokens = self._compute(plan, group, self._chunk_cap(token_budget - used), None)
+            if tokens is None:
+                break  # refused, changing nothing: later ones wait behind it
+            used += tokens
+        return used
+
+    def resume_swapped(self, plan: StepPlan) -> bool:
         """Swap requests back in, oldest preempted first, while they fit (keeping the watermark
         free unless nothing runs). They compute from the next step on. True when none is left."""
         while self.swapped:
@@ -327,11 +442,51 @@ class Scheduler:
 
     # --- computing one request's tokens ------------------------------------------------------------
 
+    # the names the built-in policies used before the contract was public (kept for older plugins)
+    _run_running = run_running
+    _admit = admit
+    _resume_swapped = resume_swapped
+
+    def _seqs_counted(self, plan: StepPlan) -> int:
+        """What ``max_num_seqs`` caps: the running set, or with ``step_seq_cap`` this step's batch."""
+        if self.config.step_seq_cap:
+            return len(plan.decodes) + len({id(chunk.seq) for chunk in plan.prefills})
+        return self.num_running_seqs
+
+    def _chunk_cap(self, budget: int | None) -> int | None:
+        """``long_prefill_token_threshold``: one request's share of a step, when others compete."""
+        cap = self.config.long_prefill_token_threshold
+        if cap and self._num_eligible > 1:
+            return cap if budget is None or cap < budget else budget
+        return budget
+
+    def _watermark_bytes(self) -> int:
+        """The headroom kept free at admission: a share of the budget's bytes, or of its blocks."""
+        cfg, alloc = self.config, self.allocator
+        if not cfg.watermark_in_blocks:
+            return int(cfg.watermark_fraction * alloc.budget_bytes)
+        block_bytes = alloc.block_size_tokens * alloc.kv_bytes_per_token
+        return int(cfg.watermark_fraction * (alloc.budget_bytes // block_bytes)) * block_bytes
+
+    def _whole_fits(self, group: SequenceGroup) -> bool:
+        """``full_prompt_admission``: blocks for every token the request knows (its prompt, and
+        its output so far after a preemption) can be taken now, the watermark kept. Allocators that
+        reserve the future check the whole request at its first allocation anyway."""
+        if self.allocator.capabilities.reserves_future:
+            return True
+        shape = group.shape(self._first_allocation_tokens(group))
+        if self.allocator.can_allocate(shape, self._headroom_bytes):
+            return True
+        self._refused = shape, self.allocator.refusal_reason(shape, self._headroom_bytes)
+        return False
+
     def _admit_group(self, plan: StepPlan, group: SequenceGroup, budget: int | None) -> int | None:
         self._headroom_bytes = self.watermark_bytes if self.num_running_seqs else 0
         self._admission_hit = None
         seqs = group.seqs
-        if len(seqs) == 1:
+        if self.config.full_prompt_admission and not self._whole_fits(group):
+            tokens = None
+        elif len(seqs) == 1:
             tokens = self._compute_one(plan, group, seqs[0], budget, None)
         elif self._caches_prefixes and self._is_readmission(group) and not self._forked_fits(group):
             tokens = None  # refused before touching the cache (see _forked_fits)
@@ -353,6 +508,7 @@ class Scheduler:
             )
             return None
         group.status = Status.RUNNING
+        plan.num_admitted += 1
         if group.admitted_s < 0:
             group.admitted_s = plan.start_s
         self.running.append(group)
@@ -429,25 +585,18 @@ class Scheduler:
         return any(seq.num_tokens > prompt for seq in group.live_seqs())
 
     def _forked_fits(self, group: SequenceGroup) -> bool:
-        """Whether a re-admitted fan-out (its branches past the prompt, preempted since) surely fits: every live
-        branch's tokens in blocks of its own, plus one block each for a copy-on-write, within what
-        the allocator has not allocated (cached blocks included) less the watermark.
-
-        Re-admitting it allocates the shared prompt first, then each branch; when a branch does not
-        fit, the admission is taken back. Under a prefix cache taking back is not neutral: the
-        prompt's allocation has reused and evicted cached blocks. An admission that is refused must
-        change nothing (the event-driven loop skips the steps where it is retried), so a prefix
-        cache only starts a re-admission that cannot fail. The bound counts the prompt's full blocks
-        once and every branch's own blocks plus one, so it may refuse one that would have fitted:
-        it waits for memory instead. With nothing running it is not applied (nothing would free
-        memory, and no decode run is skipped meanwhile)."""
+        """Whether a re-admitted fan-out (its branches past the prompt, preempted since) surely
+        fits, as the allocator counts it (:meth:`Allocator.can_readmit_branches`), the watermark
+        kept. Re-admitting it allocates the shared prompt first, then each branch; when a branch
+        does not fit, the admission is taken back. Under a prefix cache taking back is not
+        neutral: the prompt's allocation has reused and evicted cached blocks. An admission that is
+        refused must change nothing (the event-driven loop skips the steps where it is retried), so
+        a prefix cache only starts a re-admission that cannot fail. With nothing running it is not
+        applied (nothing would free memory, and no decode run is skipped meanwhile)."""
         if not self.num_running_seqs:  # nothing runs: nothing to skip, and waiting would wait forever
             return True
-        alloc = self.allocator
-        size = alloc.block_size_tokens
-        shared = group.request.prompt_tokens // size  # the prompt's full blocks, held once
-        blocks = shared + sum(-(-seq.num_tokens // size) - shared + 1 for seq in group.live_seqs())
-        if alloc.unallocated_bytes() - self._headroom_bytes >= blocks * size * alloc.kv_bytes_per_token:
+        branch_tokens = [seq.num_tokens for seq in group.live_seqs()]
+        if self.allocator.can_readmit_branches(group.request.prompt_tokens, branch_tokens, self._headroom_bytes):
             return True
         shape = group.shape(self._first_allocation_tokens(group))
         self._refused = shape, Refusal.NO_MEMORY
@@ -456,7 +605,7 @@ class Scheduler:
     def _cache_hit(self, group: SequenceGroup, num_tokens: int) -> int:
         """Leading tokens of a sequence of ``num_tokens`` the prefix cache would serve if it were
         allocated now (never all of them: one is computed, for its logits)."""
-        if not group.request.prefix_hashes:
+        if not group.request.prefix_hashes and not self.allocator.capabilities.caches_own_blocks:
             return 0
         return self.allocator.num_cached_tokens(group.shape(num_tokens))
 
@@ -538,6 +687,8 @@ class Scheduler:
             if index is None:  # a readmitted fan-out whose branches do not fit after its prompt
                 self._refused = group.shape(self._admission_tokens(group)), Refusal.NO_MEMORY
                 return False
+            if self.policy.considers_scheduled:  # an earlier victim (lowest_priority) may have moved it up
+                index = self.running.index(group)
             if self._preempt(plan, index) is group:
                 return False
         return True
@@ -594,9 +745,23 @@ class Scheduler:
 
     # --- preemption ------------------------------------------------------------------------------
 
+    def _after_earlier_victims(self, index: int, used: int) -> tuple[int, int]:
+        """The loop's place and tokens used after victims taken from the part of ``running`` that
+        had already run this step (their places and tokens are given back)."""
+        index, used = index - self._num_earlier_victims, used - self._returned_tokens
+        self._num_earlier_victims = self._returned_tokens = 0
+        return index, used
+
     def _preempt(self, plan: StepPlan, index: int) -> SequenceGroup:
-        """Evict one request among ``running[index:]`` (not yet run this step) as the policy decides."""
-        candidates = self.running[index:]
+        """Evict one request as the policy decides: among ``running[index:]`` (not yet run this
+        step), or, for a policy that ``considers_scheduled`` (vLLM's priority victim), among every
+        running request, one that already ran this step giving its tokens back (one-sequence
+        requests only: a fan-out's forks are not taken back)."""
+        if self.policy.considers_scheduled:
+            positions = [i for i, g in enumerate(self.running) if i >= index or len(g.seqs) == 1]
+        else:
+            positions = list(range(index, len(self.running)))
+        candidates = [self.running[i] for i in positions]
         choice, answer = self.policy.choose(candidates, self.preemption)
         try:
             mechanism = Mechanism(answer)  # an outside policy may answer the plain string "swap"
@@ -606,7 +771,10 @@ class Scheduler:
                 "Mechanism.RECOMPUTE or Mechanism.SWAP (kvbench.core.step)"
             ) from None
         victim = candidates[choice]
-        del self.running[index + choice]
+        if positions[choice] < index:
+            self._take_back_step(plan, victim)
+            self._num_earlier_victims += 1
+        del self.running[positions[choice]]
         if self._work is not None and self._work.group is victim:
             self._take_back(self._work)
         fell_back = mechanism == Mechanism.SWAP and not self.preemption.can_swap(victim)
@@ -630,11 +798,30 @@ class Scheduler:
             victim.num_lost_tokens += kv_tokens
             victim.num_recomputed_tokens += kv_tokens
             victim.status = Status.WAITING
-            self.waiting.appendleft(victim)
+            self.waiting.add_preempted(victim)
         self.num_running_seqs -= victim.num_live
         # the plan is the record of the event: the recorder counts the request's preemptions from it
         plan.preemptions.append(Preemption(victim, kv_tokens, mechanism, fell_back, swap_out_bytes))
         return victim
+
+    def _take_back_step(self, plan: StepPlan, group: SequenceGroup) -> None:
+        """Take a one-sequence request that already ran this step out of the plan: its decode or
+        chunk, its sample and its growth (the tokens go back to the step's budget)."""
+        (seq,) = group.seqs
+        if seq in plan.decodes:
+            plan.decodes.remove(seq)
+            plan.kv_read_tokens -= seq.num_computed_tokens
+            seq.num_computed_tokens -= 1
+            self._returned_tokens += 1
+        for chunk in [c for c in plan.prefills if c.seq is seq]:
+            plan.prefills.remove(chunk)
+            seq.num_computed_tokens = chunk.num_context_tokens
+            group.num_lost_tokens += chunk.num_recomputed_tokens
+            self._returned_tokens += chunk.num_new_tokens
+        if seq in plan.samples:
+            plan.samples.remove(seq)
+        if seq.status is Status.RUNNING:
+            self.allocator.truncate(seq.seq_id, seq.num_computed_tokens)
 
     def _take_back(self, work: _Work) -> None:
         """Undo the step's growth of the request being preempted: it leaves with what it had."""
@@ -716,5 +903,5 @@ class Scheduler:
         """The waiting head's first allocation: what decides which free bytes are fragmented."""
         if not self.waiting:
             return None
-        group = self.waiting[0]
+        group = self.waiting.peek()
         return group.shape(self._first_allocation_tokens(group))

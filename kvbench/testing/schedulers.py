@@ -12,7 +12,10 @@ and ``policy_class`` fixtures (parametrize them to test several)::
 
 The suite drives random small workloads (fan-outs and beam searches included) through the engine over tiny KV
 budgets and a tiny host swap pool, so that requests are preempted over and over and swaps fall
-back to recompute, on every built-in allocator, and checks: every request finishes with exactly
+back to recompute, on every built-in allocator, under every built-in admission queue (first come
+first served, priority and shortest prompt first) and the scheduler's semantic options (whole-prompt
+admission, a long-prefill cap, a per-step sequence cap, decodes in the budget, head-only chunking),
+and checks: every request finishes with exactly
 its output tokens, all memory and swap space is given back, the counters add up, and the
 event-driven engine writes exactly the tables of the step-by-step one. :func:`build_engine` and
 :func:`check_run` can be used without pytest classes too. Needs pytest and hypothesis.
@@ -35,6 +38,7 @@ from kvbench.memory.allocator import Allocator
 from kvbench.memory.host_pool import HostSwapPool
 from kvbench.metrics.recorder import RunRecord
 from kvbench.sched.preemption import VICTIMS
+from kvbench.sched.queue import BUILT_IN_QUEUES, RequestQueue
 from kvbench.sched.scheduler import Scheduler, SchedulerConfig
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelSpec
@@ -67,8 +71,10 @@ def build_engine(
     victim: str = "newest",
     event_driven: bool = True,
     model: ModelSpec = TINY_MODEL,
+    queue: RequestQueue | None = None,
 ) -> Engine:
-    """An engine over ``allocator`` with the tiny model (or ``model``) on ``hardware``."""
+    """An engine over ``allocator`` with the tiny model (or ``model``) on ``hardware``; ``queue``:
+    the admission queue (first come first served when None)."""
     hardware = hardware or tiny_hardware(allocator.budget_bytes)
     cost = CostModel(model, hardware)
     scheduler = scheduler_class(
@@ -77,6 +83,7 @@ def build_engine(
         policy=policy_class(policy_class.Config(victim=victim)),
         cost=cost,
         host_pool=HostSwapPool(int(hardware.host_swap_bytes)),
+        queue=queue,
     )
     return Engine(scheduler, SimExecutor(cost), event_driven=event_driven)
 
@@ -113,7 +120,7 @@ def check_run(engine: Engine, requests: list[Request], record: RunRecord) -> Non
 
 
 #: a small request: (arrival gap in seconds, prompt, output per branch, branches, beam-search re-fork
-#: probability, which prefix of a pool of three it starts with: 4, 12 or 40 shared tokens)
+#: probability, which prefix of a pool of three it starts with: 4, 12 or 40 shared tokens, priority)
 REQUESTS = st.lists(
     st.tuples(
         st.sampled_from([0.0, 0.0, 0.01, 0.5]),
@@ -122,6 +129,7 @@ REQUESTS = st.lists(
         st.sampled_from([1, 1, 1, 2, 3]),
         st.sampled_from([0.0, 0.0, 0.5]),
         st.integers(0, 2),
+        st.integers(-1, 2),
     ),
     min_size=1,
     max_size=10,
@@ -134,9 +142,10 @@ SHARED_GRANULES = (1, 3, 10)
 
 def make_requests(rows: list[tuple]) -> list[Request]:
     requests, arrival_s = [], 0.0
-    for i, (gap_s, prompt, output, branches, beam, *prefix) in enumerate(rows):
+    for i, (gap_s, prompt, output, branches, beam, *rest) in enumerate(rows):
         arrival_s += gap_s
         hashes = ()
+        prefix, priority = rest[:1], (rest[1] if len(rest) > 1 else 0)
         if prefix:  # chained ids: shared up to the prefix's length, the request's own after
             granules = -(-prompt // HASH_BLOCK_TOKENS)
             hashes = tuple(
@@ -154,6 +163,7 @@ def make_requests(rows: list[tuple]) -> list[Request]:
                 7,
                 hashes,
                 HASH_BLOCK_TOKENS if hashes else 0,
+                priority,
             )
         )
     return requests
@@ -163,6 +173,12 @@ def make_requests(rows: list[tuple]) -> list[Request]:
 ALLOCATORS = {
     "paged": {"block_size_tokens": 8},
     "paged_prefix_caching": {"name": "paged", "block_size_tokens": 8, "prefix_caching": True},
+    "paged_every_block_cached": {
+        "name": "paged",
+        "block_size_tokens": 8,
+        "prefix_caching": True,
+        "cache_generated_blocks": True,
+    },
     "naive": {"s_max_tokens": 72},
     "per_request": {"reserve": "oracle", "placement": "first_fit", "granule_tokens": 8},
 }
@@ -189,7 +205,7 @@ class SchedulingConformance:
     """Tests every scheduler and preemption policy must pass. Override the two class fixtures."""
 
     #: hypothesis examples per allocator (keep the suite fast)
-    max_examples = 25
+    max_examples = 30
 
     @pytest.fixture
     def scheduler_class(self) -> type[Scheduler]:
@@ -201,9 +217,14 @@ class SchedulingConformance:
         """Override: the preemption-policy class under test."""
         raise NotImplementedError("override the policy_class fixture")
 
+    @pytest.fixture
+    def queue_classes(self) -> tuple[type[RequestQueue], ...]:
+        """Override to test a queue plugin: the admission queues each example draws from."""
+        return BUILT_IN_QUEUES
+
     @pytest.mark.parametrize("allocator_name", list(ALLOCATORS))
     def test_heavy_preemption_loses_no_request_and_both_loops_agree(
-        self, scheduler_class, policy_class, allocator_name
+        self, scheduler_class, policy_class, queue_classes, allocator_name
     ):
         @settings(max_examples=self.max_examples, deadline=None)
         @given(
@@ -211,10 +232,23 @@ class SchedulingConformance:
             budget_tokens=st.sampled_from([72, 96, 160]),
             watermark=st.sampled_from([0.0, 0.1]),
             victim=st.sampled_from(sorted(VICTIMS)),
+            queue_class=st.sampled_from(list(queue_classes)),
+            options=st.fixed_dictionaries(
+                {
+                    "watermark_in_blocks": st.booleans(),
+                    "full_prompt_admission": st.booleans(),
+                    "long_prefill_token_threshold": st.sampled_from([0, 0, 8]),
+                    "step_seq_cap": st.booleans(),
+                    "decodes_in_budget": st.booleans(),
+                    "head_only_chunking": st.booleans(),
+                }
+            ),
         )
-        def run(rows, budget_tokens, watermark, victim):
+        def run(rows, budget_tokens, watermark, victim, queue_class, options):
             requests = make_requests(rows)
-            config = scheduler_class.Config(max_num_seqs=8, max_num_batched_tokens=64, watermark_fraction=watermark)
+            config = scheduler_class.Config(
+                max_num_seqs=8, max_num_batched_tokens=64, watermark_fraction=watermark, **options
+            )
             tables = []
             for event_driven in (True, False):
                 engine = build_engine(
@@ -224,6 +258,7 @@ class SchedulingConformance:
                     scheduler_config=config,
                     victim=victim,
                     event_driven=event_driven,
+                    queue=queue_class(),
                 )
                 if not _admissible(engine, requests):
                     return

@@ -41,12 +41,14 @@ class Workload:
     #: when one in flight finishes, so ``arrival_s`` is only the earliest time (see
     #: ``Engine(max_in_flight=...)``); None: open loop, every request arrives at its ``arrival_s``
     max_concurrency: int | None = None
+    #: int64 per request, lower first under ``scheduler.queue=priority``; None: all equal
+    priority: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
         if self.prefix_hashes is not None and len(self.prefix_hashes) != n:
             raise ValueError(f"workload column prefix_hashes has {len(self.prefix_hashes)} rows, expected {n}")
-        for name in ("prompt_tokens", "output_tokens", "s_max_tokens", "num_branches"):
+        for name in ("prompt_tokens", "output_tokens", "s_max_tokens", "num_branches", "priority"):
             column = getattr(self, name)
             if column is not None and len(column) != n:
                 raise ValueError(f"workload column {name} has {len(column)} rows, expected {n}")

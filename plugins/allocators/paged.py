@@ -25,6 +25,10 @@ Prefix caching (``prefix_caching=true``, vLLM's automatic prefix caching, v1's b
   joins the back of an LRU queue (an ``OrderedDict``: O(1) append, removal and pop of the front,
   like v1's ``FreeKVCacheBlockQueue``). A sequence's blocks join it last block first, so a
   prefix's tail is evicted before its head (a head evicted first would strand the rest).
+- ``cache_generated_blocks=true`` (vLLM hashes every full block): a one-sequence request's blocks
+  past its shared prefix get keys of its own (its request id and the block's end), up to its final
+  length, generated tokens included, and ``allocate`` may then reuse up to ``num_tokens - 1``
+  tokens: a request preempted by recompute finds its own blocks again while they stay cached.
 - new blocks come from truly free blocks first, then by evicting the front of the LRU queue
   (its key is dropped). Admission, the watermark and decode projections count both as available.
 - swapping moves every distinct block of the family once, keyed or not (its host copy must be
@@ -68,6 +72,11 @@ class PagedConfig:
     #: keep full prompt blocks across requests and reuse the longest cached prefix (vLLM's
     #: enable_prefix_caching); needs a workload whose requests carry prefix hashes
     prefix_caching: bool = False
+    #: with prefix_caching: key every full block of a one-sequence request, its own prompt tokens
+    #: and its generated ones too, as vLLM hashes every full block; a request preempted by
+    #: recompute then finds its own blocks again while they stay cached (counted as recomputation
+    #: served from the cache, not as prompt hits). Works without prefix hashes in the workload
+    cache_generated_blocks: bool = False
 
     def validate(self) -> None:
         size = self.block_size_tokens
@@ -79,6 +88,12 @@ class PagedConfig:
         )
         require(
             isinstance(self.prefix_caching, bool), "allocator.prefix_caching", self.prefix_caching, "use true or false"
+        )
+        require(
+            isinstance(self.cache_generated_blocks, bool) and (self.prefix_caching or not self.cache_generated_blocks),
+            "allocator.cache_generated_blocks",
+            self.cache_generated_blocks,
+            "use true with allocator.prefix_caching=true, or false",
         )
 
 
@@ -128,8 +143,11 @@ class PagedAllocator(Allocator):
         self.num_cow_copies = 0
         # --- the prefix cache (all empty when prefix_caching is off) ---
         self._caching = bool(self.config.prefix_caching)
+        self._cache_generated = self._caching and bool(self.config.cache_generated_blocks)
         if self._caching:
-            self.capabilities = replace(type(self).capabilities, caches_prefixes=True)
+            self.capabilities = replace(
+                type(self).capabilities, caches_prefixes=True, caches_own_blocks=self._cache_generated
+            )
         self._cached_block_id: dict[BlockKey, int] = {}  # key -> the one block holding it, live or evictable
         self._block_key: dict[int, BlockKey] = {}  # block -> its key
         # blocks with a key that no sequence holds, least recently freed first (evicted from the front)
@@ -230,6 +248,15 @@ class PagedAllocator(Allocator):
         if seq_id in self._pending_keys:
             self._key_full_blocks(seq_id)
         return num_hit_tokens
+
+    def can_allocate(self, shape: SeqShape, keep_free_bytes: int = 0) -> bool:
+        """``allocate``'s own test, changing nothing: the new blocks plus the evictable hits it
+        would take back, and the watermark, within the free and evictable blocks."""
+        num_blocks = self._blocks_for(shape.num_tokens)
+        if self._caching:
+            hits = self._hits(shape)
+            num_blocks += sum(1 for block_id in hits if block_id in self._evictable) - len(hits)
+        return self._can_take(num_blocks, keep_free_bytes)
 
     def refusal_reason(self, shape: SeqShape, keep_free_bytes: int = 0) -> Refusal:
         num_needed = self._blocks_for(shape.num_tokens)
@@ -532,18 +559,41 @@ class PagedAllocator(Allocator):
             },
         )
 
-    # --- internals -------------------------------------------------------------------------------
+    # --- the block pool: what a subclass builds on ---------------------------------------------
+    # Public so that an allocator plugin derived from this one (a different placement, eviction
+    # or sharing rule) takes and counts blocks without reaching into private methods.
 
-    def _blocks_for(self, num_tokens: int) -> int:
+    def blocks_for(self, num_tokens: int) -> int:
+        """Blocks that ``num_tokens`` tokens fill (the last one partly)."""
         return -(-num_tokens // self._block_size_tokens)
 
-    def _num_free_blocks(self) -> int:
+    def num_free_blocks(self) -> int:
         """Blocks an allocation can take: truly free ones and evictable cached ones."""
         return len(self._free_block_ids) + self._num_fresh + len(self._evictable)
 
-    def _can_take(self, num_blocks: int, keep_free_bytes: int) -> bool:
-        num_free_after = self._num_free_blocks() - num_blocks
+    def can_take(self, num_blocks: int, keep_free_bytes: int = 0) -> bool:
+        """Whether ``num_blocks`` can be taken with ``keep_free_bytes`` (the watermark) left free."""
+        num_free_after = self.num_free_blocks() - num_blocks
         return num_free_after >= 0 and num_free_after * self.block_bytes >= keep_free_bytes
+
+    def take_blocks(self, num_blocks: int) -> list[int]:
+        """Take ``num_blocks`` (``can_take`` said they exist): blocks given back first (last in,
+        first out), then never-used ones, then the least recently used cached ones (their keys
+        dropped). The caller puts them in a block table and counts their tokens."""
+        return self._take_blocks(num_blocks)
+
+    def can_readmit_branches(self, prompt_tokens: int, branch_tokens: Sequence[int], keep_free_bytes: int = 0) -> bool:
+        """A fan-out readmitted after its branches emitted tokens: the prompt's full blocks once,
+        then each branch's own blocks plus one for a copy-on-write of the shared partial block."""
+        shared = prompt_tokens // self._block_size_tokens
+        blocks = shared + sum(self.blocks_for(tokens) - shared + 1 for tokens in branch_tokens)
+        return self.unallocated_bytes() - keep_free_bytes >= blocks * self.block_bytes
+
+    # --- internals -------------------------------------------------------------------------------
+
+    _blocks_for = blocks_for
+    _num_free_blocks = num_free_blocks
+    _can_take = can_take
 
     def _take_blocks(self, num_blocks: int) -> list[int]:
         free = self._free_block_ids
@@ -571,24 +621,34 @@ class PagedAllocator(Allocator):
     # --- prefix-cache internals ------------------------------------------------------------------
 
     def _keys_for(self, shape: SeqShape) -> list[BlockKey]:
-        """The prompt's full-block keys, remembered for the last prompt asked about."""
+        """The prompt's full-block keys, remembered for the last prompt asked about; with
+        ``cache_generated_blocks``, then the request's own keys for every later full block up to
+        its final length (never equal to a prefix key: three fields, the request id first)."""
         hashes, granule = shape.prefix_hashes, shape.hash_block_tokens
         prompt = shape.num_tokens if shape.prompt_tokens is None else shape.prompt_tokens
+        own = shape.content_id if self._cache_generated and shape.num_branches == 1 else None
         memo_hashes, memo_granule, memo_prompt, memo_keys = self._keys_memo
-        if hashes is memo_hashes and granule == memo_granule and prompt == memo_prompt:
+        if hashes is memo_hashes and granule == memo_granule and prompt == memo_prompt and own is None:
             return memo_keys
         keys = block_keys(prompt, hashes, granule, self._block_size_tokens)
+        if own is not None:
+            size = self._block_size_tokens
+            ends = range((len(keys) + 1) * size, shape.final_kv_tokens + 1, size)
+            return keys + [(own, end, -1) for end in ends]  # type: ignore[misc]
         self._keys_memo = (hashes, granule, prompt, keys)
         return keys
 
     def _hits(self, shape: SeqShape) -> list[int]:
         """Blocks of the longest cached prefix of ``shape``'s prompt, at most
-        ``min(prompt, num_tokens - 1)`` tokens' worth (one token is always computed)."""
+        ``min(prompt, num_tokens - 1)`` tokens' worth, or ``num_tokens - 1`` with
+        ``cache_generated_blocks`` (one token is always computed)."""
         keys = self._keys_for(shape)
         if not keys:
             return []
         prompt = shape.num_tokens if shape.prompt_tokens is None else shape.prompt_tokens
-        max_blocks = min(prompt, shape.num_tokens - 1) // self._block_size_tokens
+        # one token is always computed (for its logits); without generated keys, only the prompt is keyed
+        served = shape.num_tokens - 1 if self._cache_generated else min(prompt, shape.num_tokens - 1)
+        max_blocks = served // self._block_size_tokens
         cached = self._cached_block_id
         hits = []
         for key in keys[:max_blocks]:

@@ -15,6 +15,7 @@ class ChunkedScheduler(Scheduler):
     long prompt no longer stalls the batch's decodes for its whole prefill."""
 
     name = "chunked"
+    chunks_prompts = True
 
     def __init__(self, config=None, **kwargs) -> None:
         super().__init__(config, **kwargs)
@@ -27,11 +28,11 @@ class ChunkedScheduler(Scheduler):
             f"chunked prefill needs at least scheduler.max_num_seqs={cfg.max_num_seqs}",
         )
 
-    def _schedule(self, plan) -> None:
+    def schedule_step(self, plan) -> None:
         budget = self.config.max_num_batched_tokens
-        budget -= self._run_running(plan, budget)
-        if budget > 0 and not plan.preemptions and self._resume_swapped(plan):
-            self._admit(plan, budget, chunked=True)
+        budget -= self.run_running(plan, budget)
+        if budget > 0 and not plan.preemptions and self.resume_swapped(plan):
+            self.admit(plan, budget, chunked=True)
 
 
 @hookimpl

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvbench import hookimpl
+from kvbench.errors import require
 from kvbench.sched.scheduler import Scheduler
 
 
@@ -12,14 +13,31 @@ class MixedScheduler(Scheduler):
     come back and, if none is left swapped, waiting prompts are admitted first come first served
     within the sequence cap and ``max_num_batched_tokens`` prompt tokens (a longer prompt alone
     still runs). The step's prefills and decodes run together, so a long prompt stalls the
-    batch's decodes for its whole prefill (no chunking)."""
+    batch's decodes for its whole prefill (no chunking).
+
+    With ``decodes_in_budget`` (vLLM V1 with chunked prefill off) the decodes are charged to the
+    same budget first and a prompt is admitted only if it fits what they leave, whole."""
 
     name = "mixed"
 
-    def _schedule(self, plan) -> None:
-        self._run_running(plan)
-        if not plan.preemptions and self._resume_swapped(plan):
-            self._admit(plan, self.config.max_num_batched_tokens)
+    def __init__(self, config=None, **kwargs) -> None:
+        super().__init__(config, **kwargs)
+        cfg = self.config
+        if cfg.decodes_in_budget:  # as vLLM requires: every running sequence's decode must fit the step
+            require(
+                cfg.max_num_batched_tokens >= cfg.max_num_seqs,
+                "scheduler.max_num_batched_tokens",
+                cfg.max_num_batched_tokens,
+                f"decodes_in_budget needs at least scheduler.max_num_seqs={cfg.max_num_seqs}",
+            )
+
+    def schedule_step(self, plan) -> None:
+        budget = self.config.max_num_batched_tokens
+        used = self.run_running(plan)
+        if self.config.decodes_in_budget:
+            budget -= used
+        if not plan.preemptions and self.resume_swapped(plan) and budget > 0:
+            self.admit(plan, budget)
 
 
 @hookimpl

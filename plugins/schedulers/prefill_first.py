@@ -7,21 +7,36 @@ from kvbench.sched.scheduler import Scheduler
 
 
 class PrefillFirstScheduler(Scheduler):
-    """A step prefills whenever a waiting prompt fits (first come first served, within the
+    """A step prefills whenever a waiting prompt fits (from the head of the queue, within the
     sequence cap and ``max_num_batched_tokens`` prompt tokens) and nothing is swapped out; such a
     step only prefills. Otherwise every running sequence decodes, the newest being preempted when
-    one cannot grow, and swapped requests come back if nobody was preempted (vLLM v0's order)."""
+    one cannot grow, and swapped requests come back if nobody was preempted (vLLM v0's order).
+
+    With ``head_only_chunking`` (nano-vllm) a prompt longer than the budget left is chunked if it
+    is the step's first: the prompt still being prefilled goes on first, with the whole budget,
+    and later prompts join a step only if they fit what is left, whole."""
 
     name = "prefill_first"
 
-    def _schedule(self, plan) -> None:
+    def __init__(self, config=None, **kwargs) -> None:
+        super().__init__(config, **kwargs)
+        self.chunks_prompts = self.config.head_only_chunking
+
+    def schedule_step(self, plan) -> None:
+        cfg = self.config
         if not self.swapped:
-            self._admit(plan, self.config.max_num_batched_tokens)
+            budget = cfg.max_num_batched_tokens
+            if cfg.head_only_chunking:
+                budget -= self.continue_prefills(plan, budget)
+                if budget > 0:
+                    self.admit(plan, budget, chunk_head=True)
+            else:
+                self.admit(plan, budget)
             if plan.prefills or plan.samples:
                 return
-        self._run_running(plan)
+        self.run_running(plan)
         if not plan.preemptions:
-            self._resume_swapped(plan)
+            self.resume_swapped(plan)
 
 
 @hookimpl

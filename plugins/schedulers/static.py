@@ -17,12 +17,12 @@ class StaticScheduler(Scheduler):
     name = "static"
     holds_finished = True
 
-    def _schedule(self, plan) -> None:
+    def schedule_step(self, plan) -> None:
         if self.running:
-            self._run_running(plan)
+            self.run_running(plan)
             return
-        if self._resume_swapped(plan):
-            self._admit(plan, None)
+        if self.resume_swapped(plan):
+            self.admit(plan, None)
 
 
 @hookimpl

@@ -5,7 +5,9 @@ Columns (a header row names them; other columns are ignored), under kvbench's na
 - arrival in seconds from the start of the run: ``arrival_s`` or ``arrived_at`` (optional);
 - prompt tokens: ``prompt_tokens`` or ``num_prefill_tokens``;
 - output tokens: ``output_tokens`` or ``num_decode_tokens``;
-- the request's declared S_max in tokens: ``s_max_tokens`` (optional).
+- the request's declared S_max in tokens: ``s_max_tokens`` (optional);
+- the request's priority, a whole number, lower first under ``scheduler.queue=priority``:
+  ``priority`` (optional; 0 for every request without it).
 
 Arrivals. ``arrival: file`` (the default) takes the file's arrival column, which must be sorted
 (kvbench does not reorder a trace behind the user's back); a file without one is an offline batch:
@@ -46,8 +48,11 @@ COLUMNS = {
     "prompt_tokens": ("prompt_tokens", "num_prefill_tokens"),
     "output_tokens": ("output_tokens", "num_decode_tokens"),
     "s_max_tokens": ("s_max_tokens",),
+    "priority": ("priority",),
 }
-OPTIONAL = ("arrival_s", "s_max_tokens")
+OPTIONAL = ("arrival_s", "s_max_tokens", "priority")
+#: a priority fits int32, either sign (vLLM's is a Python int; kvbench's columns are int64)
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 ARRIVALS = ("file", "all_at_once", "poisson")
 S_MAX_POLICIES = ("fixed", "request")
 INT64_MAX = int(np.iinfo(np.int64).max)
@@ -59,6 +64,7 @@ MAX_REQUEST_TOKENS = 2**31 - 1
 #: take "1_000", "+5", " 5", "inf" and Arabic-Indic or full-width digits, none of which a trace
 #: writer means as a plain number
 _INTEGER = re.compile(r"[0-9]+")
+_SIGNED_INTEGER = re.compile(r"-?[0-9]+")
 _DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 
 
@@ -103,6 +109,7 @@ class RequestTable:
     arrival_s: np.ndarray | None
     s_max_tokens: np.ndarray | None
     lines: np.ndarray  #: each row's line in the file, for error messages
+    priority: np.ndarray | None = None
 
 
 def read_requests(
@@ -153,12 +160,14 @@ def read_requests(
     if arrival_s is not None and sorted_arrivals:
         _check_sorted(path, arrival_s, lines, where["arrival_s"])
     s_max = np.array(values["s_max_tokens"], dtype=np.int64) if "s_max_tokens" in values else None
+    priority = np.array(values["priority"], dtype=np.int64) if "priority" in values else None
     return RequestTable(
         np.array(values["prompt_tokens"], dtype=np.int64),
         np.array(values["output_tokens"], dtype=np.int64),
         arrival_s,
         s_max,
         np.array(lines, dtype=np.int64),
+        priority,
     )
 
 
@@ -235,6 +244,14 @@ def parse_cell(path: Path, line: int, row: list[str], index: int, name: str, fie
                 "of the run; times are seconds from the first request: rebase them"
             )
         return value
+    if field == "priority":
+        low, high = PRIORITY_RANGE
+        if not (_SIGNED_INTEGER.fullmatch(text) and len(text) <= 12 and low <= int(text) <= high):
+            raise ConfigError(
+                f"{where}: {name}={shown!r} is not a whole number in [{low}, {high}] written in plain "
+                "digits (lower runs first); fix the row"
+            )
+        return int(text)
     count = parse_tokens(text)
     if count is None:
         raise ConfigError(
@@ -312,6 +329,7 @@ class RequestCsvWorkload(WorkloadSource):
             prompt_tokens=self.table.prompt_tokens.copy(),
             output_tokens=self.table.output_tokens.copy(),
             s_max_tokens=self.s_max_tokens.copy(),
+            priority=None if self.table.priority is None else self.table.priority.copy(),
         )
 
 

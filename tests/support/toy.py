@@ -81,6 +81,13 @@ def naive(budget_tokens: int, s_max_tokens: int):
 
 
 def request(
-    request_id: int, prompt: int, output: int, *, arrival_s: float = 0.0, branches: int = 1, s_max: int | None = None
+    request_id: int,
+    prompt: int,
+    output: int,
+    *,
+    arrival_s: float = 0.0,
+    branches: int = 1,
+    s_max: int | None = None,
+    priority: int = 0,
 ) -> Request:
-    return Request(request_id, arrival_s, prompt, s_max or prompt + output, (output,) * branches)
+    return Request(request_id, arrival_s, prompt, s_max or prompt + output, (output,) * branches, priority=priority)

@@ -1,0 +1,109 @@
+"""``kvbench diff-engine``: kvbench's decisions against another engine's own scheduler, step by step
+(:mod:`kvbench.validation.differential`).
+
+    kvbench diff-engine --peer nano_vllm engine=nano_vllm allocator.block_size_tokens=256
+    kvbench diff-engine --peer vllm_v1 engine=vllm_v1 workload=azure_conv workload.num_requests=2000
+
+The overrides are any kvbench run's: the same requests and caps go to both sides. Exit status 0
+when every step is identical, 1 when they diverge (the first divergent step is printed with both
+sides' decisions), 2 for bad input or a peer that is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from rich.table import Table
+
+from kvbench.commands.common import Parser, compose_checked, run_cli
+from kvbench.errors import ConfigError, require
+from kvbench.output.report import wide_console
+from kvbench.validation.differential import DEFAULT_STEP_S, PEERS, describe, difference, run_differential
+
+#: the longest line of one side's decisions printed (the JSON report has them whole)
+_SHOWN_CHARS = 400
+
+
+def _main(argv: list[str]) -> int:
+    parser = Parser(
+        "kvbench diff-engine",
+        "Run kvbench and another engine's own scheduler (vLLM V1, nano-vllm) over the same requests and caps, "
+        "and compare what every step schedules, every preemption and every request's finish step.",
+    )
+    parser.add_argument(
+        "--peer", default=None, help=f"the engine to compare with: {', '.join(PEERS)} (default: engine.name)"
+    )
+    parser.add_argument("--step-ms", type=float, default=DEFAULT_STEP_S * 1e3, help="every step's length on both sides")
+    parser.add_argument(
+        "--json", default=None, metavar="FILE", help="also write the comparison, both sides' steps included, here"
+    )
+    args, overrides = parser.parse(argv)
+    require(
+        math.isfinite(args.step_ms) and 1e-3 <= args.step_ms <= 1e6,
+        "--step-ms",
+        args.step_ms,
+        "use a length in [0.001, 1e6] ms",
+    )
+    cfg, _ = compose_checked(overrides)
+    peer = args.peer or str(cfg.engine.name)
+    if peer not in PEERS:
+        raise ConfigError(f"--peer={peer!r}: choose one of {', '.join(PEERS)} (or engine=<one of them>)")
+    if args.json is not None:
+        out = Path(args.json)
+        require(out.parent.is_dir(), "--json", args.json, "its folder does not exist")
+    c = run_differential(cfg, peer, args.step_ms / 1e3)
+    console = wide_console()
+    table = Table(
+        title=f"{c.num_requests} requests, every step {args.step_ms:g} ms on both sides", title_justify="left"
+    )
+    for column in ("side", "steps", "preemptions", "peak blocks", "finished"):
+        table.add_column(column, justify="left" if column == "side" else "right")
+    for side, numbers in c.per_side.items():
+        table.add_row(side, *(f"{numbers[k]:,}" for k in ("steps", "preemptions", "peak_blocks", "finished")))
+    console.print(table)
+    console.print(
+        f"identical steps: {c.num_identical_steps:,} of {max(len(c.kvbench.steps), len(c.peer.steps)):,}; "
+        f"identical finish steps: {c.num_identical_finish_steps:,} of {c.num_requests:,}"
+    )
+    if c.identical:
+        console.print(f"kvbench and {c.peer.engine} made the same decisions at every step")
+    else:
+        d = c.first_divergence
+        console.print(f"first divergent step: {d.step}")
+        console.print(f"  kvbench: {describe(d.kvbench)[:_SHOWN_CHARS]}")
+        console.print(f"  {c.peer.engine}: {describe(d.peer)[:_SHOWN_CHARS]}")
+        console.print("  differing: " + difference(d).replace("\n", "\n             ")[: 4 * _SHOWN_CHARS])
+    if args.json is not None:
+        report = {
+            "peer": c.peer.engine,
+            "identical": c.identical,
+            "first_divergent_step": None if c.identical else c.first_divergence.step,
+            "identical_steps": c.num_identical_steps,
+            "identical_finish_steps": c.num_identical_finish_steps,
+            "requests": c.num_requests,
+            "per_side": c.per_side,
+            "steps": {
+                side.engine: [
+                    {
+                        "scheduled": {str(k): v for k, v in st.scheduled.items()},
+                        "preempted": st.preempted,
+                        "finished": st.finished,
+                    }
+                    for st in side.steps
+                ]
+                for side in (c.kvbench, c.peer)
+            },
+        }
+        Path(args.json).write_text(json.dumps(report) + "\n")
+        console.print(f"wrote {args.json}")
+    return 0 if c.identical else 1
+
+
+def main() -> None:
+    run_cli(_main, "kvbench diff-engine")
+
+
+if __name__ == "__main__":
+    main()

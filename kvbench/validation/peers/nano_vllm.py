@@ -1,0 +1,208 @@
+"""nano-vllm's own scheduler, driven step by step (the vendored copy in ``_nanovllm``; see its README).
+
+No model runs: a fake model returns one token for every scheduled sequence, as nano-vllm's
+ModelRunner.run does (one sampled token per sequence, a partial prefill chunk included), and
+nano-vllm's own ``Scheduler.postprocess`` drops the token of a chunk that leaves the prompt
+unfinished. Each step lasts ``caps.step_s`` on the same clock as kvbench's engine.
+
+What nano-vllm does differently from vLLM (kept, not corrected: the point is to record nano-vllm):
+a step is all prefill or all decode, and a step with any prefill has no decodes; ``max_num_seqs``
+caps each step's batch, not the running set; only the first sequence of a step may be a partial
+prefill chunk; a block is hashed for the prefix cache after the step that fills it, so two
+requests admitted in the same step never share blocks.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from contextlib import contextmanager
+
+from kvbench.validation.peers.types import PeerCaps, PeerRequest, PeerStep, PeerTrace
+
+#: upstream commit the vendored files come from, and the version its pyproject.toml gives there
+UPSTREAM_COMMIT = "bb823b3e06983d71485a8e1f23715ebd87d98ef8"
+UPSTREAM_VERSION = "0.2.0"
+VERSION = f"{UPSTREAM_VERSION} ({UPSTREAM_COMMIT[:7]})"
+
+#: upstream's Config asserts this: the block size its flash-attn paged KV cache takes
+_UPSTREAM_BLOCK_MULTIPLE_TOKENS = 256
+#: never produced: every generated token id is negative and below it (and ignore_eos is set anyway)
+_EOS_TOKEN_ID = -1
+
+
+def unavailable_reason() -> str | None:
+    """None when the vendored scheduler can run here; else one line saying how to install it."""
+    missing = [name for name in ("xxhash", "numpy") if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"nano-vllm's block manager needs {' and '.join(missing)}: pip install {' '.join(missing)}"
+    return None
+
+
+def run(
+    requests: list[PeerRequest],
+    caps: PeerCaps,
+    *,
+    max_steps: int = 1_000_000,
+    allow_any_block_size: bool = False,
+) -> PeerTrace:
+    """Feed ``requests`` to nano-vllm's scheduler on kvbench's clock and record every step.
+
+    ``allow_any_block_size``: upstream nano-vllm refuses a block size that is not a multiple of
+    256 tokens (its Config asserts it); its scheduler and block manager work with any size, so
+    True runs them at ``caps.block_size_tokens`` anyway (decisions nano-vllm itself could not run).
+
+    ``caps.prefix_caching`` False is honoured by turning off the block manager's hashing on this
+    run's instance (no block ever gets a hash, so no lookup ever hits); nano-vllm itself always
+    caches, even a preempted sequence's own blocks when it is admitted again.
+
+    nano-vllm cannot turn chunked prefill off: ``caps.chunked_prefill`` False holds while no step
+    chunks, and the step that would chunk raises ValueError. It has no
+    ``long_prefill_token_threshold``: one below ``max_num_batched_tokens`` raises ValueError.
+    ``caps.num_blocks`` are all usable (nano-vllm has no null block).
+    """
+    reason = unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(reason)
+    _check(requests, caps, allow_any_block_size)
+
+    # imported here, not at the top: the block manager imports xxhash at import time
+    from kvbench.validation.peers._nanovllm.config import Config
+    from kvbench.validation.peers._nanovllm.sampling_params import SamplingParams
+    from kvbench.validation.peers._nanovllm.scheduler import Scheduler
+    from kvbench.validation.peers._nanovllm.sequence import Sequence
+
+    config = Config(
+        max_num_batched_tokens=caps.max_num_batched_tokens,
+        max_num_seqs=caps.max_num_seqs,
+        eos=_EOS_TOKEN_ID,
+        kvcache_block_size=caps.block_size_tokens,
+        num_kvcache_blocks=caps.num_blocks,
+    )
+    with _sequence_block_size(Sequence, caps.block_size_tokens):
+        scheduler = Scheduler(config)
+        if not caps.prefix_caching:
+            scheduler.block_manager.hash_blocks = lambda seq: None
+        preempted: list = []
+        upstream_preempt = scheduler.preempt
+
+        def recording_preempt(seq) -> None:
+            preempted.append(seq)
+            upstream_preempt(seq)
+
+        scheduler.preempt = recording_preempt  # the instance attribute shadows the method schedule() calls
+
+        # the Sequence objects are made before the run, so that a step only adds them
+        seqs = [
+            Sequence(list(r.token_ids), SamplingParams(max_tokens=r.output_tokens, ignore_eos=True)) for r in requests
+        ]
+        request_id_of = {seq.seq_id: r.request_id for seq, r in zip(seqs, requests)}
+        # one token id per request, negative so that no prompt (vocabulary ids are >= 0) contains
+        # it and distinct per request so that two requests' generated blocks never hash alike (a
+        # sampling model's would not either); a constant would let a recomputed request hit blocks
+        # another request generated
+        generated_token_of = {seq.seq_id: _EOS_TOKEN_ID - 1 - i for i, seq in enumerate(seqs)}
+
+        steps: list[PeerStep] = []
+        blocks_used: list[int] = []
+        clock_s, next_arrival, num_finished = 0.0, 0, 0
+        while num_finished < len(seqs):
+            if len(steps) >= max_steps:
+                raise RuntimeError(
+                    f"nano-vllm: {num_finished} of {len(seqs)} requests finished after {max_steps} steps"
+                )
+            # the same clock as kvbench's engine (kvbench/engine.py): jump to the next arrival when
+            # idle, then add every request (in list order) that has arrived by this step boundary
+            if scheduler.is_finished():
+                clock_s = max(clock_s, requests[next_arrival].arrival_s)
+            while next_arrival < len(seqs) and requests[next_arrival].arrival_s <= clock_s:
+                scheduler.add(seqs[next_arrival])
+                next_arrival += 1
+
+            preempted.clear()
+            batch, is_prefill = scheduler.schedule()
+            if is_prefill and not caps.chunked_prefill:
+                _check_no_chunk(batch, request_id_of, len(steps), caps)
+            # postprocess zeroes num_scheduled_tokens: read the chunk lengths first
+            scheduled = {request_id_of[seq.seq_id]: seq.num_scheduled_tokens for seq in batch}
+            step_preempted = [request_id_of[seq.seq_id] for seq in preempted]
+            # ModelRunner.run samples one token for every sequence of the batch
+            scheduler.postprocess(batch, [generated_token_of[seq.seq_id] for seq in batch], is_prefill)
+            finished = [request_id_of[seq.seq_id] for seq in batch if seq.is_finished]
+            num_finished += len(finished)
+            steps.append(PeerStep(scheduled=scheduled, preempted=step_preempted, finished=finished))
+            blocks_used.append(caps.num_blocks - len(scheduler.block_manager.free_block_ids))
+            clock_s += caps.step_s
+
+        # ignore_eos: each request must stop at exactly output_tokens (a raise, not an assert, so
+        # that python -O checks it too)
+        for seq, r in zip(seqs, requests):
+            if not seq.is_finished or seq.num_completion_tokens != r.output_tokens:
+                raise RuntimeError(
+                    f"nano-vllm: request {r.request_id} generated {seq.num_completion_tokens} tokens, {r.output_tokens} asked"
+                )
+    return PeerTrace(engine=f"nano-vllm {VERSION}", steps=steps, blocks_used=blocks_used)
+
+
+def _check(requests: list[PeerRequest], caps: PeerCaps, allow_any_block_size: bool) -> None:
+    """ValueError for what nano-vllm cannot run, or caps it has no way to honour."""
+    # caps.watermark_fraction: nano-vllm keeps none; a kvbench config with one shows as a divergence
+    if caps.policy != "fcfs":
+        raise ValueError(f"nano-vllm schedules first come, first served only: policy {caps.policy!r}")
+    if caps.block_size_tokens < 1 or caps.num_blocks < 1 or caps.max_num_seqs < 1 or caps.max_num_batched_tokens < 1:
+        raise ValueError(f"nano-vllm: every cap must be at least 1: {caps}")
+    if caps.block_size_tokens % _UPSTREAM_BLOCK_MULTIPLE_TOKENS and not allow_any_block_size:
+        raise ValueError(
+            f"nano-vllm takes block sizes that are multiples of {_UPSTREAM_BLOCK_MULTIPLE_TOKENS} tokens only "
+            f"(its Config asserts it), not {caps.block_size_tokens}; pass allow_any_block_size=True to run its "
+            "scheduler at this size anyway"
+        )
+    if caps.block_size_tokens == 1:
+        # can_append/may_append take a block when len(seq) % block_size == 1: never, at size 1
+        raise ValueError("nano-vllm's block manager cannot run 1-token blocks")
+    ids = [r.request_id for r in requests]
+    if len(set(ids)) != len(ids):
+        raise ValueError("nano-vllm: request ids must be unique")
+    for r in requests:
+        if r.prompt_tokens < 1 or r.output_tokens < 1 or len(r.token_ids) != r.prompt_tokens:
+            raise ValueError(
+                f"request {r.request_id}: needs prompt_tokens >= 1 token ids, as many as prompt_tokens, and output_tokens >= 1"
+            )
+        # the most a request holds: its last token is never computed, and a prefill after a
+        # preemption is of the prompt and every token generated so far
+        needed_tokens = r.prompt_tokens + r.output_tokens - 1
+        # nano-vllm would wait for the blocks forever (and then fail an assert in schedule())
+        needed_blocks = -(-needed_tokens // caps.block_size_tokens)
+        if needed_blocks > caps.num_blocks:
+            raise ValueError(f"request {r.request_id} needs {needed_blocks} blocks; nano-vllm has {caps.num_blocks}")
+    # vLLM's long_prefill_token_threshold limits each prefill's chunk; nano-vllm has none, so only
+    # a threshold the token budget already enforces (0: none, or at least the budget) holds
+    if 0 < caps.long_prefill_token_threshold < caps.max_num_batched_tokens:
+        raise ValueError(
+            f"nano-vllm has no long_prefill_token_threshold: {caps.long_prefill_token_threshold} "
+            f"below max_num_batched_tokens ({caps.max_num_batched_tokens}) cannot hold"
+        )
+
+
+def _check_no_chunk(batch: list, request_id_of: dict[int, int], step: int, caps: PeerCaps) -> None:
+    """nano-vllm cannot turn chunking off: it chunks the first prefill of a step whose uncached
+    tokens exceed the token budget. chunked_prefill=False holds exactly while that never happens
+    (a prompt longer than the budget, or a preempted request's prompt and generated tokens)."""
+    for seq in batch:
+        if seq.num_cached_tokens + seq.num_scheduled_tokens < seq.num_tokens:
+            raise ValueError(
+                f"nano-vllm chunked request {request_id_of[seq.seq_id]}'s prefill of "
+                f"{seq.num_tokens - seq.num_cached_tokens} tokens at step {step} (max_num_batched_tokens "
+                f"{caps.max_num_batched_tokens}): chunked_prefill=False cannot hold"
+            )
+
+
+@contextmanager
+def _sequence_block_size(sequence_cls, block_size_tokens: int):
+    """nano-vllm keeps the block size on the Sequence class (LLMEngine sets it from its Config):
+    set it for one run and put it back (so runs in one process are not thread-safe)."""
+    previous = sequence_cls.block_size
+    sequence_cls.block_size = block_size_tokens
+    try:
+        yield
+    finally:
+        sequence_cls.block_size = previous

@@ -1,0 +1,87 @@
+"""The admission queues: their order, where a preempted request goes back, and the plugin seam."""
+
+from __future__ import annotations
+
+import pytest
+from toy import request
+
+from kvbench import hookimpl
+from kvbench.api import build
+from kvbench.core.sequence import SequenceGroup
+from kvbench.errors import ConfigError
+from kvbench.plugins import make_plugin_manager, registry
+from kvbench.sched.queue import FcfsQueue, KeyedQueue, PriorityQueue, ShortestPromptQueue
+
+
+def groups(*requests):
+    return [SequenceGroup(r, r.request_id) for r in requests]
+
+
+def drain(queue) -> list[int]:
+    out = []
+    while queue:
+        out.append(queue.pop().request_id)
+    return out
+
+
+def test_fcfs_keeps_arrival_order_and_puts_a_preempted_request_in_front():
+    a, b, c = groups(request(0, 4, 1), request(1, 4, 1), request(2, 4, 1))
+    queue = FcfsQueue()
+    for g in (a, b):
+        queue.add(g)
+    queue.add_preempted(c)
+    assert queue.peek() is c and len(queue) == 3 and FcfsQueue.fifo
+    assert drain(queue) == [2, 0, 1]
+
+
+def test_priority_is_lowest_value_then_arrival_then_id_and_a_preempted_request_keeps_its_key():
+    rows = [
+        request(0, 4, 1, priority=1),
+        request(1, 4, 1, priority=0, arrival_s=2.0),
+        request(2, 4, 1, priority=0, arrival_s=1.0),
+        request(3, 4, 1, priority=1),
+    ]
+    queue = PriorityQueue()
+    for g in groups(*rows):
+        queue.add(g)
+    assert not PriorityQueue.fifo
+    first = queue.pop()
+    queue.add_preempted(first)  # back at its key, not in front
+    assert drain(queue) == [2, 1, 0, 3]
+
+
+def test_shortest_prompt_counts_the_tokens_left_to_compute():
+    a, b, c = groups(request(0, 30, 1), request(1, 5, 1), request(2, 12, 1))
+    c.seqs[0].num_tokens = 40  # preempted after generating 28 tokens: 40 to compute again
+    queue = ShortestPromptQueue()
+    for g in (a, b, c):
+        queue.add(g)
+    assert drain(queue) == [1, 0, 2]
+
+
+class LongestFirst(KeyedQueue):
+    name = "longest_first"
+
+    def key(self, group):
+        return (-group.request.prompt_tokens, group.request_id)
+
+
+class QueuePlugin:
+    @hookimpl
+    def kvbench_register_queues(self):
+        return [LongestFirst]
+
+
+def test_kvbench_register_queues_adds_an_outside_queue_beside_the_built_ins():
+    pm = make_plugin_manager((QueuePlugin(),))
+    queues = registry("queue", pm)
+    assert {"fcfs", "priority", "shortest_prompt", "longest_first"} <= set(queues)
+    queue = queues["longest_first"]()
+    for g in groups(request(0, 4, 1), request(1, 9, 1)):
+        queue.add(g)
+    assert drain(queue) == [1, 0]
+
+
+def test_an_unknown_queue_is_one_line_naming_the_registered_ones():
+    with pytest.raises(ConfigError, match=r"scheduler.queue='lifo' is not a registered queue; choose one of: fcfs"):
+        build(["scheduler.queue=lifo"])

@@ -1,0 +1,162 @@
+"""kvbench's presets against the engines' own schedulers, step by step (kvbench.validation.differential).
+
+nano-vllm's scheduler is vendored, so its checks always run; vLLM's need its own venv
+(tools/install_vllm_scheduler.sh) and skip elsewhere with the reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvbench.api import compose
+from kvbench.errors import ConfigError
+from kvbench.validation.differential import compare, difference, run_differential
+from kvbench.validation.peers import vllm_v1
+from kvbench.validation.peers.types import PeerStep, PeerTrace
+
+NANO = ["engine=nano_vllm", "allocator.block_size_tokens=256"]
+VLLM = ["engine=vllm_v1"]
+#: the Azure conversation trace's first 2,000 rows (1,857 fit llama2-7b), 20 x faster: contended
+AZURE = ["workload=azure_conv", "workload.num_requests=2000", "workload.rate_scale=20"]
+needs_vllm = pytest.mark.skipif(vllm_v1.unavailable_reason() is not None, reason=str(vllm_v1.unavailable_reason()))
+
+
+def diff(overrides: list[str], peer: str):
+    cfg, _ = compose(overrides)
+    return run_differential(cfg, peer)
+
+
+def numbers(c) -> list[tuple[int, int, int, int]]:
+    return [(n["steps"], n["preemptions"], n["peak_blocks"], n["finished"]) for n in c.per_side.values()]
+
+
+def test_the_nano_vllm_preset_decides_as_nano_vllm_on_the_lecture_workload():
+    c = diff(NANO, "nano_vllm")
+    assert c.identical
+    assert numbers(c) == [(941, 325, 465, 1000)] * 2
+    assert c.num_identical_finish_steps == c.num_requests == 1000
+
+
+def test_the_nano_vllm_preset_decides_as_nano_vllm_on_a_replayed_trace():
+    c = diff(NANO + AZURE, "nano_vllm")
+    assert c.identical
+    assert numbers(c) == [(7437, 441, 465, 1857)] * 2
+
+
+def test_the_nano_vllm_preset_with_every_block_cached_decides_as_nano_vllm():
+    c = diff(NANO + ["allocator=paged_cached", "allocator.cache_generated_blocks=true"], "nano_vllm")
+    assert c.identical
+    assert numbers(c) == [(941, 325, 465, 1000)] * 2
+
+
+def test_kvbench_s_own_defaults_are_not_nano_vllm_and_the_first_divergence_says_where():
+    c = diff(["scheduler=prefill_first", "allocator.block_size_tokens=256"], "nano_vllm")
+    assert not c.identical
+    d = c.first_divergence
+    # kvbench's default keeps 1 % of the budget free when admitting: with memory nearly full it
+    # admits six 512-token prompts where nano-vllm, with no watermark, admits eight
+    assert d.step == 14
+    assert difference(d) == "request 230: kvbench 0, peer 512\nrequest 231: kvbench 0, peer 512"
+
+
+def test_compare_counts_identical_steps_and_finish_steps():
+    a = PeerTrace("a", [PeerStep({0: 4}), PeerStep({0: 1}, finished=[0])], [1, 1])
+    b = PeerTrace("b", [PeerStep({0: 4}), PeerStep({0: 1}), PeerStep({0: 1}, finished=[0])], [1, 1, 2])
+    c = compare(a, b, 1)
+    assert (c.first_divergence.step, c.num_identical_steps, c.num_identical_finish_steps) == (1, 1, 0)
+    assert c.per_side["b"] == {"steps": 3, "preemptions": 0, "peak_blocks": 2, "finished": 1}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["allocator=naive"], "use allocator=paged"),
+        (["workload=synthetic", "workload.num_branches=2", "workload.num_requests=4"], "branches"),
+        (["scheduler.queue=shortest_prompt"], "the peers schedule fcfs or priority"),
+        (NANO + ["allocator.block_size_tokens=16"], "256"),
+    ],
+)
+def test_what_a_peer_cannot_run_is_one_line(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        diff(overrides, "nano_vllm")
+
+
+@needs_vllm
+def test_the_vllm_v1_preset_decides_as_vllm_on_the_lecture_workload():
+    c = diff(VLLM, "vllm_v1")
+    assert c.identical
+    # the 62.5 GB budget holds 7,450 blocks; vLLM's null block leaves 7,449, the peak
+    assert numbers(c) == [(656, 130, 7449, 1000)] * 2
+
+
+@needs_vllm
+def test_the_vllm_v1_preset_decides_as_vllm_on_a_replayed_trace():
+    c = diff(VLLM + AZURE, "vllm_v1")
+    assert c.identical
+    assert numbers(c) == [(5709, 413, 7449, 1857)] * 2
+
+
+@needs_vllm
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["scheduler=mixed", "scheduler.decodes_in_budget=true"], (657, 132, 7449, 1000)),  # chunking off
+        (["scheduler.long_prefill_token_threshold=2048", *AZURE], (5710, 428, 7449, 1857)),
+        # int(0.01 x 7,450) = 74 blocks, the null block counted in the pool, as vLLM counts it
+        (["scheduler.watermark_fraction=0.01"], (657, 77, 7449, 1000)),
+    ],
+)
+def test_the_vllm_v1_options_decide_as_vllm(extra, expected):
+    c = diff(VLLM + extra, "vllm_v1")
+    assert c.identical
+    assert numbers(c) == [expected] * 2
+
+
+@needs_vllm
+def test_the_vllm_v1_preset_with_priorities_decides_as_vllm(tmp_path):
+    # 1,500 requests, Poisson at 40/s, priorities 0-3: the priority queue and vLLM's priority victim
+    # (the largest (priority, arrival) among all running, one already scheduled this step included)
+    rng = np.random.default_rng(1)
+    arrival_s = np.cumsum(rng.exponential(1 / 40, 1500))
+    rows = zip(arrival_s, rng.integers(50, 2001, 1500), rng.integers(10, 601, 1500), rng.integers(0, 4, 1500))
+    path = tmp_path / "priorities.csv"
+    path.write_text(
+        "arrival_s,prompt_tokens,output_tokens,priority\n" + "".join(f"{a:.4f},{p},{o},{q}\n" for a, p, o, q in rows)
+    )
+    workload = ["workload=request_csv", f"workload.path={path}"]
+    c = diff(VLLM + workload + ["scheduler.queue=priority", "preemption.victim=lowest_priority"], "vllm_v1")
+    assert c.identical, difference(c.first_divergence)
+    assert c.per_side["vllm 0.33.0"]["preemptions"] > 0
+    newest = diff(VLLM + workload + ["scheduler.queue=priority"], "vllm_v1")
+    assert not newest.identical  # the newest victim is not vLLM's priority victim
+
+
+@needs_vllm
+def test_a_watermark_in_bytes_is_not_vllm_s():
+    # 0.01 of the bytes is 74.5 blocks' worth, which keeps 75 blocks free where vLLM keeps 74
+    c = diff(VLLM + ["scheduler.watermark_fraction=0.01", "scheduler.watermark_in_blocks=false"], "vllm_v1")
+    assert not c.identical
+
+
+@needs_vllm
+def test_vllm_s_prefix_cache_is_matched_only_with_generated_blocks_cached():
+    cached = VLLM + ["allocator=paged_cached"]
+    c = diff(cached + ["allocator.cache_generated_blocks=true"], "vllm_v1")
+    assert c.identical
+    assert numbers(c) == [(656, 128, 7449, 1000)] * 2  # preempted requests re-hit their own blocks
+    prompt_only = diff(cached, "vllm_v1")
+    assert not prompt_only.identical and prompt_only.first_divergence.step == 128
+
+
+@needs_vllm
+def test_vllm_s_prefix_cache_on_a_trace_with_shared_prefixes():
+    # Mooncake's conversation trace (hash_ids: shared 512-token prefixes), 10x faster
+    trace = [
+        "workload=mooncake_conversation",
+        "model=llama2-7b-32k",
+        "workload.num_requests=400",
+        "workload.rate_scale=10",
+    ]
+    c = diff(VLLM + ["allocator=paged_cached", "allocator.cache_generated_blocks=true", *trace], "vllm_v1")
+    assert c.identical
+    assert numbers(c) == [(12496, 16, 7449, 364)] * 2
