@@ -11,12 +11,12 @@ sides' decisions), 2 for bad input or a peer that is not installed.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from rich.table import Table
 
+from kvbench.atomic import write_json
 from kvbench.commands.common import Parser, compose_checked, run_cli
 from kvbench.errors import ConfigError, require
 from kvbench.output.report import wide_console
@@ -96,7 +96,7 @@ def _main(argv: list[str]) -> int:
                 for side in (c.kvbench, c.peer)
             },
         }
-        Path(args.json).write_text(json.dumps(report) + "\n")
+        write_json(Path(args.json), report)  # written whole: a reader never sees half a file
         console.print(f"wrote {args.json}")
     return 0 if c.identical else 1
 

@@ -35,8 +35,8 @@ PEERS = {
 }
 #: the step length both sides run on (any positive value: arrivals are what it spaces)
 DEFAULT_STEP_S = 0.01
-#: token ids of a request's own prompt positions start here (ids below stay free for shared prefixes)
-_OWN_TOKEN_BASE = 1 << 20
+#: token ids of a request's own prompt positions start here; shared prefixes' ids stay below it
+_OWN_TOKEN_BASE = 1 << 40
 
 
 def peer_module(name: str):
@@ -123,21 +123,27 @@ def prepare(cfg: DictConfig, step_s: float = DEFAULT_STEP_S) -> Setup:
         step_s=step_s,
     )
     label = s.engine.name + (f" {s.engine.version}" if s.engine.version else "")
-    return Setup(requests, [_peer_request(r) for r in requests], caps, cfg, label)
+    return Setup(requests, peer_requests(requests), caps, cfg, label)
 
 
-def _peer_request(r: Request) -> PeerRequest:
-    """The request with token ids: equal where the workload's prefix hashes are equal (one id per
-    granule position), the request's own everywhere else."""
-    ids = []
-    granule = r.hash_block_tokens
-    for position in range(r.prompt_tokens):
-        g = position // granule if granule else None
-        if g is not None and g < len(r.prefix_hashes) and r.prefix_hashes[g] >= 0:
-            ids.append((r.prefix_hashes[g] * 131 + position % granule) % _OWN_TOKEN_BASE)
-        else:
-            ids.append(_OWN_TOKEN_BASE + r.request_id * 7 + position % 7)
-    return PeerRequest(r.request_id, r.prompt_tokens, r.max_output_tokens, r.arrival_s, tuple(ids), r.priority)
+def peer_requests(requests: list[Request]) -> list[PeerRequest]:
+    """The requests with token ids: equal exactly where the workload's prefix hashes are equal
+    (each distinct hash gets its own ids, one per position in its granule), the request's own
+    everywhere else (ids from ``_OWN_TOKEN_BASE`` up, never equal to a shared one)."""
+    index_of: dict[int, int] = {}
+    out = []
+    for r in requests:
+        granule, hashes = r.hash_block_tokens, r.prefix_hashes
+        ids = []
+        for position in range(r.prompt_tokens):
+            g = position // granule if granule else len(hashes)
+            if g < len(hashes):
+                index = index_of.setdefault(hashes[g], len(index_of))
+                ids.append(index * granule + position % granule)
+            else:  # unique to the request: its first own token already differs from everyone's
+                ids.append(_OWN_TOKEN_BASE + r.request_id * 7 + position % 7)
+        out.append(PeerRequest(r.request_id, r.prompt_tokens, r.max_output_tokens, r.arrival_s, tuple(ids), r.priority))
+    return out
 
 
 def run_kvbench(setup: Setup) -> PeerTrace:

@@ -49,6 +49,16 @@ def test_the_nano_vllm_preset_with_every_block_cached_decides_as_nano_vllm():
     assert numbers(c) == [(941, 325, 465, 1000)] * 2
 
 
+def test_nano_vllm_hashes_blocks_after_the_step_which_kvbench_does_not_model():
+    # Mooncake's first two requests share a 512-token prefix and are admitted in one step: kvbench
+    # keys the first one's blocks as they are scheduled, so the second hits them; nano-vllm hashes
+    # them only after the step
+    trace = ["workload=mooncake_conversation", "model=llama2-7b-32k", "workload.num_requests=40"]
+    c = diff(NANO + ["allocator=paged_cached", "allocator.cache_generated_blocks=true", *trace], "nano_vllm")
+    assert c.first_divergence.step == 0
+    assert difference(c.first_divergence) == "request 1: kvbench 6810, peer 7322"
+
+
 def test_kvbench_s_own_defaults_are_not_nano_vllm_and_the_first_divergence_says_where():
     c = diff(["scheduler=prefill_first", "allocator.block_size_tokens=256"], "nano_vllm")
     assert not c.identical
