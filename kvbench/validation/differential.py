@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from omegaconf import DictConfig
 
-from kvbench.api import build
+from kvbench.api import RunSetup, build
 from kvbench.core.request import Request, requests_from_workload
 from kvbench.core.step import StepPlan, StepResult
 from kvbench.engine import Engine
@@ -78,7 +78,8 @@ class Setup:
     requests: list[Request]
     peer_requests: list[PeerRequest]
     caps: PeerCaps
-    cfg: DictConfig
+    #: kvbench's side, built once (a trace source has read its file) and not run yet
+    run: RunSetup
     engine_label: str
 
 
@@ -123,7 +124,7 @@ def prepare(cfg: DictConfig, step_s: float = DEFAULT_STEP_S) -> Setup:
         step_s=step_s,
     )
     label = s.engine.name + (f" {s.engine.version}" if s.engine.version else "")
-    return Setup(requests, peer_requests(requests), caps, cfg, label)
+    return Setup(requests, peer_requests(requests), caps, s, label)
 
 
 def peer_requests(requests: list[Request]) -> list[PeerRequest]:
@@ -148,7 +149,7 @@ def peer_requests(requests: list[Request]) -> list[PeerRequest]:
 
 def run_kvbench(setup: Setup) -> PeerTrace:
     """kvbench's own decisions on the same clock, step by step."""
-    s = build(setup.cfg)
+    s = setup.run
     clock = FixedStepClock(setup.caps.step_s, s.allocator.block_size_tokens * s.allocator.kv_bytes_per_token)
     engine = Engine(s.scheduler, clock, event_driven=False)
     record = engine.run(setup.requests)
@@ -225,6 +226,8 @@ def run_differential(cfg: DictConfig, peer: str, step_s: float = DEFAULT_STEP_S)
         other = module.run(setup.peer_requests, setup.caps)
     except ValueError as exc:  # a cap the peer cannot honour, said by its driver
         raise ConfigError(f"--peer={peer}: {exc}") from None
+    except RuntimeError as exc:  # the peer could not finish this config (it stalled, or hit max_steps)
+        raise ConfigError(f"--peer={peer} could not run this config: {exc}") from None
     return compare(kv, other, len(setup.requests))
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib.util
 from contextlib import contextmanager
 
-from kvbench.validation.peers.types import PeerCaps, PeerRequest, PeerStep, PeerTrace
+from kvbench.validation.peers.types import PeerCaps, PeerRequest, PeerStep, PeerTrace, join_arrivals
 
 #: upstream commit the vendored files come from, and the version its pyproject.toml gives there
 UPSTREAM_COMMIT = "bb823b3e06983d71485a8e1f23715ebd87d98ef8"
@@ -110,13 +110,9 @@ def run(
                 raise RuntimeError(
                     f"nano-vllm: {num_finished} of {len(seqs)} requests finished after {max_steps} steps"
                 )
-            # the same clock as kvbench's engine (kvbench/engine.py): jump to the next arrival when
-            # idle, then add every request (in list order) that has arrived by this step boundary
-            if scheduler.is_finished():
-                clock_s = max(clock_s, requests[next_arrival].arrival_s)
-            while next_arrival < len(seqs) and requests[next_arrival].arrival_s <= clock_s:
-                scheduler.add(seqs[next_arrival])
-                next_arrival += 1
+            next_arrival, clock_s = join_arrivals(
+                requests, next_arrival, clock_s, scheduler.is_finished(), lambda i: scheduler.add(seqs[i])
+            )
 
             preempted.clear()
             batch, is_prefill = scheduler.schedule()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -62,3 +63,17 @@ class PeerTrace:
 
     def num_preemptions(self) -> int:
         return sum(len(step.preempted) for step in self.steps)
+
+
+def join_arrivals(
+    requests: list[PeerRequest], next_arrival: int, clock_s: float, idle: bool, add: Callable[[int], None]
+) -> tuple[int, float]:
+    """kvbench's engine clock (kvbench/engine.py), for a peer's loop: when idle, jump to the next
+    arrival; then ``add(i)`` every request (in list order) that has arrived by this step boundary.
+    Returns the next request to arrive and the clock."""
+    if idle:
+        clock_s = max(clock_s, requests[next_arrival].arrival_s)
+    while next_arrival < len(requests) and requests[next_arrival].arrival_s <= clock_s:
+        add(next_arrival)
+        next_arrival += 1
+    return next_arrival, clock_s

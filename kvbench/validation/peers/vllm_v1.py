@@ -22,7 +22,7 @@ import tempfile
 import warnings
 from contextlib import contextmanager
 
-from kvbench.validation.peers.types import PeerCaps, PeerRequest, PeerStep, PeerTrace
+from kvbench.validation.peers.types import PeerCaps, PeerRequest, PeerStep, PeerTrace, join_arrivals
 
 VERSION = "0.33.0"
 ENGINE = f"vllm {VERSION}"
@@ -151,13 +151,10 @@ def run(requests: list[PeerRequest], caps: PeerCaps, *, max_steps: int = 1_000_0
                 raise RuntimeError(
                     f"{ENGINE}: {num_finished} of {len(requests)} requests finished after {max_steps} steps"
                 )
-            # kvbench's engine clock: jump to the next arrival when idle, then add every request
-            # (in list order) that has arrived by this step boundary
-            if scheduler.get_num_unfinished_requests() == 0:
-                clock_s = max(clock_s, requests[next_arrival].arrival_s)
-            while next_arrival < len(requests) and requests[next_arrival].arrival_s <= clock_s:
-                scheduler.add_request(vllm_requests[next_arrival])
-                next_arrival += 1
+            idle = scheduler.get_num_unfinished_requests() == 0
+            next_arrival, clock_s = join_arrivals(
+                requests, next_arrival, clock_s, idle, lambda i: scheduler.add_request(vllm_requests[i])
+            )
 
             preempted_in_order.clear()
             scheduler_output = scheduler.schedule()
