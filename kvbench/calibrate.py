@@ -5,8 +5,14 @@
 
 Each run folder needs its steps table (``steps.parquet`` or ``steps.csv``, written with
 ``output.steps=true``) holding per-step ``measured_s`` (mode=real), and its ``summary.json`` and
-``config.json``. For every row (a step, or a span of ``num_steps`` quiet steps) the model is the
-cost model's (kvbench/exec/costmodel.py) with three kinds of unknowns::
+``config.json``. The summary must say the steps were measured on a GPU (``measured_on``,
+``"cuda: <GPU name>"``, :mod:`kvbench.exec.real.device`): the fitted terms are fractions of the
+hardware config's GPU bandwidth and FLOP/s, and the file is filed under that GPU's name, so a CPU's
+timings (``"cpu: ..."``) are refused, as is a run that predates the field (it cannot say where it
+ran; re-running it costs minutes).
+
+For every row (a step, or a span of ``num_steps`` quiet steps) the model is the cost model's
+(kvbench/exec/costmodel.py) with three kinds of unknowns::
 
     measured_s - decoding * num_steps * weight_bytes / BW - swap_s - copy_s
         = kv_read_bytes / (BW * e_decode[kernel, layout])      # the calibrated KV read
@@ -18,13 +24,16 @@ plan's predicted ``prefill_s`` (priced at the run's ``hardware.prefill_flops_eff
 chunked prefill over cached context is counted as the cost model counts it. Weight reads stay at
 full bandwidth and swaps and copies at their predicted times: the fit never moves them.
 
-Solved by linear least squares in (1/e_decode per (kernel, layout), 1/e_prefill, overhead); one
-file per kernel is written to ``<out>/<hardware>/<kernel>.json`` (``--out``, default
-``results/calibrations``: the layout ``calibration_dir=<out>`` reads), with the fit's provenance
-(command, commit, date) and residuals. The hardware and kernel names come from the runs'
+Solved by linear least squares in (1/e_decode per (kernel, layout), 1/e_prefill, overhead). Each
+fitted term must be what a calibration file may hold (efficiencies in [0.001, 1], overhead in
+[0, 1] s), else the fit is refused, in words, before anything is written. One file per kernel is
+written to ``<out>/<hardware>/<kernel>.json`` (``--out``, default ``results/calibrations``: the
+layout ``calibration_dir=<out>`` reads), with the fit's provenance (command, commit, date, the
+GPU that measured it) and residuals. The hardware and kernel names come from the runs'
 ``summary.json``, so they are checked like config names before they become a path, and the file
-is written only under ``--out``: never into the installed package, never elsewhere. Bad input is
-one line (ConfigError), exit 2; an interrupt one line, exit 130/143.
+is written only under ``--out``, which may not lie inside the installed kvbench package (its own
+``kvbench/calibrations/`` are reviewed files): never elsewhere. Bad input is one line
+(ConfigError), exit 2; an interrupt one line, exit 130/143.
 """
 
 from __future__ import annotations
@@ -35,13 +44,19 @@ from pathlib import Path
 
 import numpy as np
 
-from kvbench.errors import ConfigError
+from kvbench.errors import ConfigError, clip
+from kvbench.specs.calibration import MIN_EFFICIENCY
 from kvbench.specs.names import require_name
 from kvbench.textio import read_json_object
 
 #: where ``kvbench calibrate`` writes unless told (``--out``): a calibration folder of the results area
 DEFAULT_OUT = Path("results") / "calibrations"
 REQUIRED_STEP_COLUMNS = ("measured_s", "num_steps", "num_decode_seqs", "kv_read_bytes", "prefill_s", "swap_s", "copy_s")
+#: torch's device type of the GPUs a hardware config describes (NVIDIA's, and AMD's under ROCm):
+#: the part of a run's ``measured_on`` before the colon that calibrate fits
+GPU_DEVICE_TYPES = ("cuda",)
+#: the most fixed cost per step a calibration file may hold (kvbench/specs/calibration.py)
+MAX_STEP_OVERHEAD_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -56,6 +71,8 @@ class RunData:
     prefill_flops_efficiency: float
     weight_bytes: float
     steps: object  # a pandas.DataFrame
+    #: where the steps were measured: "cuda: <GPU name>" (kvbench.exec.real.device)
+    measured_on: str = ""
 
 
 @dataclass(frozen=True)
@@ -69,6 +86,8 @@ class Fit:
     #: median and p90 of |predicted - measured| / measured over the rows, with the fitted terms
     relative_error_p50: float
     relative_error_p90: float
+    #: the runs' ``measured_on``, each once: recorded in the calibration file's provenance
+    measured_on: tuple[str, ...] = ()
 
 
 def run_folders(folder: Path) -> list[Path]:
@@ -152,13 +171,45 @@ def load_run(folder: Path) -> RunData:
         raise ConfigError(
             f"kvbench calibrate: {folder} is not a complete run folder (summary.json, config.json): {detail}"
         ) from None
+    # after the checks above (a ConfigError inside them is reworded as an incomplete folder)
+    measured_on = _check_measured_on_a_gpu(folder, summary.get("measured_on"), hardware)
     return RunData(
         folder=folder,
         hardware=hardware,
         kernel=kernel,
         layout=layout,
         steps=steps[steps["measured_s"].notna()],
+        measured_on=measured_on,
         **numbers,
+    )
+
+
+def _check_measured_on_a_gpu(folder: Path, measured_on, hardware: str) -> str:
+    """``measured_on`` when it names a GPU; else a one-line ConfigError that says why a fit would
+    mislead and what to run instead. The fitted terms are fractions of the hardware config's GPU
+    bandwidth and FLOP/s, filed under that GPU's name: another machine's times would price every
+    simulated step on that GPU at that machine's speed."""
+    gpu = f"the GPU hardware={hardware} describes (sim runs need no calibration)"
+    instead = f"calibrate from mode=real runs on {gpu}"
+    if measured_on is None:
+        raise ConfigError(
+            f"kvbench calibrate: {folder} does not record where its steps were measured (its summary.json has "
+            "no measured_on: a kvbench from before that field wrote it, so its times may be a CPU's); "
+            f"re-run it with this kvbench on {gpu}"
+        )
+    if not isinstance(measured_on, str) or ":" not in measured_on:
+        raise ConfigError(
+            f"kvbench calibrate: {folder / 'summary.json'}: measured_on={clip(repr(measured_on))} is invalid: "
+            f'expected "cuda: <GPU name>"; {instead}'
+        )
+    device_type, _, name = (part.strip() for part in measured_on.partition(":"))
+    if device_type in GPU_DEVICE_TYPES:
+        return measured_on
+    machine = "a CPU" if device_type == "cpu" else f"{device_type!r}, not a CUDA GPU"
+    raise ConfigError(
+        f"kvbench calibrate: {folder} was measured on {machine} ({clip(name, 100) or 'unnamed'}), while its "
+        f"config prices hardware={hardware}: a fit would file these timings as {hardware}'s and price every "
+        f"simulated step at this machine's speed; {instead}"
     )
 
 
@@ -211,25 +262,85 @@ def fit(runs: list[RunData]) -> Fit:
     solution, *_ = np.linalg.lstsq(design, y, rcond=None)
     x = np.zeros(a.shape[1])
     x[used] = solution / scale[used]
+    (name,) = hardware
+    # what a fit that explains nothing means, and what would give one that does
+    instead = (
+        f"these times were not measured on the GPU hardware={name} describes, or are too few, too short or too "
+        "noisy to fit; calibrate from mode=real runs on that GPU whose batches and contexts make each part "
+        "a measurable share of a step"
+    )
     decode = {}
     for i, g in enumerate(groups):
         if x[i] <= 0:
             raise ConfigError(
-                f"kvbench calibrate: kernel={g[0]} layout={g[1]}: the fit gives KV reads no time "
-                f"(1/efficiency={x[i]:.3g}): the measured times do not grow with KV read"
+                f"kvbench calibrate: kernel={g[0]} layout={g[1]}: the measured step times do not grow with the "
+                f"KV bytes the steps read (the best fit gives reading KV a cost of zero or less, "
+                f"1/efficiency={x[i]:.3g}), so there is no decode efficiency to fit: {instead}"
             )
         decode[g] = 1.0 / x[i]
     prefill = None
     if used[-2]:
         if x[-2] <= 0:
-            raise ConfigError(f"kvbench calibrate: the fit gives prefill no time (1/efficiency={x[-2]:.3g})")
+            raise ConfigError(
+                "kvbench calibrate: the measured step times do not grow with the prefill FLOPs (the best fit gives "
+                f"prefill a cost of zero or less, 1/efficiency={x[-2]:.3g}), so there is no prefill efficiency to "
+                f"fit: {instead}"
+            )
         prefill = 1.0 / x[-2]
     truth = np.concatenate([r.steps["measured_s"].to_numpy(float) for r in runs])
     predicted = a @ x + (truth - y)  # the fitted terms plus the fixed ones
     rel = np.abs(predicted - truth) / np.where(truth > 0, truth, np.inf)
-    return Fit(
-        hardware.pop(), decode, prefill, float(x[-1]), len(y), float(np.median(rel)), float(np.quantile(rel, 0.9))
+    result = Fit(
+        name,
+        decode,
+        prefill,
+        float(x[-1]),
+        len(y),
+        float(np.median(rel)),
+        float(np.quantile(rel, 0.9)),
+        tuple(sorted({r.measured_on for r in runs if r.measured_on})),
     )
+    check_fit(result)
+    return result
+
+
+def check_fit(result: Fit) -> None:
+    """A one-line ConfigError, in words, unless every fitted term is what a calibration file may
+    hold (kvbench/specs/calibration.py checks the same bounds when it reads one): called before
+    anything is written, so a refused fit leaves no file and no folder."""
+    hw = result.hardware
+    instead = f"calibrate from mode=real runs on the GPU hardware={hw} describes"
+    for (kernel, layout), e in sorted(result.decode_efficiency.items()):
+        what = f"kvbench calibrate: kernel={kernel} layout={layout}: efficiency[{layout!r}]={e:.3g} is invalid"
+        if not (np.isfinite(e) and e <= 1):
+            raise ConfigError(
+                f"{what}: the steps read KV faster than hardware={hw}'s hbm_bandwidth_bytes_per_s allows (an "
+                f"efficiency above 1): they ran on a faster GPU than {hw}, or that bandwidth is set too low; {instead}"
+            )
+        if e < MIN_EFFICIENCY:
+            raise ConfigError(
+                f"{what}: the steps read KV at under {MIN_EFFICIENCY:.1%} of {hw}'s HBM bandwidth, far slower than "
+                f"any GPU kernel: these are not {hw}'s timings (another machine, or a failed measurement); {instead}"
+            )
+    e = result.prefill_flops_efficiency
+    if e is not None and not (np.isfinite(e) and MIN_EFFICIENCY <= e <= 1):
+        speed = (
+            f"at under {MIN_EFFICIENCY:.1%} of {hw}'s dense_flops_per_s"
+            if e < MIN_EFFICIENCY
+            else f"faster than {hw}'s dense_flops_per_s allows (an efficiency above 1)"
+        )
+        raise ConfigError(
+            f"kvbench calibrate: prefill_flops_efficiency={e:.3g} is invalid: the steps ran prefill {speed}: these "
+            f"are not {hw}'s timings, or its FLOP/s is set wrong; {instead}"
+        )
+    overhead_s = result.step_overhead_s
+    if not (np.isfinite(overhead_s) and 0 <= overhead_s <= MAX_STEP_OVERHEAD_S):
+        size = "less than nothing" if overhead_s < 0 else f"over {MAX_STEP_OVERHEAD_S:g} s"
+        raise ConfigError(
+            f"kvbench calibrate: step_overhead_s={overhead_s:.3g} is invalid: the fit gives each step a fixed cost "
+            f"of {size}, so KV reads, prefill FLOPs and a fixed cost per step do not explain these times "
+            f"(too few or too noisy steps, or not {hw}'s); {instead}"
+        )
 
 
 def write_fit(result: Fit, out_dir: Path, command: str) -> list[Path]:
@@ -238,8 +349,12 @@ def write_fit(result: Fit, out_dir: Path, command: str) -> list[Path]:
     from kvbench.provenance import kvbench_commit
     from kvbench.specs.calibration import write_calibration
 
+    check_fit(result)  # every term, before the first folder is made
     root = Path(out_dir).resolve()
+    _check_outside_the_package(out_dir, root)
     provenance = {"command": command, "commit": kvbench_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S %z")}
+    if result.measured_on:
+        provenance["measured_on"] = "; ".join(result.measured_on)
     fitted = {"step_overhead_s": result.step_overhead_s}
     if result.prefill_flops_efficiency is not None:
         fitted["prefill_flops_efficiency"] = result.prefill_flops_efficiency
@@ -266,3 +381,16 @@ def write_fit(result: Fit, out_dir: Path, command: str) -> list[Path]:
         )
         written.append(path)
     return written
+
+
+def _check_outside_the_package(out_dir: Path, root: Path) -> None:
+    """Refuse an ``--out`` inside the installed kvbench package: its ``calibrations/`` are the
+    reviewed files every run reads by default; a fit goes to a results folder, read with
+    ``calibration_dir=<out>``, and is copied into the package by hand when chosen (docs/gpu.md)."""
+    package = Path(__file__).resolve().parent
+    if root == package or package in root.parents:
+        raise ConfigError(
+            f"kvbench calibrate: --out {out_dir} is inside the installed kvbench package ({package}): a fit is "
+            f"never written there; write it to a results folder (default {DEFAULT_OUT}) and read it with "
+            "calibration_dir=<out>"
+        )

@@ -1,10 +1,14 @@
-"""Weights & Biases sink: every finished run becomes a W&B run (offline unless asked).
+"""Weights & Biases sink: every finished run becomes a W&B run, when asked for.
 
-``wandb.mode=offline`` (the default) needs no account and makes no network call; it writes under
-the job's results folder (``<run folder>/wandb/offline-run-*``), to sync later with ``wandb sync``,
-and nowhere else: W&B's own cache and data folders (wandb-core's logs, table staging) are pointed
-into the command's folder too, unless WANDB_CACHE_DIR or WANDB_DATA_DIR is set.
-``online`` logs live; ``disabled`` skips W&B.
+W&B is an optional extra (``pip install 'kvbench[wandb]'``) and off by default (``wandb.mode=disabled``):
+a run writes its tables under ``results/`` whether or not it is logged. ``wandb.mode=offline`` needs
+no account and makes no network call; it writes under the job's results folder
+(``<run folder>/wandb/offline-run-*``), and nowhere else: W&B's own cache and data folders
+(wandb-core's logs, table staging) are pointed into the command's folder too, unless
+WANDB_CACHE_DIR or WANDB_DATA_DIR is set. A plain ``wandb sync`` looks in ``./wandb`` and finds none
+of them, so kvbench prints the command that uploads them (:func:`sync_command`). ``online`` logs
+live. Asking for W&B (config or ``WANDB_MODE``) without the package installed is refused before the
+run starts (kvbench.app.config.WandbConfig).
 
 What a team browsing the project sees:
 
@@ -156,6 +160,29 @@ def _keep_inside(directory: Path | None) -> None:
             _SET_BY_KVBENCH.add(name)
 
 
+def sync_command(folder: Path, *, sweep: bool) -> str:
+    """The ``wandb sync`` command that uploads the offline runs kvbench wrote under ``folder``: a
+    run's own, or a sweep's (one per job and the comparison's)."""
+    import shlex
+
+    where = shlex.quote(str(folder))
+    runs = f"{where}/wandb/offline-run-*"
+    return f"wandb sync {where}/*/wandb/offline-run-* {runs}" if sweep else f"wandb sync {runs}"
+
+
+def _say_offline(folder: Path | None, *, sweep: bool) -> None:
+    """One line on stderr: where the offline W&B runs are and how to upload them."""
+    import sys
+
+    if folder is None:
+        return
+    what = "runs of this sweep are" if sweep else "run is"
+    print(
+        f"kvbench: the W&B {what} offline in {folder}; upload with: {sync_command(folder, sweep=sweep)}",
+        file=sys.stderr,
+    )
+
+
 def _init(settings: dict, mode: str, *, directory: Path | None, **kwargs):
     os.environ.setdefault("WANDB_SILENT", "true")
     if mode == "offline":
@@ -174,47 +201,63 @@ def _init(settings: dict, mode: str, *, directory: Path | None, **kwargs):
     )
 
 
+#: the phases of logging one run, for its progress bar: start wandb-core, build the tables, log, finish
+_RUN_PHASES = 4
+
+
 @hookimpl
 def kvbench_run_finished(result) -> None:
     settings = result.config.get("wandb", {})
-    mode = effective_mode(settings.get("mode", "offline"))
+    mode = effective_mode(settings.get("mode", "disabled"))
     if mode == "disabled":
         return
-    import wandb
+    from kvbench.app.progress import progress_bar
 
-    from kvbench.provenance import provenance
+    # W&B takes seconds (wandb-core's start, a table of every request): said on screen, not silent
+    with progress_bar(
+        _RUN_PHASES, f"W&B ({mode}): logging the run", enabled=bool(result.config.get("progress"))
+    ) as advance:
+        import wandb
 
-    s = result.summary
-    sweep_dir = sweep_of(result.out_dir)
-    requests = sampled(result.requests, wandb.Table.MAX_ROWS)
-    notes = None
-    if len(requests) < len(result.requests):
-        notes = (
-            f"requests table: {len(requests)} of {len(result.requests)} rows (every "
-            f"{math.ceil(len(result.requests) / len(requests))}-th row); all in {result.out_dir or 'results/'}/requests.parquet"
+        from kvbench.provenance import provenance
+
+        s = result.summary
+        sweep_dir = sweep_of(result.out_dir)
+        requests = sampled(result.requests, wandb.Table.MAX_ROWS)
+        notes = None
+        if len(requests) < len(result.requests):
+            notes = (
+                f"requests table: {len(requests)} of {len(result.requests)} rows (every "
+                f"{math.ceil(len(result.requests) / len(requests))}-th row); all in {result.out_dir or 'results/'}/requests.parquet"
+            )
+        run = _init(
+            settings,
+            mode,
+            directory=result.out_dir,
+            name=run_name(result, sweep_dir),
+            group=settings.get("group") or (sweep_group(sweep_dir) if sweep_dir is not None else None),
+            job_type="sweep-job" if sweep_dir is not None else "run",
+            notes=notes,
+            config={**result.config, **provenance()},
+            tags=[str(s[key]) for key in ("mode", "hardware", "model") if key in s],
         )
-    run = _init(
-        settings,
-        mode,
-        directory=result.out_dir,
-        name=run_name(result, sweep_dir),
-        group=settings.get("group") or (sweep_group(sweep_dir) if sweep_dir is not None else None),
-        job_type="sweep-job" if sweep_dir is not None else "run",
-        notes=notes,
-        config={**result.config, **provenance()},
-        tags=[str(s[key]) for key in ("mode", "hardware", "model") if key in s],
-    )
-    try:
-        media = {"summary_table": table(result.summary_frame()), "requests": table(requests)}
-        figure = Path(result.out_dir) / "memory.png" if result.out_dir is not None else None
-        if figure is not None and figure.is_file():
-            media["memory"] = wandb.Image(str(figure))
-        # per-step curves stay in results/ (Parquet); the numbers also go to history, for charts
-        run.log({**_loggable(s), **media})
-        run.summary.update(_summary_values(s))
-        run.summary["requests_table_rows"] = len(requests)
-    finally:
-        run.finish()
+        advance(1)
+        try:
+            media = {"summary_table": table(result.summary_frame()), "requests": table(requests)}
+            figure = Path(result.out_dir) / "memory.png" if result.out_dir is not None else None
+            if figure is not None and figure.is_file():
+                media["memory"] = wandb.Image(str(figure))
+            advance(1)
+            # per-step curves stay in results/ (Parquet); the numbers also go to history, for charts
+            run.log({**_loggable(s), **media})
+            run.summary.update(_summary_values(s))
+            run.summary["requests_table_rows"] = len(requests)
+            advance(1)
+        finally:
+            run.finish()
+            advance(1)
+    if mode == "offline" and sweep_dir is None:  # a sweep's jobs are said once, when it ends
+        _say_offline(result.out_dir, sweep=False)
 
 
 def _sweep_settings(sweep_dir: Path) -> dict:
@@ -232,7 +275,7 @@ def _sweep_settings(sweep_dir: Path) -> dict:
 def kvbench_sweep_finished(sweep_dir, comparison) -> None:
     sweep_dir = Path(sweep_dir)
     settings = _sweep_settings(sweep_dir)
-    mode = effective_mode(settings.get("mode", "offline"))
+    mode = effective_mode(settings.get("mode", "disabled"))
     if mode == "disabled" or comparison is None or comparison.empty:
         return
     import wandb
@@ -259,3 +302,5 @@ def kvbench_sweep_finished(sweep_dir, comparison) -> None:
         run.summary.update({"num_jobs": len(comparison), "num_failed_jobs": failed})
     finally:
         run.finish()
+    if mode == "offline":
+        _say_offline(sweep_dir, sweep=True)

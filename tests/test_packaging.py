@@ -64,3 +64,20 @@ def test_every_package_of_the_source_tree_is_listed_in_pyproject():
         for init in [*ROOT.glob("kvbench/**/__init__.py"), *ROOT.glob("plugins/**/__init__.py")]
     }
     assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+
+
+def test_the_package_imports_from_the_folder_that_holds_a_clone_named_kvbench(tmp_path):
+    """``cd ..; python -c 'from kvbench.api import run'``: the clone's root (a folder named kvbench
+    with a ``plugins/`` package in it) must not shadow the installed package. A wheel install never
+    had the problem; an editable one has it unless it puts a real package on the path (pyproject's
+    ``[tool.distutils.editable_wheel] mode = "strict"``)."""
+    (tmp_path / "kvbench").symlink_to(ROOT, target_is_directory=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "from kvbench.api import run; import kvbench; print(kvbench.__file__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("__init__.py"), "a namespace package (the clone's root) was imported"

@@ -42,9 +42,10 @@ class OutputConfig:
 
 @dataclass
 class WandbConfig:
-    #: offline (default: no account, no network), online (opt in), or disabled; the environment
+    #: disabled (default), offline (no account, no network: runs to upload later with ``wandb sync``)
+    #: or online; W&B is an optional extra (``pip install 'kvbench[wandb]'``). The environment
     #: variable WANDB_MODE, when set, overrides it (see kvbench_plugins.wandb_sink)
-    mode: str = "offline"
+    mode: str = "disabled"
     project: str = "kvbench"
     entity: str | None = None
     #: the W&B group of the runs; null: a sweep's folder (one study), none for a single run. Set it
@@ -58,6 +59,24 @@ class WandbConfig:
         env_mode = os.environ.get("WANDB_MODE")
         ok = env_mode is None or env_mode in WANDB_MODES or env_mode in WANDB_MODE_ALIASES
         require(ok, "WANDB_MODE (environment)", env_mode, f"unset it or {allowed}")
+        if env_mode:
+            mode, asked_by = WANDB_MODE_ALIASES.get(env_mode, env_mode), f"WANDB_MODE={env_mode} (environment)"
+        else:
+            mode, asked_by = self.mode, f"wandb.mode={self.mode}"
+        if mode != "disabled" and not wandb_installed():
+            # asked for and absent: a run that silently logged nothing would lose what was asked for
+            off = "unset WANDB_MODE" if env_mode else "leave wandb.mode at disabled"
+            raise ConfigError(
+                f"{asked_by} logs the run to Weights & Biases, which is not installed: "
+                f"pip install 'kvbench[wandb]', or {off}"
+            )
+
+
+def wandb_installed() -> bool:
+    """Whether the optional ``wandb`` package can be imported (found, not imported: it is slow)."""
+    import importlib.util
+
+    return importlib.util.find_spec("wandb") is not None
 
 
 @dataclass

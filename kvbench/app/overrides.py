@@ -9,9 +9,21 @@ turned into one line here, with the keys or options a user could have meant.
 
 from __future__ import annotations
 
+import ast
+import re
 from collections.abc import Sequence
 
+from kvbench.suggest import did_you_mean
+
 GRAMMAR_URL = "https://hydra.cc/docs/advanced/override_grammar/basic/"
+
+#: a refused choice as kvbench's checks word it (kvbench.errors.require and the plugin lookups):
+#: ``preemption.victim='newst' is invalid: choose one of newest, least_progress, ...``
+_REFUSED_CHOICE = re.compile(
+    r"(?P<key>[^='\"]+)=(?P<value>'[^'\\]*'|\"[^\"\\]*\")(?P<middle>[ :;].*?)(?P<choose>choose one of:? )(?P<choices>.*)"
+)
+#: a choice is a plain name; the list ends at the first character a name cannot hold
+_CHOICE = re.compile(r"[\w.\-/]+")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -49,12 +61,13 @@ def _not_a_key(exc: BaseException, cause: BaseException) -> str | None:
     message = str(exc)
     typed = message.split("use +", 1)[1].split()[0] if "use +" in message else key
     where, _, leaf = str(key).rpartition(".")
-    keys = ", ".join(str(k) for k in parent.keys() if k != "hydra")
+    names = [str(k) for k in parent.keys() if k != "hydra"]
     name = parent.get("name") if where and "name" in parent else None
     place = f"{where} ({name})" if isinstance(name, str) else where or "the top level"
+    guess = did_you_mean(leaf, names, prefix=f"{where}." if where else "")
     return (
-        f"{typed} is not a config key: {leaf!r} is not in {place}; its keys are: {keys} "
-        f"(to add a key on purpose, write +{typed})"
+        f"{typed} is not a config key: {leaf!r} is not in {place}; {guess + ' ' if guess else ''}"
+        f"its keys are: {', '.join(names)} (to add a key on purpose, write +{typed})"
     )
 
 
@@ -70,7 +83,11 @@ def hydra_error_line(exc: BaseException, args: Sequence[str] = ()) -> str:
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options:
         group, _, choice = exc.missing_cfg_file.rpartition("/")
         if group:
-            return f"{group}={choice!r} is not a known {group}; choose one of: {', '.join(sorted(exc.options))}"
+            guess = did_you_mean(choice, sorted(exc.options))
+            return (
+                f"{group}={choice!r} is not a known {group}; {guess + ' ' if guess else ''}"
+                f"choose one of: {', '.join(sorted(exc.options))}"
+            )
     if cause is not None:
         line = _not_a_key(exc, cause)
         if line:
@@ -126,3 +143,33 @@ def bool_override_error(args: Sequence[str]) -> str | None:
         if bad:
             return f"{override.key_or_group}={bad[0]!r} is invalid: use true or false"
     return None
+
+
+def with_suggestion(message: str) -> str:
+    """``message`` with ``did you mean `newest`?`` before its ``choose one of`` list when it refuses
+    a value that is a near miss of one of the choices (``preemption.victim='newst' is invalid: did
+    you mean `newest`? choose one of newest, least_progress, ...``); otherwise unchanged.
+
+    kvbench's checks of choice-valued keys (``wandb.mode``, ``preemption.victim``, a plugin's
+    ``kernel.backend``...) all word a refusal this way, through :func:`kvbench.errors.require`,
+    and are spread over the modules that own the keys: the suggestion is added once, where the
+    line is printed, for every one of them."""
+    match = _REFUSED_CHOICE.fullmatch(message)
+    if match is None or "did you mean" in message:
+        return message
+    choices = []
+    for item in match["choices"].split(", "):
+        name = _CHOICE.match(item)
+        if name is None:
+            break
+        choices.append(name.group())
+        if name.end() < len(item):  # `fcfs; or ...`, `fcfs (the default)`: the list ends here
+            break
+    guess = did_you_mean(ast.literal_eval(match["value"]), choices)
+    if not guess:
+        return message
+    at = match.start("choose")
+    if message[:at].endswith((": ", "; ")):  # a sentence of its own, before the list
+        return f"{message[:at]}{guess} {message[at:]}"
+    at = match.end("value")  # `... is invalid: unset it or choose one of`: beside the value
+    return f"{message[:at]} ({guess}){message[at:]}"

@@ -22,7 +22,7 @@ from kvbench.app.config import (
     plugin_config,
     to_dataclass,
 )
-from kvbench.app.progress import progress_bar
+from kvbench.app.progress import current_job, phase_progress, progress_bar
 from kvbench.core.request import requests_from_workload
 from kvbench.engine import Engine
 from kvbench.errors import ConfigError, require
@@ -31,7 +31,7 @@ from kvbench.exec.profiled import ProfiledCostModel, load_tables
 from kvbench.exec.sim import SimExecutor
 from kvbench.memory.allocator import Allocator
 from kvbench.memory.host_pool import HostSwapPool
-from kvbench.metrics.prefix_bounds import prefix_cache_bounds
+from kvbench.metrics.prefix_bounds import cached_prefix_cache_bounds
 from kvbench.metrics.summary import SloConfig, summarize
 from kvbench.output.results import RunResult
 from kvbench.plugins import lookup, registry
@@ -42,6 +42,10 @@ from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
 from kvbench.specs.profiles import hardware_system
 from kvbench.workload.arrivals import check_arrival_span
+
+#: a subfolder of a sweep's folder, where its jobs keep what they compute once for all of them (the
+#: comparison reads only the numbered job folders)
+BOUNDS_CACHE = ".cache"
 
 
 @dataclass
@@ -206,7 +210,7 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
     real = cfg.mode == "real"
     executor = _real_executor(s, requests, int(cfg.seed)) if real else SimExecutor(s.cost)
     with progress_bar(
-        workload.num_requests, "running" if real else "simulating", enabled=bool(cfg.progress)
+        workload.num_requests, "running" if real else "simulating", enabled=bool(cfg.progress), unit="requests"
     ) as advance:
         # a real step's tokens depend on the previous step's: real mode takes steps one by one
         engine = Engine(
@@ -251,13 +255,24 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
     if real:
         predicted_s, measured_s = zip(*executor.step_times_s) if executor.step_times_s else ((), ())
         summary.update(prediction_error(predicted_s, measured_s))
+        summary["measured_on"] = executor.measured_on  # a CPU's times must never calibrate a GPU
     summary.update(_refusal_summary(record.refusals))
     summary.update(_trace_summary(s.workload_source))
     if not s.allocator.capabilities.contiguous_layout:
         # the prefix-cache ceiling and what the best eviction could do at this budget, offline, for a
-        # block allocator ({} when the workload says nothing of prompt content)
+        # block allocator ({} when the workload says nothing of prompt content); seconds on a long
+        # trace, so a sweep's jobs share them through its folder (the same requests, block size and
+        # capacity give the same bounds whatever else a job sweeps), unless it writes no files
         block_bytes = s.model.kv_bytes_per_token * s.allocator.block_size_tokens
-        summary.update(prefix_cache_bounds(requests, s.allocator.block_size_tokens, s.budget_bytes // block_bytes))
+        job = current_job()
+        bounds = cached_prefix_cache_bounds(
+            requests,
+            s.allocator.block_size_tokens,
+            s.budget_bytes // block_bytes,
+            cache_dir=job.sweep_dir / BOUNDS_CACHE if job is not None and s.output.write else None,
+            progress=phase_progress(bool(cfg.progress)),
+        )
+        summary.update(bounds)
     caps = s.allocator.capabilities
     summary["swap_pool_peak_bytes"] = s.scheduler.host_pool.peak_bytes
     summary["swap_break_even_kv_tokens"] = s.cost.swap_break_even_kv_tokens(

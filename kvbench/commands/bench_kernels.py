@@ -43,6 +43,30 @@ def _hydra_main(node: DictConfig) -> None:
         sys.exit(2)
 
 
+def _no_gpu(args: list[str]) -> str | None:
+    """Why the benchmark cannot run here (no torch, or no CUDA GPU), unless the command only asks
+    for help, a config dump or completion, or for ``dry_run=true`` (tiny shapes on the CPU)."""
+    import importlib.util
+
+    if any(a in ("-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "-sc") for a in args):
+        return None
+    dry = [
+        a.split("=", 1)[1].strip().lower() for a in args if a.split("=", 1)[0].lstrip("+~") == "dry_run" and "=" in a
+    ]
+    if dry and dry[-1] in ("true", "yes", "on", "1"):
+        return None
+    if importlib.util.find_spec("torch") is None:
+        return "kvbench bench-kernels times kernels with torch, which is not installed: pip install 'kvbench[kernels]'"
+    import torch
+
+    if not torch.cuda.is_available():
+        return (
+            "kvbench bench-kernels needs a CUDA GPU (torch sees none); "
+            "dry_run=true runs tiny shapes on CPU to test the output path"
+        )
+    return None
+
+
 def main() -> None:
     """Entry point for ``kvbench bench-kernels`` (``sys.argv[1:]`` holds only Hydra overrides):
     bad overrides and options are one line and exit 2, as for ``kvbench`` itself."""
@@ -64,6 +88,17 @@ def main() -> None:
             error_line("kvbench bench-kernels", unknown.replace("kvbench --help", "kvbench bench-kernels --help")),
             file=sys.stderr,
         )
+        sys.exit(2)
+    refusal = _no_gpu(args)
+    if refusal:  # said before Hydra makes a run folder that would hold nothing but its own files
+        from hydra import compose, initialize_config_module
+
+        try:  # a bad override is the first thing to fix: said before the missing GPU
+            with initialize_config_module("kvbench.conf", version_base="1.3"):
+                compose("bench_kernels", overrides=args)
+        except (HydraException, OmegaConfBaseException) as exc:
+            refusal = hydra_error_line(exc, args)
+        print(error_line("kvbench bench-kernels", refusal), file=sys.stderr)
         sys.exit(2)
     full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing several lines

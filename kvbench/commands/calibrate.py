@@ -1,5 +1,6 @@
 """``kvbench calibrate``: fit the simulator's efficiency terms to real runs' measured steps
-(:mod:`kvbench.calibrate`) and write the calibration files.
+(:mod:`kvbench.calibrate`) and write the calibration files. Runs measured on a CPU are refused in
+one line (a fit would file a CPU's timings under the hardware config's GPU).
 
     kvbench calibrate results/<real run> [more run folders or sweep folders] [--out <folder>]
 """
@@ -18,7 +19,9 @@ def _parse(args_in: list[str]):
     from kvbench.commands.arguments import OneLineParser
 
     parser = OneLineParser(
-        prog="kvbench calibrate", description="Fit the simulator's efficiency terms to real runs' measured step times."
+        prog="kvbench calibrate",
+        description="Fit the simulator's efficiency terms to real runs' step times measured on the GPU "
+        "their hardware config describes (runs measured on a CPU are refused).",
     )
     parser.add_argument("runs", nargs="+", type=Path, help="real run folders (or sweep folders of them)")
     parser.add_argument(
@@ -57,6 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
     except KeyboardInterrupt as exc:
         exit_interrupted(exc, "kvbench calibrate", "no calibration file was half-written")
+    print(f"measured on {'; '.join(result.measured_on) or 'an unrecorded machine'}")
     for (kernel, layout), e in sorted(result.decode_efficiency.items()):
         print(f"{result.hardware} {kernel} [{layout}]: decode efficiency {e:.4f}")
     if result.prefill_flops_efficiency is not None:

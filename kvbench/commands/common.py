@@ -60,7 +60,9 @@ def run_cli(body: Callable[[list[str]], int], prog: str = "kvbench") -> None:
     try:
         status = body(sys.argv[1:])
     except ConfigError as exc:
-        print(error_line(prog, exc), file=sys.stderr)
+        from kvbench.app.overrides import with_suggestion  # a near miss of an allowed value: did you mean
+
+        print(error_line(prog, with_suggestion(str(exc))), file=sys.stderr)
         sys.exit(2)
     except OSError as exc:  # the output folder vanished or the disk filled: nothing is marked complete
         print(

@@ -2,6 +2,9 @@
 
     kvbench compare results/multirun/base results/multirun/head
     kvbench compare base head --tol 'ttft_*=rel:0.05' --tolerances my_tolerances.yaml --all
+    kvbench compare base head --out results/compare     # also write compare.{parquet,csv,png}
+
+It prints and writes nothing unless ``--out DIR`` asks for the files.
 
 Exit status: 0 every metric within tolerance; 1 some metric beyond it; 2 unusable input (a
 missing or non-result folder, an incomplete, damaged or failed job, jobs that do not match, a bad
@@ -23,7 +26,7 @@ from kvbench.compare.diff import FAILING, compare_jobs, unused_patterns
 from kvbench.compare.load import load_side
 from kvbench.compare.match import explain_unmatched, match_jobs
 from kvbench.compare.report import console, print_report, verdict_line
-from kvbench.compare.save import default_out_dir, save
+from kvbench.compare.save import save
 from kvbench.compare.tolerance import SPEC_HELP, default_rules, load_rules, parse_option
 from kvbench.errors import ConfigError, error_line
 
@@ -36,7 +39,8 @@ def build_parser() -> OneLineParser:
         prog=PROG,
         description="Compare two kvbench result folders (a run or a sweep each), job by job and metric by "
         "metric. Jobs are matched by their resolved config (config.json) less progress, output "
-        "and wandb. Exit status: 0 within tolerance, 1 some metric beyond it, 2 unusable input.",
+        "and wandb. It prints a table and writes nothing unless --out DIR. Exit status: 0 within tolerance, 1 some "
+        "metric beyond it, 2 unusable input.",
         epilog=f"Tolerance {SPEC_HELP}. Rules are fnmatch globs over summary columns; the last match wins: "
         "the shipped kvbench/compare/tolerances.yaml, then --tolerances, then each --tol.",
     )
@@ -60,7 +64,8 @@ def build_parser() -> OneLineParser:
         "--out",
         type=Path,
         metavar="DIR",
-        help="folder for compare.{parquet,csv,png} (default: results/compare/<date>/<time>)",
+        help="also write compare.parquet, compare.csv and compare.png into DIR (created if missing; "
+        "default: print only, write nothing)",
     )
     parser.add_argument(
         "--ignore-config",
@@ -81,12 +86,13 @@ def run(argv: list[str]) -> int:
     ignored = IGNORED_KEYS + tuple(key.strip() for key in args.ignore_config)
     if any(not key for key in ignored):
         raise ConfigError("--ignore-config needs a config key, e.g. --ignore-config calibration_dir")
-    out_dir = args.out or default_out_dir()
-    for side, folder in (("BASE", args.base), ("HEAD", args.head)):
-        # its COMPLETE marker would make a sweep folder read as one broken run
-        if out_dir.resolve() == folder.resolve() or folder.resolve() in out_dir.resolve().parents:
-            raise ConfigError(f"--out {out_dir} is inside {side} ({folder}); write the comparison elsewhere")
-    check_writable(out_dir, "--out")  # before any reading: an unwritable folder is one line up front
+    out_dir = args.out
+    if out_dir is not None:
+        for side, folder in (("BASE", args.base), ("HEAD", args.head)):
+            # its COMPLETE marker would make a sweep folder read as one broken run
+            if out_dir.resolve() == folder.resolve() or folder.resolve() in out_dir.resolve().parents:
+                raise ConfigError(f"--out {out_dir} is inside {side} ({folder}); write the comparison elsewhere")
+        check_writable(out_dir, "--out")  # before any reading: an unwritable folder is one line up front
     base, head = load_side(args.base, "base"), load_side(args.head, "head")
     matching = match_jobs(base, head, ignored)
     if not matching.pairs:
@@ -104,9 +110,10 @@ def run(argv: list[str]) -> int:
             Text(f"kvbench compare: warning: {rule.source} pattern {rule.pattern!r} matches no metric", style="yellow")
         )
     print_report(frame, len(matching.pairs), args.all, out)
-    save(frame, out_dir)
-    out.print(f"comparison: {out_dir} (compare.parquet, compare.csv, compare.png)", highlight=False, soft_wrap=True)
-    out.print(verdict_line(frame, len(matching.pairs)), highlight=False, soft_wrap=True)
+    if out_dir is not None:
+        save(frame, out_dir)
+        out.print(f"comparison: {out_dir} (compare.parquet, compare.csv, compare.png)", highlight=False, soft_wrap=True)
+    out.print(verdict_line(frame, len(matching.pairs), out.width), highlight=False, soft_wrap=True)
     return BEYOND if frame["verdict"].isin(FAILING).any() else OK
 
 

@@ -10,12 +10,23 @@ with the command line's overrides applied, footer) and lists only its own groups
 
 from __future__ import annotations
 
+import os
+import signal
 import string
+import sys
 from collections.abc import Sequence
 
 from omegaconf import OmegaConf
 
 HELP_FLAGS = ("--help", "-h")
+
+
+def subcommand_lines(summaries: dict[str, str]) -> str:
+    """The subcommands on ``kvbench --help``, one line each, in a column: the text of the
+    ``${kvbench_subcommands:}`` interpolation in ``hydra.help`` (kvbench.commands.main registers it:
+    Hydra's own rendering of the page gives the same text as kvbench's)."""
+    width = max(map(len, summaries)) + len("kvbench ") + 2
+    return "\n".join(f"  {'kvbench ' + name:<{width}}{summary}" for name, summary in summaries.items())
 
 
 def wants_help(args: Sequence[str]) -> bool:
@@ -44,3 +55,15 @@ def render_help(args: Sequence[str]) -> str:
         HYDRA_CONFIG_GROUPS="(kvbench --hydra-help lists Hydra's own groups)\n",
         CONFIG=OmegaConf.to_yaml(app_config, resolve=False),
     )
+
+
+def print_page(page: str) -> None:
+    """Print the page; a reader that stops early (``kvbench --help | head``) ends the command
+    quietly, with 128 + SIGPIPE as a shell's own commands do, instead of a BrokenPipeError traceback."""
+    try:
+        print(page)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the interpreter flushes stdout again at exit: point it at nothing so that it cannot fail
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(128 + getattr(signal, "SIGPIPE", 13))

@@ -14,6 +14,7 @@ import signal
 import sys
 import warnings
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -27,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from kvbench.app.config import KvbenchConfig
 from kvbench.app.folders import prepare_output
 from kvbench.app.searchpath import register as register_searchpath
+from kvbench.commands.arguments import renamed_slo_flag
 from kvbench.commands.help import wants_help
 from kvbench.commands.signals import handle_sigterm, signal_number
 from kvbench.errors import ConfigError, error_line, visible
@@ -36,18 +38,60 @@ from kvbench.errors import ConfigError, error_line, visible
 
 ConfigStore.instance().store(name="kvbench_schema", node=KvbenchConfig)
 
-#: ``kvbench <subcommand> ...``: the module whose ``main()`` runs it (it reads ``sys.argv[1:]``)
+
+@dataclass(frozen=True)
+class Subcommand:
+    """A ``kvbench <name> ...`` command. Its entry in SUBCOMMANDS is all there is to add: the
+    dispatch, ``kvbench --help``'s list and tab completion all read it."""
+
+    #: the module whose ``main()`` runs it (it reads ``sys.argv[1:]``)
+    module: str
+    #: its one line on ``kvbench --help``
+    summary: str
+    #: the config its ``key=value`` arguments override, for tab completion (None: it takes none,
+    #: and the shell completes file names)
+    config_name: str | None = None
+
+
+#: ``kvbench <subcommand> ...``, in the order ``kvbench --help`` lists them
 SUBCOMMANDS = {
-    "bench-kernels": "kvbench.commands.bench_kernels",
-    "calibrate": "kvbench.commands.calibrate",
-    "compare": "kvbench.commands.compare",
-    "paper": "kvbench.commands.paper",
-    "slo-batch": "kvbench.commands.slo_batch",
-    "slo-search": "kvbench.commands.slo_search",
-    "validate": "kvbench.commands.validate",
-    "profiles": "kvbench.commands.profiles",
-    "diff-engine": "kvbench.commands.diff_engine",
+    "bench-kernels": Subcommand(
+        "kvbench.commands.bench_kernels", "the attention-kernel benchmark (needs a CUDA GPU)", "bench_kernels"
+    ),
+    "calibrate": Subcommand(
+        "kvbench.commands.calibrate", "fit the simulator's efficiencies to real runs' measured steps"
+    ),
+    "compare": Subcommand(
+        "kvbench.commands.compare", "two runs or sweeps, metric by metric, against tolerances (exit 1: a metric moved)"
+    ),
+    "diff-engine": Subcommand(
+        "kvbench.commands.diff_engine",
+        "kvbench's scheduling decisions against another engine's, step by step",
+        "config",
+    ),
+    "paper": Subcommand("kvbench.commands.paper", "regenerate paper/: the lecture's and the vLLM paper's numbers"),
+    "profiles": Subcommand("kvbench.commands.profiles", "the public measured tables kvbench prices runs with, per GPU"),
+    "slo-batch": Subcommand(
+        "kvbench.commands.slo_batch",
+        "the largest decode-only batch meeting slo.tpot_s, beside the memory ceiling",
+        "config",
+    ),
+    "slo-search": Subcommand(
+        "kvbench.commands.slo_search", "the largest arrival rate or batch cap whose runs meet the slo.* SLOs", "config"
+    ),
+    "validate": Subcommand("kvbench.commands.validate", "kvbench's clocks against public measurements of real engines"),
 }
+
+
+def _subcommand_list() -> str:
+    """``kvbench --help``'s list of subcommands (the ``${kvbench_subcommands:}`` in ``hydra.help``)."""
+    from kvbench.commands.help import subcommand_lines
+
+    return subcommand_lines({name: sub.summary for name, sub in SUBCOMMANDS.items()})
+
+
+# resolved only when the help page is rendered, by kvbench or by Hydra itself
+OmegaConf.register_new_resolver("kvbench_subcommands", _subcommand_list, replace=True)
 
 #: Hydra's flag for a sweep; it may stand anywhere on kvbench's command line
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -129,6 +173,7 @@ def _already_complete(out_dir: Path, cfg: DictConfig, label: str) -> bool:
 
 @hydra.main(version_base="1.3", config_path="pkg://kvbench.conf", config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
+    from kvbench.app.progress import phase_progress
     from kvbench.app.run import execute  # after Hydra has parsed: `kvbench --help` stays fast
     from kvbench.output.report import print_summary
     from kvbench.output.results import write_failure, write_run
@@ -142,6 +187,10 @@ def _hydra_main(cfg: DictConfig) -> None:
     def fail(reason: str) -> None:
         if not multirun:
             print(error_line("kvbench", reason), file=sys.stderr)
+            # the folder Hydra made for this run holds only Hydra's files: no result, so no folder
+            from kvbench.app.folders import remove_refused_run
+
+            remove_refused_run(out_dir, OmegaConf.to_container(hc.run, resolve=False)["dir"], hc.output_subdir)
             sys.exit(2)
         # NOTE: a bad job must not stop the sweep: record it, and the final table shows why
         try:
@@ -156,12 +205,20 @@ def _hydra_main(cfg: DictConfig) -> None:
     try:
         result = execute(cfg, dict(hc.runtime.choices))
     except ConfigError as exc:
-        fail(str(exc))
+        from kvbench.app.overrides import with_suggestion
+
+        fail(with_suggestion(str(exc)))  # `preemption.victim='newst'`: did you mean `newest`?
         return
     result.summary["job"] = label
     if cfg.output.write:
         try:
-            write_run(result, out_dir, steps=cfg.output.steps, figures=cfg.output.figures)
+            write_run(
+                result,
+                out_dir,
+                steps=cfg.output.steps,
+                figures=cfg.output.figures,
+                progress=phase_progress(bool(cfg.progress)),
+            )
         except OSError as exc:  # a full disk, a folder removed under the run: nothing is marked complete
             fail(
                 f"could not write the results to {out_dir}: {exc.strerror or exc}; "
@@ -300,14 +357,41 @@ def _raised_within_hydra(exc: BaseException) -> bool:
     return inside
 
 
+def _not_a_subcommand(args: list[str]) -> str | None:
+    """One line for a first argument that is neither a subcommand nor an override (``kvbench
+    compar a b``, ``kvbench slo_batch``): Hydra would call it an override it cannot parse."""
+    from kvbench.suggest import did_you_mean
+
+    first = args[0] if args else ""
+    if not first or first.startswith(("-", "+", "~")) or "=" in first:
+        return None
+    guess = did_you_mean(first, SUBCOMMANDS)
+    return (
+        f"{first!r} is neither a kvbench subcommand nor a key=value override; {guess + ' ' if guess else ''}"
+        f"subcommands: {', '.join(SUBCOMMANDS)} (kvbench --help says what each does)"
+    )
+
+
 def main() -> None:
     """Console entry point."""
     args = sys.argv[1:]
     if args and args[0] in SUBCOMMANDS:
-        module = importlib.import_module(SUBCOMMANDS[args[0]])
+        module = importlib.import_module(SUBCOMMANDS[args[0]].module)
         sys.argv = [f"{sys.argv[0]} {args[0]}", *args[1:]]
         module.main()
         return
+    from kvbench.commands.completion import query_shell
+
+    shell = query_shell(args)
+    if shell is not None:  # a TAB: answered without composing more than the answer needs
+        from kvbench.commands.completion import answer
+
+        print(answer(shell, SUBCOMMANDS))
+        return
+    refused = _not_a_subcommand(args) or renamed_slo_flag(args)
+    if refused:
+        print(error_line("kvbench", refused), file=sys.stderr)
+        sys.exit(2)
     if "--version" in args:  # kvbench's version, not Hydra's
         from kvbench.provenance import version_line
 
@@ -327,14 +411,15 @@ def main() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     register_searchpath()  # plugins' config folders join Hydra's search path
     if wants_help(args):  # Hydra's help page, without its cost of listing Hydra's own groups
-        from kvbench.commands.help import render_help
+        from kvbench.commands.help import print_page, render_help
 
         try:
-            print(render_help(args))
+            page = render_help(args)
         except (HydraException, OmegaConfBaseException) as exc:
             if full_error:
                 raise
             _compose_error(exc, args)
+        print_page(page)
         return
     handle_sigterm()
     from kvbench.app.overrides import bool_override_error
@@ -354,7 +439,9 @@ def main() -> None:
         except KeyboardInterrupt as exc:
             _interrupted(exc)
         except ConfigError as exc:
-            print(error_line("kvbench", exc), file=sys.stderr)
+            from kvbench.app.overrides import with_suggestion
+
+            print(error_line("kvbench", with_suggestion(str(exc))), file=sys.stderr)
             sys.exit(2)
         except (HydraException, OmegaConfBaseException) as exc:
             if full_error:

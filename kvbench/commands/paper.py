@@ -10,6 +10,8 @@ an interrupted run leaves the previous ``paper/`` whole.
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import difflib
 import importlib
 import os
@@ -18,6 +20,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kvbench.commands.common import Parser, run_cli
@@ -69,21 +72,35 @@ def differences(committed: Path, fresh: Path) -> list[str]:
     return lines
 
 
-def _progress_printer():
-    """A rich status line naming the run in progress (on a terminal); None elsewhere."""
-    if not sys.stderr.isatty():
-        return None, None
-    from rich.console import Console
+def expected_runs(out_dir: Path, only: list[str] | None) -> int | None:
+    """How many runs the build takes, for its progress bar: as many as the last build of ``out_dir``
+    made (one row each in its ``data/runs.csv``). None when unknown: no earlier build, or ``--only``
+    (the table does not say which source needed which run)."""
+    if only:
+        return None
+    try:
+        with open(out_dir / "data" / "runs.csv", newline="", encoding="utf-8") as table:
+            rows = sum(1 for _ in csv.reader(table)) - 1  # less the header
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    return rows if rows > 0 else None
 
-    status = Console(stderr=True).status("kvbench paper: starting")
-    status.start()
-    count = [0]
 
-    def show(command: str) -> None:
-        count[0] += 1
-        status.update(f"kvbench paper: run {count[0]}: {command}")
+@contextlib.contextmanager
+def _progress(total: int | None) -> Iterator[Callable[[str], None]]:
+    """Yield ``show(command)``, called before each run: a bar on a terminal (runs done of ``total``,
+    the time left, the command running), nothing elsewhere."""
+    from kvbench.app.progress import progress_bar
 
-    return show, status
+    with progress_bar(total, "kvbench paper", enabled=True, unit="runs") as advance:
+        started = [0]
+
+        def show(command: str) -> None:
+            advance(1 if started[0] else 0, note=command)  # the run before this one is done
+            started[0] += 1
+
+        yield show
+        advance(1 if started[0] else 0)
 
 
 def _body(argv: list[str]) -> int:
@@ -114,12 +131,8 @@ def _body(argv: list[str]) -> int:
 
 
 def _build(args, out_dir: Path, parent: Path, staging: Path, started: float) -> int:
-    show, status = _progress_printer()
-    try:
+    with _progress(expected_runs(out_dir, args.only)) as show:
         sources = generate(staging, args.only, show)
-    finally:
-        if status is not None:
-            status.stop()
     for source in sources:
         print(f"{source.name}: {verdict_line(source.rows)}")
     disagree = [row for s in sources for row in s.rows if row.sim_agrees is False]

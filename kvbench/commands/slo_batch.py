@@ -1,5 +1,11 @@
 """``kvbench slo-batch``: the largest decode-only batch whose TPOT meets an SLO, by the cost
-model's arithmetic (:mod:`kvbench.slo.batch`), beside the memory ceiling of the run's allocator."""
+model's arithmetic (:mod:`kvbench.slo.batch`), beside the memory ceiling of the run's allocator.
+
+    kvbench slo-batch                                      # the lecture's 20 ms, 640-token question
+    kvbench slo-batch slo.tpot_s=0.05 --context-tokens 4096 model=opt-13b hardware=a100-40gb
+
+The SLO is the config key ``slo.tpot_s``, in seconds, as every kvbench command takes it.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from dataclasses import asdict
 from omegaconf import OmegaConf
 from rich.table import Table
 
+from kvbench.commands.arguments import renamed_slo_flag
 from kvbench.commands.common import Parser, compose_checked, resolve_out_dir, run_cli
 from kvbench.errors import ConfigError, require
 from kvbench.output.figures import pyplot
@@ -17,7 +24,8 @@ from kvbench.slo.batch import (
     GB,
     MAX_BATCH,
     MAX_CONTEXT_TOKENS,
-    MAX_TPOT_MS,
+    MAX_TPOT_S,
+    TPOT_SLO_DEFAULT_S,
     BatchAnswer,
     arithmetic,
     batch_table,
@@ -26,16 +34,19 @@ from kvbench.slo.batch import (
     memory_ceiling,
     slo_batch,
 )
-from kvbench.slo.common import write_folder
+from kvbench.slo.common import fmt_seconds, write_folder
 
 
 def _main(argv: list[str]) -> int:
+    renamed = renamed_slo_flag(argv)  # `--tpot-ms 20`, this command's spelling before slo.tpot_s
+    if renamed:
+        raise ConfigError(renamed)
     parser = Parser(
         "kvbench slo-batch",
-        "The largest decode-only batch whose TPOT meets an SLO, by the "
-        "cost model's arithmetic, beside the memory ceiling of the run's allocator.",
+        "The largest decode-only batch whose TPOT meets the SLO slo.tpot_s=<seconds> (default "
+        f"{TPOT_SLO_DEFAULT_S:g}, the lecture's {fmt_seconds(TPOT_SLO_DEFAULT_S)}), by the cost model's arithmetic, "
+        "beside the memory ceiling of the run's allocator.",
     )
-    parser.add_argument("--tpot-ms", type=float, default=20.0, help="the TPOT SLO in ms (default 20)")
     parser.add_argument(
         "--context-tokens",
         type=int,
@@ -52,12 +63,6 @@ def _main(argv: list[str]) -> int:
     args, overrides = parser.parse(argv)
     out_dir = resolve_out_dir(args.out, "batch")
     require(
-        math.isfinite(args.tpot_ms) and 0 < args.tpot_ms <= MAX_TPOT_MS,
-        "--tpot-ms",
-        args.tpot_ms,
-        f"use a positive number of milliseconds, at most {MAX_TPOT_MS:,} (a {MAX_TPOT_MS // 1000:g} s token)",
-    )
-    require(
         1 <= args.context_tokens <= MAX_CONTEXT_TOKENS,
         "--context-tokens",
         args.context_tokens,
@@ -73,8 +78,17 @@ def _main(argv: list[str]) -> int:
     from kvbench.app.run import setup
 
     cfg, choices = compose_checked(overrides)
-    s = setup(cfg)
-    context_tokens, tpot_slo_s = args.context_tokens, args.tpot_ms / 1e3
+    s = setup(cfg)  # checks slo.tpot_s like any run's: a positive number of seconds or null
+    tpot_given = s.slo.tpot_s is not None
+    tpot_slo_s = float(s.slo.tpot_s) if tpot_given else TPOT_SLO_DEFAULT_S
+    require(
+        math.isfinite(tpot_slo_s) and tpot_slo_s <= MAX_TPOT_S,
+        "slo.tpot_s",
+        tpot_slo_s,
+        f"use a positive number of seconds, at most {MAX_TPOT_S:g} (a {MAX_TPOT_S:g} s token is no serving SLO)",
+    )
+    slo_text = fmt_seconds(tpot_slo_s)
+    context_tokens = args.context_tokens
     if s.model.max_positions and context_tokens > s.model.max_positions:
         raise ConfigError(
             f"--context-tokens={context_tokens} is beyond the {s.model.max_positions} positions of "
@@ -109,8 +123,14 @@ def _main(argv: list[str]) -> int:
         f"(--context-tokens; default 640, the lecture's 512 + 128)",
         highlight=False,
     )
+    source = f"slo.tpot_s={tpot_slo_s:g}" if tpot_given else f"slo.tpot_s not set: the lecture's {slo_text}"
+    out.print(f"TPOT SLO {slo_text} ({source})", highlight=False)
+    # a decode-only step has no prefill and no queue: the other SLOs bound nothing here
+    ignored = [f"slo.{key}" for key in ("ttft_s", "e2e_s") if getattr(s.slo, key) is not None]
+    if ignored:
+        out.print(f"{' and '.join(ignored)}: not used (a decode-only batch has only a TPOT)", highlight=False)
     out.print(f"kernel decode efficiency {answer.decode_efficiency:.3f} ({s.efficiency.source})", highlight=False)
-    rich_table = Table(title=f"TPOT versus batch: SLO {args.tpot_ms:g} ms")
+    rich_table = Table(title=f"TPOT versus batch: SLO {slo_text}")
     for header in (
         "B",
         "KV read GB",
@@ -143,14 +163,13 @@ def _main(argv: list[str]) -> int:
     out.print(f"SLO: {arithmetic(answer)}", highlight=False)
     if b_slo == 0:
         out.print(
-            f"     reading the weights alone takes {s.cost.decode_time_s(0) * 1e3:.2f} ms: no batch meets "
-            f"{args.tpot_ms:g} ms",
+            f"     reading the weights alone takes {s.cost.decode_time_s(0) * 1e3:.2f} ms: no batch meets {slo_text}",
             highlight=False,
         )
     else:
         out.print(
             f"     check: TPOT({b_slo}) = {s.cost.decode_time_s(b_slo * context_tokens) * 1e3:.3f} ms <= "
-            f"{args.tpot_ms:g} ms < TPOT({b_slo + 1}) = "
+            f"{slo_text} < TPOT({b_slo + 1}) = "
             f"{s.cost.decode_time_s((b_slo + 1) * context_tokens) * 1e3:.3f} ms",
             highlight=False,
         )
@@ -168,7 +187,7 @@ def _main(argv: list[str]) -> int:
         highlight=False,
     )
 
-    title = f"{what}\nTPOT SLO {args.tpot_ms:g} ms: B = {b_slo} by the SLO, {b_mem} by memory"
+    title = f"{what}\nTPOT SLO {slo_text}: B = {b_slo} by the SLO, {b_mem} by memory"
     # JSON has no NaN: the bytes per sequence of an allocator that holds none is null
     fields = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in asdict(answer).items()}
     document = {

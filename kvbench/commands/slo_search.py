@@ -9,6 +9,7 @@ import pandas as pd
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kvbench.commands.arguments import renamed_slo_flag
 from kvbench.commands.common import Parser, compose_checked, resolve_out_dir, run_cli
 from kvbench.errors import ConfigError, require
 from kvbench.output.figures import pyplot
@@ -31,6 +32,9 @@ from kvbench.slo.search import (
 
 
 def _main(argv: list[str]) -> int:
+    renamed = renamed_slo_flag(argv)  # SLOs are slo.* keys here as in every command, never --flags
+    if renamed:
+        raise ConfigError(renamed)
     parser = Parser(
         "kvbench slo-search",
         "The largest arrival rate or batch cap whose simulated runs meet "

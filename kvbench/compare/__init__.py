@@ -5,8 +5,9 @@ per-metric tolerances.
     match      pair BASE's jobs with HEAD's by resolved config
     tolerance  specs (exact, rel, abs, ratio, ignore) and the glob rules that pick one per metric
     diff       each pair's numeric summary columns -> one verdict per (job, metric)
-    report     the table (at most 100 columns) and the verdict line
+    labels     how a metric reads: the catalogue's words and the unit its values are shown in
+    report     the table (for the console's width) and the verdict line
     figure     compare.png
-    save       the output folder, written atomically
+    save       the --out folder, written atomically (nothing is written without --out)
     cli        the command and its exit status (0 within, 1 beyond, 2 unusable input)
 """

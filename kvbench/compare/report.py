@@ -1,9 +1,16 @@
-"""What a person reads: a table of the metrics that moved (at most 100 columns wide) and one
-verdict line."""
+"""What a person reads: a table of the metrics that moved, laid out for the console's width, and
+one verdict line.
+
+The table has one block per job: the job's label on a line of its own (so that it wraps only where
+the whole table is too narrow for it, at spaces), then one row per metric, named in the catalogue's
+words with the unit its values are shown in (:mod:`kvbench.compare.labels`). The verdict line names
+failing metrics by their summary keys: the names a ``--tol`` rule matches.
+"""
 
 from __future__ import annotations
 
 import math
+import textwrap
 from numbers import Integral
 from typing import Any
 
@@ -14,19 +21,25 @@ from rich.table import Table
 from rich.text import Text
 
 from kvbench.compare.diff import FAILING
+from kvbench.compare.labels import Shown, shown
 from kvbench.compare.tolerance import same_value
+from kvbench.output.report import report_console
 
-#: the widest the table may be: a CI log, a PR comment, a split terminal
-MAX_WIDTH_COLUMNS = 100
+#: the width laid out for when none is known (a direct call, no console): a CI log, a PR comment
+DEFAULT_WIDTH_COLUMNS = 100
 QUIET = ("same", "ignored")  #: verdicts left out of the table unless --all
 STYLES = {"beyond": "bold red", "missing": "bold red", "within": "yellow", "new": "cyan", "ignored": "dim"}
+HEADERS = ("metric", "base", "head", "change", "tolerance", "verdict")
+#: a metric's name is indented under its job's label; its wrapped lines a little further
+INDENT, HANGING = "  ", "    "
+#: the narrowest the metric column gets on a console too narrow for the table: a word or two per line
+MIN_NAME_COLUMNS = 16
 
 
 def console() -> Console:
-    """A console at most 100 columns wide: the terminal's width when narrower."""
-    terminal = Console()
-    width = min(terminal.width, MAX_WIDTH_COLUMNS) if terminal.is_terminal else MAX_WIDTH_COLUMNS
-    return Console(width=width)
+    """The console the comparison prints to: ``COLUMNS`` columns when set, else the terminal's
+    width, else (a pipe, a CI log) the run reports' default width, as every kvbench report."""
+    return report_console()
 
 
 def _value(value: Any, digits: int) -> str:
@@ -49,7 +62,9 @@ def value_pair(base: Any, head: Any) -> tuple[str, str]:
     return tuple(repr(float(v)) if isinstance(v, float) else _value(v, 17) for v in (base, head))
 
 
-def change_text(row: pd.Series) -> str:
+def change_text(row: pd.Series, scale: float = 1.0) -> str:
+    """The relative change; from a zero base (no relative change) the absolute one, in the shown
+    unit (``scale``: stored to shown)."""
     if row["verdict"] in ("new", "missing"):
         return row["verdict"]
     rel, change = row["change_rel"], row["change_abs"]
@@ -58,7 +73,7 @@ def change_text(row: pd.Series) -> str:
     if math.isnan(rel):
         return "n/a"
     if math.isinf(rel):
-        return f"{change:+.4g} from 0"
+        return f"{change * scale:+.4g} from 0"
     # a simulator change can be tiny yet real: keep it visible instead of rounding it to +0.00%
     return f"{rel:+.2%}" if rel == 0 or abs(rel) >= 1e-4 else f"{rel * 100:+.1e}%"
 
@@ -67,50 +82,69 @@ def shown_rows(frame: pd.DataFrame, everything: bool) -> pd.DataFrame:
     return frame if everything else frame[~frame["verdict"].isin(QUIET)]
 
 
-def _name_widths(texts: list[tuple[str, ...]], room: int) -> tuple[int, int]:
-    """Widths of the job and metric columns sharing ``room``: each its longest text if both fit,
-    else the job label gets a third of the room (its overrides wrap at spaces) and the metric the rest."""
-    job_need = max([len("job"), *(len(t[0]) for t in texts)])
-    metric_need = max([len("metric"), *(len(t[1]) for t in texts)])
-    if job_need + metric_need <= room:
-        return job_need, metric_need
-    job = min(job_need, max(12, room // 3))  # at least "allocator=" whole
-    return job, max(len("metric"), room - job)
+def metric_labels(frame: pd.DataFrame) -> dict[str, Shown]:
+    """Each metric's words and shown unit, one per metric for every job (so that its values of
+    every job are in one unit): seconds, not milliseconds, where any job's time is long."""
+    return {
+        metric: shown(metric, tuple(rows["base"]) + tuple(rows["head"]))
+        for metric, rows in frame.groupby("metric", sort=False)
+    }
 
 
-def table(frame: pd.DataFrame, title: str, width: int = MAX_WIDTH_COLUMNS) -> Table:
-    """Job, metric, base, head, change, tolerance, verdict within ``width`` columns; a job's label
-    on its first row only. Labels and metric names fold; numbers never do (a cut number is a wrong
-    number)."""
+def _row_texts(row: pd.Series, how: Shown) -> tuple[str, ...]:
+    """(metric, base, head, change, tolerance, verdict) as printed."""
+    base, head = value_pair(how.value(row["base"]), how.value(row["head"]))
+    label = how.label
+    if base == head and not same_value(row["base"], row["head"]):
+        # two stored values 1 ulp apart can scale to one float: then show them as stored, by key
+        how = Shown(str(row["metric"]))
+        label, (base, head) = how.label, value_pair(row["base"], row["head"])
+    if row["verdict"] == "new":
+        base = "-"
+    elif row["verdict"] == "missing":
+        head = "-"
+    return label, base, head, change_text(row, how.scale), str(row["tolerance"]), str(row["verdict"])
+
+
+def _wrapped(text: str, width: int, first: str = "", rest: str = "") -> str:
+    """``text`` in lines of at most ``width``, broken at spaces (a word longer than a line is cut)."""
+    return "\n".join(
+        textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False) or [first]
+    )
+
+
+def table(frame: pd.DataFrame, title: str, width: int = DEFAULT_WIDTH_COLUMNS) -> Table:
+    """Each job's label, then its metrics: name, base, head, change, tolerance, verdict, within
+    ``width`` columns where it can be. Labels and names wrap at spaces; numbers never do (a cut
+    number is a wrong number)."""
     grid = Table(
         title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True
     )
-    texts = []
-    for _, row in frame.iterrows():
-        base, head = value_pair(row["base"], row["head"])
-        base, head = (
-            ("-", head) if row["verdict"] == "new" else (base, "-") if row["verdict"] == "missing" else (base, head)
-        )
-        texts.append((row["job"], row["metric"], base, head, change_text(row), row["tolerance"], row["verdict"]))
-    headers = ("job", "metric", "base", "head", "change", "tolerance", "verdict")
-    fixed = [max([len(h), *(len(t[i]) for t in texts)]) for i, h in enumerate(headers)][2:]
+    labels = metric_labels(frame)
+    blocks: list[tuple[str, list[tuple[str, ...]]]] = []
+    for job, rows in frame.groupby("job", sort=False):
+        blocks.append((str(job), [_row_texts(row, labels[row["metric"]]) for _, row in rows.iterrows()]))
+    texts = [t for _, rows in blocks for t in rows]
+    fixed = [max([len(h), *(len(t[i]) for t in texts)]) for i, h in enumerate(HEADERS)][1:]
     # 2 characters between neighbouring columns (a blank rule and one collapsed padding), none at the edges
-    job_width, metric_width = _name_widths(texts, width - sum(fixed) - 2 * (len(headers) - 1))
-    grid.add_column("job", overflow="fold", width=job_width)
-    grid.add_column("metric", overflow="fold", width=metric_width)
-    for header, column_width in zip(headers[2:], fixed):
+    room = width - sum(fixed) - 2 * (len(HEADERS) - 1)
+    need = max([len(HEADERS[0]), *(len(INDENT + t[0]) for t in texts), *(len(job) for job, _ in blocks)])
+    name_width = max(min(need, room), MIN_NAME_COLUMNS)
+    grid.add_column(HEADERS[0], no_wrap=True, width=name_width)
+    for header, column_width in zip(HEADERS[1:], fixed):
         grid.add_column(header, justify="left" if header == "verdict" else "right", no_wrap=True, width=column_width)
-    for i, t in enumerate(texts):
-        first = i == 0 or texts[i - 1][0] != t[0]
-        last = i == len(texts) - 1 or texts[i + 1][0] != t[0]
+    for i, (job, rows) in enumerate(blocks):
         # Text, not markup: a label such as workload.s_max_mix=[512,4096] must print as typed
-        cells = [Text(t[0] if first else ""), *map(Text, t[1:-1]), Text(t[-1], style=STYLES.get(t[-1], ""))]
-        grid.add_row(*cells, end_section=last)
+        grid.add_row(Text(_wrapped(job, name_width), style="bold"), *[""] * len(fixed))
+        for j, t in enumerate(rows):
+            cells = [Text(_wrapped(t[0], name_width, INDENT, HANGING)), *map(Text, t[1:-1])]
+            grid.add_row(*cells, Text(t[-1], style=STYLES.get(t[-1], "")), end_section=j == len(rows) - 1)
     return grid
 
 
-def verdict_line(frame: pd.DataFrame, num_jobs: int) -> str:
-    """The last line: OK or FAIL with counts; on failure, as many failing metrics as fit 100 columns."""
+def verdict_line(frame: pd.DataFrame, num_jobs: int, width: int = DEFAULT_WIDTH_COLUMNS) -> str:
+    """The last line: OK or FAIL with counts; on failure, the failing metrics' keys, as many as fit
+    ``width`` columns."""
     failed = frame[frame["verdict"].isin(FAILING)]
     if not len(failed):
         counts = frame["verdict"].value_counts()
@@ -119,10 +153,10 @@ def verdict_line(frame: pd.DataFrame, num_jobs: int) -> str:
     what = "beyond tolerance or missing" if (failed["verdict"] == "missing").any() else "beyond tolerance"
     head = f"kvbench compare: FAIL: {len(failed)} value(s) {what} ({failed['job'].nunique()} of {num_jobs} jobs)"
     metrics = list(dict.fromkeys(failed["metric"]))
-    for shown in range(len(metrics), 0, -1):
-        rest = f" and {len(metrics) - shown} more" if shown < len(metrics) else ""
-        line = f"{head}: {', '.join(metrics[:shown])}{rest}"
-        if len(line) <= MAX_WIDTH_COLUMNS:
+    for count in range(len(metrics), 0, -1):
+        rest = f" and {len(metrics) - count} more" if count < len(metrics) else ""
+        line = f"{head}: {', '.join(metrics[:count])}{rest}"
+        if len(line) <= width:
             return line
     return f"{head}: see the table"
 

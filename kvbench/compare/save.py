@@ -1,9 +1,8 @@
-"""The comparison's folder: compare.parquet (source of truth), compare.csv, compare.png, each
-written atomically, and ``COMPLETE`` last."""
+"""The comparison's folder, written only where ``--out DIR`` asks for it: compare.parquet (source
+of truth), compare.csv, compare.png, each written atomically, and ``COMPLETE`` last."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -15,14 +14,6 @@ from kvbench.atomic import (
     write_frame,
 )
 from kvbench.compare.figure import plot_changes
-
-DEFAULT_ROOT = Path("results") / "compare"
-
-
-def default_out_dir(now: datetime | None = None) -> Path:
-    """``results/compare/<date>/<time with microseconds>``: two comparisons never share a folder."""
-    now = now or datetime.now()
-    return DEFAULT_ROOT / f"{now:%Y-%m-%d}" / f"{now:%H-%M-%S-%f}"
 
 
 def file_frame(frame: pd.DataFrame) -> pd.DataFrame:

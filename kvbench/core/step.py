@@ -86,6 +86,11 @@ class StepPlan:
     num_admitted: int = 0
     #: the memory ledger once the step's allocations are made
     ledger: MemoryLedger | None = None
+    #: blocks two or more sequences share, and the bytes that saves (each shared block's bytes once
+    #: per holder after the first), once the step's allocations are made; constant over a run of
+    #: quiet steps (only forks, copies, prefix hits and frees change them)
+    num_shared_blocks: int = 0
+    shared_bytes_saved: int = 0
     num_running: int = 0  #: sequences holding memory and computing
     num_waiting: int = 0  #: requests waiting for admission
     num_swapped: int = 0  #: requests in host memory

@@ -227,6 +227,18 @@ class Allocator(ABC):
         """How many live sequences hold ``block_id`` (meaningful when ``shares_blocks``)."""
         raise NotImplementedError(f"allocator {self.name!r} does not share blocks")
 
+    def num_shared_blocks(self) -> int:
+        """Blocks held by two or more live sequences now (0 when ``shares_blocks`` is false). Cheap:
+        read once per step."""
+        return 0
+
+    def shared_bytes_saved(self) -> int:
+        """Bytes that sharing saves now: what the live sequences' block tables address beyond the
+        blocks allocated, i.e. each shared block's bytes once per holder after the first. Allocated
+        bytes plus this is the KV the same sequences would hold with nothing shared. Constant over
+        a run of decode-only steps (only forks, copies, hits and frees change it). Cheap."""
+        return 0
+
     def cached_block_ids(self) -> list[int]:
         """Blocks no sequence holds that keep a prefix-cache key, the next to be evicted first
         (``caches_prefixes``; a view for checks)."""

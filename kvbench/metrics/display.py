@@ -8,6 +8,7 @@ run (the numbers a user acts on), and :func:`format_summary`, every key with its
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -130,6 +131,7 @@ def headline_rows(summary: Summary, *, slo_given: bool | None = None) -> list[tu
         *_memory_rows(summary),
         *_prefix_rows(summary),
         *_preemption_rows(summary),
+        *_sharing_rows(summary),
     ]
 
 
@@ -154,6 +156,8 @@ def _request_rows(s: Summary, slo_given: bool | None) -> list[tuple[str, str]]:
                 _joined(s, ("num_trace_rows_read", "num_trace_requests_dropped", "num_trace_requests_clipped"), _count),
             )
         )
+    if isinstance(s.get("measured_on"), str):  # a real run: the machine its step times are of
+        rows.append(("measured on", s["measured_on"]))
     if _get(s, "sim_step_error_median") is not None:
         # a real run: how far the cost model's price of each step was from the measured time
         rows.append(
@@ -162,13 +166,34 @@ def _request_rows(s: Summary, slo_given: bool | None) -> list[tuple[str, str]]:
                 _joined(s, ("sim_step_error_median", "sim_step_error_p90"), _pct),
             )
         )
-    ttft_parts = _joined(s, ("sched_delay_mean_s", "queue_mean_s", "prefill_mean_s"), _ms, " + ")
+    ttft_keys = ("ttft_mean_s", "sched_delay_mean_s", "queue_mean_s", "prefill_mean_s")
+    unit, show = _time_unit(s, ttft_keys)
+    ttft_parts = _joined(s, ttft_keys[1:], show, " + ")
     return rows + [
-        ("TTFT p50 / p99 (ms)", _joined(s, ("ttft_p50_s", "ttft_p99_s"), _ms)),
-        ("  mean = step wait + queueing + prefill (ms)", f"{_ms(_get(s, 'ttft_mean_s'))} = {ttft_parts}"),
-        ("TPOT p50 / p99 (ms)", _joined(s, ("tpot_p50_s", "tpot_p99_s"), _ms)),
-        ("end-to-end p50 / p99 (ms)", _joined(s, ("e2e_p50_s", "e2e_p99_s"), _ms)),
+        _time_row(s, "TTFT p50 / p99", ("ttft_p50_s", "ttft_p99_s")),
+        (f"  mean = step wait + queueing + prefill ({unit})", f"{show(_get(s, 'ttft_mean_s'))} = {ttft_parts}"),
+        _time_row(s, "TPOT p50 / p99", ("tpot_p50_s", "tpot_p99_s")),
+        _time_row(s, "end-to-end p50 / p99", ("e2e_p50_s", "e2e_p99_s")),
     ]
+
+
+#: a row of times (seconds, shown in milliseconds) is shown in seconds where a value reaches this
+#: many seconds: five digits of milliseconds are where a reader starts counting commas
+SECONDS_FROM_S = 10.0
+
+
+def _time_unit(s: Summary, keys: tuple[str, ...]) -> tuple[str, Callable[[float | None], str]]:
+    """The unit a row of times reads best in, and how a value is shown in it: ms, or s where a value
+    of the row reaches :data:`SECONDS_FROM_S` (``3,673.0 s``, not ``3,673,012.0 ms``)."""
+    values = [abs(v) for v in (_get(s, key) for key in keys) if v is not None]
+    if values and max(values) >= SECONDS_FROM_S:
+        return "s", _fixed(1)
+    return "ms", _ms
+
+
+def _time_row(s: Summary, words: str, keys: tuple[str, ...]) -> tuple[str, str]:
+    unit, show = _time_unit(s, keys)
+    return f"{words} ({unit})", _joined(s, keys, show)
 
 
 def _memory_rows(s: Summary) -> list[tuple[str, str]]:
@@ -261,3 +286,15 @@ def _preemption_rows(s: Summary) -> list[tuple[str, str]]:
             ("copy-on-write / fork copies", f"{_count(_get(s, 'num_copies'))} ({format_bytes(_get(s, 'copy_bytes'))})")
         )
     return rows
+
+
+def _sharing_rows(s: Summary) -> list[tuple[str, str]]:
+    """What sharing blocks saved (a fan-out's prompt, prefix-cache hits); none when nothing was shared."""
+    if not _get(s, "peak_shared_blocks"):
+        return []
+    held, unshared, saving = (_get(s, k) for k in ("peak_allocated_bytes", "peak_unshared_bytes", "sharing_saving"))
+    said = "n/a" if saving is None else f"{saving:,.2f}x less"
+    return [
+        ("blocks shared by 2+ sequences (peak)", _count(_get(s, "peak_shared_blocks"))),
+        ("KV held / without sharing (peak)", f"{format_bytes(held)} / {format_bytes(unshared)} ({said})"),
+    ]

@@ -8,7 +8,8 @@ columns are means over its steps weighted by step time (so time-weighted means o
 exact), ``duration_s`` and the other amounts are totals, and counts of what is running are
 constant by construction. A one-step row holds that step's exact ledger; ``token_bytes_max`` and
 ``allocated_bytes_max`` (token + reserved future + internal) are the largest over the row's steps,
-so peaks stay exact too.
+so peaks stay exact too, and so is ``unshared_bytes_max``: what the same sequences would hold with
+no block shared (allocated bytes plus what sharing saves, which quiet steps never change).
 
 Columns are kept as Python lists (one per column), not as a list of row tuples, and become a
 DataFrame once at the end.
@@ -58,6 +59,8 @@ STEP_COLUMNS: tuple[str, ...] = (
     *LEDGER_FIELDS,
     "token_bytes_max",
     "allocated_bytes_max",
+    "num_shared_blocks",
+    "unshared_bytes_max",
 )
 #: step-table columns of a real run only (``StepResult.predicted_s`` set): the measured time
 #: (``duration_s`` again, named for what it is) and the cost model's time for the same plan
@@ -146,6 +149,8 @@ class Recorder:
             allocated_max = max(allocated_max, int(allocated.max()))
         row["token_bytes_max"] = max(row["token_bytes_max"], token_max)
         row["allocated_bytes_max"] = max(row["allocated_bytes_max"], allocated_max)
+        row["num_shared_blocks"] = max(row["num_shared_blocks"], plan.num_shared_blocks)
+        row["unshared_bytes_max"] = max(row["unshared_bytes_max"], allocated_max + plan.shared_bytes_saved)
 
     def _add_ledgers(self, plan: StepPlan, durations) -> None:
         """Add the plan's steps to the open span's sums of ledger value x step time, in step order."""
@@ -238,6 +243,8 @@ class Recorder:
             "num_recomputed_tokens": sum(c.num_recomputed_tokens for c in prefills) if prefills else 0,
             "token_bytes_max": led.token_bytes,
             "allocated_bytes_max": led.allocated_bytes,
+            "num_shared_blocks": plan.num_shared_blocks,
+            "unshared_bytes_max": led.allocated_bytes + plan.shared_bytes_saved,
             "signature": plan.signature,
         }
         for name in LEDGER_FIELDS:

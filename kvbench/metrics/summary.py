@@ -274,4 +274,10 @@ def _step_summary(steps: pd.DataFrame, budget_bytes: int, kv_bytes_per_token: in
     # the most KV held at any step: token states, and everything allocated to sequences
     out["peak_token_bytes"] = int(_col(steps, "token_bytes_max", np.int64).max()) if len(steps) else 0
     out["peak_allocated_bytes"] = int(_col(steps, "allocated_bytes_max", np.int64).max()) if len(steps) else 0
+    # sharing (copy-on-write fan-out, prefix-cache hits): what the same sequences would hold with
+    # no block shared, at its peak, and how many times the allocated peak that is
+    out["peak_shared_blocks"] = int(_col(steps, "num_shared_blocks", np.int64).max()) if len(steps) else 0
+    out["peak_unshared_bytes"] = int(_col(steps, "unshared_bytes_max", np.int64).max()) if len(steps) else 0
+    peak_allocated_bytes = out["peak_allocated_bytes"]
+    out["sharing_saving"] = out["peak_unshared_bytes"] / peak_allocated_bytes if peak_allocated_bytes else math.nan
     return out

@@ -24,7 +24,7 @@ from kvbench.atomic import write_frame
 from kvbench.errors import ConfigError
 from kvbench.metrics.catalogue import SETTINGS as CATALOGUE_SETTINGS
 from kvbench.metrics.catalogue import metric
-from kvbench.metrics.display import METRIC_DEFINITIONS, format_bytes, headline_rows
+from kvbench.metrics.display import METRIC_DEFINITIONS, SECONDS_FROM_S, format_bytes, headline_rows
 from kvbench.output.results import SUMMARY_JSON, read_job
 from kvbench.output.sweep_info import job_overrides, swept_keys, swept_values
 from kvbench.textio import read_json_object
@@ -88,17 +88,33 @@ class Column:
         value = shown if self.unit in (None, "count") else f"{shown} {self.unit}"
         return (self.phrase or self.name.replace("\n", " ") + " {}").format(value)
 
+    def for_values(self, values: pd.Series) -> Column:
+        """This column as it shows ``values``: a time column in milliseconds whose values reach
+        :data:`SECONDS_FROM_S` is shown in seconds instead (``3,673 s``, not ``3,673,012 ms``)."""
+        if self.fmt != "ms" or _largest(values) < SECONDS_FROM_S:
+            return self
+        return Column(self.key, self.name, "s", "s", self.phrase)
+
     def formatter(self, values: pd.Series) -> Callable[[object], str]:
         fmt = {"int": "{:,d}", "text": "{}"}.get(self.fmt, self.fmt)
         if fmt == "ms":
-            numbers = pd.to_numeric(values, errors="coerce").abs()
-            fmt = "{:,.0f}" if numbers.max(skipna=True) * 1e3 >= 1e3 else "{:,.1f}"
+            fmt = "{:,.0f}" if _largest(values) >= 1 else "{:,.1f}"
             return lambda v: _format(fmt, None if _is_missing(v) else float(v) * 1e3)
+        if fmt == "s":
+            fmt = "{:,.0f}" if _largest(values) >= 1e3 else "{:,.1f}"
+            return lambda v: _format(fmt, None if _is_missing(v) else float(v))
         if fmt == "pct":
             return lambda v: _format("{:.1f}", None if _is_missing(v) else float(v) * 100)
         if fmt == "bytes":
             return lambda v: "-" if _is_missing(v) else format_bytes(float(v))
         return lambda v: _format(fmt, v)
+
+
+def _largest(values: pd.Series) -> float:
+    """The largest absolute number among ``values`` (0 when there is none)."""
+    numbers = pd.to_numeric(pd.Series(values), errors="coerce").abs()
+    largest = numbers.max(skipna=True)
+    return 0.0 if pd.isna(largest) else float(largest)
 
 
 def _format(fmt: str, value) -> str:
@@ -163,6 +179,7 @@ _LATENCY = tuple(
 )
 _PREEMPTION = tuple(map(_column, ("num_swap_preemptions", "num_swap_fallbacks", "preemption_cost_s", "recompute_tax")))
 _PREFIX = tuple(map(_column, ("prefix_hit_rate", "prefix_hit_rate_infinite", "prefix_hit_rate_belady", "frac_cached")))
+_SHARING = tuple(map(_column, ("peak_allocated_bytes", "peak_unshared_bytes", "sharing_saving", "peak_shared_blocks")))
 
 
 def _slo_given(rows: pd.DataFrame) -> bool:
@@ -185,12 +202,18 @@ def _prefix_cached(rows: pd.DataFrame) -> bool:
     )
 
 
+def _shared(rows: pd.DataFrame) -> bool:
+    """Whether some job shared blocks (a fan-out's prompt, a prefix cache's hits)."""
+    return bool(pd.to_numeric(rows.get("peak_shared_blocks", pd.Series(dtype=float)), errors="coerce").gt(0).any())
+
+
 #: (title, columns, shown for these rows?): the comparison's metric groups, in order
 COLUMN_GROUPS: tuple[tuple[str, tuple[Column, ...], Callable[[pd.DataFrame], bool]], ...] = (
     ("memory", _MEMORY, lambda rows: True),
     ("throughput and latency", _LATENCY, lambda rows: True),
     ("preemption", _PREEMPTION, _preempted),
     ("prefix cache", _PREFIX, _prefix_cached),
+    ("sharing", _SHARING, _shared),
 )
 
 
@@ -313,6 +336,8 @@ def _table(title: str | None, columns: Sequence[Column], frame: pd.DataFrame, fi
     """One table of the comparison; a failed or incomplete job shows its status in the first
     metric column (``first_metric``: how many columns come before it)."""
     table = Table(title=title, title_justify="left")
+    ok = frame.loc[~frame["failed"]]
+    columns = [c.for_values(ok[c.key]) if c.key in ok else c for c in columns]
     for i, column in enumerate(columns):
         # names (and values typed on the command line) read from the left, numbers line up right
         values = frame[column.key].dropna() if column.key in frame else pd.Series(dtype=object)
@@ -341,6 +366,8 @@ def comparison_tables(frame: pd.DataFrame, axes: list[Column], console: Console)
         for s in SETTINGS
         if s.key in ok and s.key not in covered and ok[s.key].map(s.formatter(ok[s.key])).nunique() > 1
     ]
+    if calibrations_by_kernel(ok):  # said on lines above the tables: a column of it would crowd every table
+        varying = [s for s in varying if s.key != "calibration"]
     lead = [*axes, *varying]
     groups, _ = comparison_columns(ok)
     width = console.width
@@ -363,6 +390,17 @@ def comparison_tables(frame: pd.DataFrame, axes: list[Column], console: Console)
     return [
         _table("; ".join(titles) if titled else None, [*lead, *columns], frame, len(lead)) for titles, columns in packed
     ]
+
+
+def calibrations_by_kernel(ok: pd.DataFrame) -> dict[str, str]:
+    """Each kernel's calibration (what priced its steps: a table's provenance, or ``uncalibrated``)
+    where the kernels of the sweep differ in it and each kernel has one; else empty."""
+    if "calibration" not in ok or "kernel" not in ok or ok["calibration"].nunique() < 2:
+        return {}
+    pairs = ok[["kernel", "calibration"]].astype(str).drop_duplicates()
+    if pairs["kernel"].duplicated().any():  # one kernel priced two ways (calibration_dir swept): a column
+        return {}
+    return dict(zip(pairs["kernel"], pairs["calibration"]))
 
 
 def _shared_line(frame: pd.DataFrame, axes: list[Column]) -> str:
@@ -409,8 +447,14 @@ def print_comparison(sweep_dir: Path, console: Console | None = None) -> pd.Data
         console.print(f"every job: {shared}", highlight=False)
     _, same = comparison_columns(ok)
     if same:
-        values = ", ".join(c.said(c.formatter(ok[c.key])(ok[c.key].iloc[0])) for c in same)
-        console.print(f"same in every job: {values}", highlight=False)
+        same = [c.for_values(ok[c.key]) for c in same]
+        shown = [(c, c.formatter(ok[c.key])(ok[c.key].iloc[0])) for c in same]
+        # a value no job has (a floor while saturated, when no job saturated) says nothing
+        values = ", ".join(c.said(value) for c, value in shown if value != "-")
+        if values:
+            console.print(f"same in every job: {values}", highlight=False)
+    for kernel, calibration in calibrations_by_kernel(ok).items():
+        console.print(f"kernel {kernel} priced by: {calibration}", highlight=False)
     for warning in no_effect_warnings(ok):
         console.print(f"[bold yellow]{warning}[/bold yellow]", highlight=False)
     for table in comparison_tables(frame, axes, console):

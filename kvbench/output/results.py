@@ -8,6 +8,9 @@ and never read as a result.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,29 +63,49 @@ def clear_run(out_dir: Path) -> None:
         (out_dir / name).unlink(missing_ok=True)
 
 
-def write_run(result: RunResult, out_dir: Path, *, steps: bool = True, figures: bool = True) -> Path:
+#: how writing shows progress: ``progress(total, description)`` is a context manager that yields
+#: ``advance(n)`` (:func:`kvbench.app.progress.phase_progress` binds it to a terminal's bar)
+Progress = Callable[[int, str], AbstractContextManager[Callable[[int], None]]]
+
+
+def _no_progress(total: int, description: str) -> AbstractContextManager[Callable[[int], None]]:
+    return contextlib.nullcontext(lambda n: None)
+
+
+def write_run(
+    result: RunResult, out_dir: Path, *, steps: bool = True, figures: bool = True, progress: Progress | None = None
+) -> Path:
     """Write the run's tables as Parquet and CSV, its summary as JSON, its resolved config and its
-    memory figure, then the ``COMPLETE`` marker that makes the folder a result."""
+    memory figure, then the ``COMPLETE`` marker that makes the folder a result. ``progress`` counts
+    the files (a second or more on a long trace: the steps table, the figures)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     clear_run(out_dir)
     frames = {"summary": result.summary_frame(), "requests": result.requests, "refusals": result.refusals}
     if steps:
         frames["steps"] = result.steps
+    plotted = figures and len(result.steps) > 0
+    # two files per table, the two JSON files, and the memory and prefix-cache figures
+    num_files = 2 * len(frames) + 2 + (2 if plotted else 0)
     written = []
-    for name, frame in frames.items():
-        write_frame(frame, out_dir, name)
-        written += [f"{name}.parquet", f"{name}.csv"]
-    write_json(out_dir / SUMMARY_JSON, run_json(result.summary, result.requests, result.config))
-    write_json(out_dir / "config.json", result.config)
-    written += [SUMMARY_JSON, "config.json"]
-    if figures and len(result.steps):
-        from kvbench.output.figures import plot_memory_timeline, plot_prefix_cache
+    with (progress or _no_progress)(num_files, "writing results") as advance:
+        for name, frame in frames.items():
+            write_frame(frame, out_dir, name)
+            written += [f"{name}.parquet", f"{name}.csv"]
+            advance(2)
+        write_json(out_dir / SUMMARY_JSON, run_json(result.summary, result.requests, result.config))
+        write_json(out_dir / "config.json", result.config)
+        written += [SUMMARY_JSON, "config.json"]
+        advance(2)
+        if plotted:
+            from kvbench.output.figures import plot_memory_timeline, plot_prefix_cache
 
-        plot_memory_timeline(result.steps, result.summary, out_dir / "memory.png")
-        written.append("memory.png")
-        # hit rate over time and cached bytes: only when the run cached prefixes or could have
-        if plot_prefix_cache(result.requests, result.steps, result.summary, out_dir / "prefix_cache.png"):
-            written.append("prefix_cache.png")
+            plot_memory_timeline(result.steps, result.summary, out_dir / "memory.png")
+            written.append("memory.png")
+            advance(1)
+            # hit rate over time and cached bytes: only when the run cached prefixes or could have
+            if plot_prefix_cache(result.requests, result.steps, result.summary, out_dir / "prefix_cache.png"):
+                written.append("prefix_cache.png")
+            advance(1)
     mark_complete(out_dir, written)
     result.out_dir = out_dir
     return out_dir

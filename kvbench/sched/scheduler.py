@@ -260,6 +260,8 @@ class Scheduler:
         self.schedule_step(plan)
         plan.copies.extend(self.allocator.drain_copies())
         plan.ledger = self.allocator.ledger(self._head_shape())
+        plan.num_shared_blocks = self.allocator.num_shared_blocks()
+        plan.shared_bytes_saved = self.allocator.shared_bytes_saved()
         plan.num_running = self.num_running_seqs
         plan.num_waiting = len(self.waiting)
         plan.num_swapped = len(self.swapped)

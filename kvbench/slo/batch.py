@@ -30,7 +30,9 @@ GB = 1e9  # decimal, as the lecture's 3,350 GB/s
 #: bounds on the options, so that every allocation they size stays small: the figure evaluates the
 #: cost model at every batch up to --max-batch (2**20 floats: 8 MB), and a TPOT SLO above 100 s
 #: is no serving SLO (it only makes the batch, and so the table, huge)
-MAX_TPOT_MS = 100_000
+MAX_TPOT_S = 100.0
+#: the TPOT SLO when slo.tpot_s is not set: the lecture's question, "the largest batch under 20 ms"
+TPOT_SLO_DEFAULT_S = 0.020
 MAX_BATCH = 1 << 20
 MAX_CONTEXT_TOKENS = 1 << 24
 

@@ -159,6 +159,11 @@ def check_invariants(
             assert num_holders == 1, f"block {block_id} is in {num_holders} tables"
     if tables_cover_allocation:
         assert len(holders) * alloc.block_size_tokens * kv_bytes == led.allocated_bytes
+    # what sharing saves: every table entry beyond a block's first holder, counted once per holder
+    block_bytes = alloc.block_size_tokens * kv_bytes
+    extra_holders = sum(n - 1 for n in holders.values())
+    assert alloc.shared_bytes_saved() == extra_holders * block_bytes, "shared_bytes_saved != extra holders"
+    assert alloc.num_shared_blocks() == sum(n > 1 for n in holders.values()), "num_shared_blocks != shared"
     total_tokens = sum(num_tokens.values())
     if caps.shares_blocks:  # shared blocks count once
         assert max(num_tokens.values(), default=0) * kv_bytes <= led.token_bytes <= total_tokens * kv_bytes

@@ -121,6 +121,8 @@ class PagedAllocator(Allocator):
         # table and not in here has exactly one holder. Unshared sequences (the common case) then
         # take and give back their blocks as whole list slices, with no per-block bookkeeping.
         self._shared_refs: dict[int, int] = {}
+        # holders beyond the first, summed over the shared blocks: what sharing saves, in blocks
+        self._num_extra_refs = 0
         self._tables: dict[int, list[int]] = {}
         self._num_tokens: dict[int, int] = {}
         self._final_kv_tokens: dict[int, int] = {}
@@ -193,6 +195,13 @@ class PagedAllocator(Allocator):
             return self._shared_refs[block_id]
         never_used = block_id >= self.num_blocks - self._num_fresh
         return 0 if never_used or block_id in self._evictable or block_id in self._free_block_ids else 1
+
+    def num_shared_blocks(self) -> int:
+        return len(self._shared_refs)
+
+    def shared_bytes_saved(self) -> int:
+        """O(1): a running count of the holders beyond the first of every shared block."""
+        return self._num_extra_refs * self.block_bytes
 
     def num_cached_tokens(self, shape: SeqShape) -> int:
         """Tokens of the longest cached prefix ``allocate`` would reuse now, in whole blocks."""
@@ -347,6 +356,7 @@ class PagedAllocator(Allocator):
         shared = self._shared_refs
         for block_id in table:
             shared[block_id] = shared.get(block_id, 1) + 1
+        self._num_extra_refs += len(table)
         num_tokens = self._num_tokens[parent_id]
         self._tables[child_id] = list(table)
         self._num_tokens[child_id] = num_tokens
@@ -389,8 +399,10 @@ class PagedAllocator(Allocator):
                     self._num_token_slots -= size if index < last_index else num_tokens - last_index * size
                 elif holders == 1:
                     del shared[block_id]
+                    self._num_extra_refs -= 1
                 else:
                     shared[block_id] = holders
+                    self._num_extra_refs -= 1
             if not keyed:
                 self._free_block_ids.extend(released)
             else:
@@ -448,6 +460,7 @@ class PagedAllocator(Allocator):
                 tails.setdefault(blocks[table[-1]], set()).add(seq_id)
         self._num_token_slots += sum(filled.values())
         self._shared_refs.update((blocks[p], n) for p, n in holders.items() if n > 1)
+        self._num_extra_refs += sum(n - 1 for n in holders.values())
         for block_id, tail_holders in tails.items():
             if len(tail_holders) > 1:
                 self._shared_tail_holders[block_id] = tail_holders
@@ -666,6 +679,7 @@ class PagedAllocator(Allocator):
                 del evictable[block_id]
             else:
                 shared[block_id] = shared.get(block_id, 1) + 1
+                self._num_extra_refs += 1
 
     def _release_blocks(self, block_ids) -> None:
         """Blocks nobody holds any more: keyed ones to the back of the LRU queue, in the order
@@ -705,6 +719,7 @@ class PagedAllocator(Allocator):
         shared_id = table[-1]
         (block_id,) = self._take_blocks(1)
         holders = self._shared_refs[shared_id] - 1
+        self._num_extra_refs -= 1
         if holders == 1:
             del self._shared_refs[shared_id]
         else:

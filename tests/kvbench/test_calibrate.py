@@ -209,3 +209,97 @@ def test_sigterm_during_calibrate_is_one_line_and_143(runs, tmp_path, monkeypatc
         stop.value.code == 143 and err.startswith("kvbench calibrate: interrupted by SIGTERM") and err.count("\n") == 1
     )
     assert not (tmp_path / "out").exists()
+
+
+# --- only a GPU's timings calibrate the simulator of that GPU ----------------------------------
+
+
+def _resummarized(folder, tmp_path, name, **changes):
+    """A copy of a run folder whose summary.json has ``changes`` (None: the key removed), vouched for."""
+    import shutil
+
+    copy = shutil.copytree(folder, tmp_path / name)
+    summary = json.loads((copy / "summary.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            summary.pop(key, None)
+        else:
+            summary[key] = value
+    (copy / "summary.json").write_text(json.dumps(summary))
+    revouch(copy)
+    return copy
+
+
+def _refused(capsys, tmp_path, *folders) -> str:
+    """Run ``kvbench calibrate`` on ``folders``; check exit 2, one line, and no --out folder; the line."""
+    with pytest.raises(SystemExit) as stop:
+        command.main([*map(str, folders), "--out", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    assert stop.value.code == 2 and captured.err.count("\n") == 1 and "Traceback" not in captured.err, captured.err
+    assert captured.out == "" and not (tmp_path / "out").exists()
+    return captured.err
+
+
+def test_a_run_measured_on_a_cpu_is_refused_in_words(runs, tmp_path, capsys):
+    cpu = _resummarized(runs[0], tmp_path, "cpu", measured_on="cpu: AMD EPYC 7763 64-Core Processor")
+    err = _refused(capsys, tmp_path, cpu, runs[1])
+    assert f"{cpu} was measured on a CPU (AMD EPYC 7763 64-Core Processor)" in err
+    assert "while its config prices hardware=h100-sxm" in err and "price every simulated step" in err
+    assert "calibrate from mode=real runs on the GPU hardware=h100-sxm describes" in err
+    assert "sim runs need no calibration" in err
+
+
+def test_a_run_that_does_not_say_where_it_was_measured_is_refused(runs, tmp_path, capsys):
+    old = _resummarized(runs[0], tmp_path, "old", measured_on=None)
+    err = _refused(capsys, tmp_path, old)
+    assert f"{old} does not record where its steps were measured" in err and "re-run it with this kvbench" in err
+    crafted = _resummarized(runs[0], tmp_path, "crafted", measured_on=["cuda"])
+    assert "measured_on=['cuda'] is invalid" in _refused(capsys, tmp_path, crafted)
+
+
+def test_the_file_says_which_gpu_measured_it(runs, tmp_path, capsys):
+    from real_runs import MEASURED_ON
+
+    command.main([str(runs[0]), "--out", str(tmp_path / "cal")])
+    assert f"measured on {MEASURED_ON}" in capsys.readouterr().out
+    doc = json.loads((tmp_path / "cal" / "h100-sxm" / "triton.json").read_text())
+    assert doc["provenance"]["measured_on"] == MEASURED_ON
+
+
+def test_times_that_do_not_grow_with_kv_reads_are_refused_in_words(tmp_path, capsys):
+    # reading more KV makes a step faster: no efficiency explains that
+    backwards = synthetic_real_run(tmp_path, "backwards", 16, -5.0, 0.41, 1e-3)
+    err = _refused(capsys, tmp_path, backwards)
+    assert "the measured step times do not grow with the KV bytes the steps read" in err
+    assert "no decode efficiency to fit" in err and "1/efficiency=-" in err
+
+
+@pytest.mark.parametrize(
+    "decode_eff, prefill_eff, overhead_s, fragment",
+    [
+        (1e-5, 0.41, 35e-6, "read KV at under 0.1% of h100-sxm's HBM bandwidth"),
+        (3.0, 0.41, 35e-6, "read KV faster than hardware=h100-sxm's hbm_bandwidth_bytes_per_s allows"),
+        (0.62, 1e-5, 35e-6, "prefill_flops_efficiency=1e-05 is invalid"),
+        (0.62, 0.41, -1e-6, "step_overhead_s=-1e-06 is invalid: the fit gives each step a fixed cost of less than"),
+    ],
+)
+def test_a_fit_no_calibration_file_may_hold_is_refused_before_any_folder(
+    tmp_path, capsys, decode_eff, prefill_eff, overhead_s, fragment
+):
+    folder = synthetic_real_run(tmp_path, "odd", 16, decode_eff, prefill_eff, overhead_s)
+    assert fragment in _refused(capsys, tmp_path, folder)
+
+
+def test_out_inside_the_installed_package_is_refused(runs, tmp_path, capsys):
+    from kvbench.specs.calibration import CALIBRATION_DIR
+
+    def files():
+        return _files_under(CALIBRATION_DIR) if CALIBRATION_DIR.is_dir() else set()
+
+    before = files()
+    for out in (CALIBRATION_DIR, CALIBRATION_DIR.parent / "elsewhere"):
+        with pytest.raises(SystemExit) as stop:
+            command.main([str(runs[0]), "--out", str(out)])
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and err.count("\n") == 1 and "is inside the installed kvbench package" in err
+    assert files() == before and not (CALIBRATION_DIR.parent / "elsewhere").exists()

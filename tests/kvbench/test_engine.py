@@ -212,6 +212,13 @@ def test_eight_branches_off_a_4k_prompt_hold_6144_tokens_shared_not_34816():
     assert unshared["peak_allocated_bytes"] == 8 * (4096 + 256) * SLOT
     assert unshared["num_copies"] == 7 and unshared["copy_bytes"] == 7 * 4096 * SLOT
     assert unshared["peak_allocated_bytes"] / shared["peak_allocated_bytes"] == pytest.approx(5.67, abs=0.005)
+    # the paged run says it itself: 256 prompt blocks held by 8 branches, 8 x 272 blocks without sharing
+    assert shared["peak_shared_blocks"] == 4096 // 16
+    assert shared["peak_unshared_bytes"] == 8 * (4096 + 256) * SLOT == unshared["peak_allocated_bytes"]
+    assert shared["sharing_saving"] == (8 * (4096 + 256)) / (4096 + 8 * 256)
+    # a contiguous allocator copies the prompt: nothing shared, nothing saved
+    assert (unshared["peak_shared_blocks"], unshared["sharing_saving"]) == (0, 1.0)
+    assert unshared["peak_unshared_bytes"] == unshared["peak_allocated_bytes"]
 
 
 def test_sixteen_branches_off_8k_fit_shared_and_not_unshared():
@@ -243,6 +250,10 @@ def test_a_branch_diverging_inside_a_shared_block_copies_it():
     ).summary
     assert s["num_copies"] == 3  # the last branch to write finds the block its own again
     assert s["copy_bytes"] == 3 * 16 * SLOT and s["copy_s"] > 0
+    # at the fork the 257 prompt blocks (the partly filled one too) are held by all 4 branches
+    assert s["peak_shared_blocks"] == 257
+    # the peak without sharing: 4 branches of 4,107 cached tokens in 257 blocks each
+    assert s["peak_unshared_bytes"] == 4 * 257 * 16 * SLOT
 
 
 def test_a_beam_search_shares_what_its_beams_share_and_copies_the_rest():

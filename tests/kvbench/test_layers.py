@@ -5,7 +5,7 @@ the core imports no plugin, the studies use only the public API. Read from the s
 The order, from the ground floor up (the engine is ``core`` to ``engine``; everything above it is
 a client of what is below):
 
-- ``errors``; ``textio``, ``atomic``; ``provenance``, ``specs``; ``workload``; ``core``: values and
+- ``errors``, ``suggest`` (the near-miss names of its one-line errors); ``textio``, ``atomic``; ``provenance``, ``specs``; ``workload``; ``core``: values and
   the files they come from;
 - ``memory``, ``kernels``, ``exec``, ``sched``, ``metrics``, ``engine``: the engine;
 - ``output``: results written and read; ``slo``: the SLO questions' closed forms and search;
@@ -27,6 +27,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 ORDER = [
     "errors",
+    "suggest",
     "textio",
     "atomic",
     "provenance",

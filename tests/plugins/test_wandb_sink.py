@@ -1,5 +1,6 @@
-"""The W&B sink: offline by default (no account, no network), a no-op when disabled; runs a team
-can browse: a sweep's runs grouped and named by what they vary, tables and figures logged.
+"""The W&B sink: off by default and an optional extra; offline when asked (no account, no
+network), with the command that uploads the runs; a no-op when disabled; runs a team can browse: a
+sweep's runs grouped and named by what they vary, tables and figures logged.
 
 W&B runs are slow to start (~1.5 s each): one in-process run, and one CLI sweep (two jobs and
 their comparison) that also audits the network."""
@@ -248,6 +249,86 @@ def test_a_bad_wandb_mode_in_the_environment_is_refused_before_the_run(monkeypat
         to_dataclass(WandbConfig, {"mode": "offline"}, "wandb")
 
 
+def test_wandb_is_off_unless_asked_for(monkeypatch):
+    from kvbench.app.config import WandbConfig, to_dataclass
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    assert to_dataclass(WandbConfig, {}, "wandb").mode == "disabled"
+    from omegaconf import OmegaConf
+
+    conf = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "config.yaml")
+    assert conf.wandb.mode == "disabled", "the shipped config logs nothing to W&B unless asked"
+
+
+@pytest.mark.parametrize(
+    ("env_mode", "config_mode", "says"),
+    [
+        (
+            None,
+            "offline",
+            r"wandb\.mode=offline logs the run to Weights & Biases, which is not installed: "
+            r"pip install 'kvbench\[wandb\]', or leave wandb\.mode at disabled",
+        ),
+        (None, "online", r"wandb\.mode=online logs the run"),
+        ("offline", "disabled", r"WANDB_MODE=offline \(environment\) logs the run .* or unset WANDB_MODE"),
+        ("dryrun", "disabled", r"WANDB_MODE=dryrun \(environment\) logs the run"),
+    ],
+)
+def test_asking_for_wandb_without_it_installed_is_refused_before_the_run(monkeypatch, env_mode, config_mode, says):
+    from kvbench.app import config
+    from kvbench.errors import ConfigError
+
+    monkeypatch.setattr(config, "wandb_installed", lambda: False)
+    if env_mode is None:
+        monkeypatch.delenv("WANDB_MODE", raising=False)
+    else:
+        monkeypatch.setenv("WANDB_MODE", env_mode)
+    with pytest.raises(ConfigError, match=says):
+        config.to_dataclass(config.WandbConfig, {"mode": config_mode}, "wandb")
+
+
+def test_without_wandb_installed_disabled_runs_and_the_environment_can_turn_it_off(monkeypatch):
+    from kvbench.app import config
+
+    monkeypatch.setattr(config, "wandb_installed", lambda: False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    assert config.to_dataclass(config.WandbConfig, {"mode": "disabled"}, "wandb").mode == "disabled"
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # the environment wins over the config, as in W&B
+    assert config.to_dataclass(config.WandbConfig, {"mode": "offline"}, "wandb").mode == "offline"
+
+
+def test_a_run_asking_for_wandb_without_it_is_one_line_and_exit_2(tmp_path):
+    """The command line, with ``wandb`` hidden from the import system: one line, nothing run."""
+    # None in sys.modules: what import and importlib.util.find_spec see for a package not installed
+    hide = "import sys; sys.modules['wandb'] = None\nfrom kvbench.commands.main import main; main()\n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(
+        [sys.executable, "-c", hide, "wandb.mode=offline", "workload.num_requests=5", "progress=false"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "kvbench: error: wandb.mode=offline logs the run to Weights & Biases, which is not installed: "
+        "pip install 'kvbench[wandb]', or leave wandb.mode at disabled"
+    ]
+    assert not list(tmp_path.rglob("summary.json"))
+
+
+def test_the_sync_command_names_every_offline_run_of_a_run_or_a_sweep(tmp_path):
+    assert (
+        wandb_sink.sync_command(Path("results/runs/a b"), sweep=False)
+        == "wandb sync 'results/runs/a b'/wandb/offline-run-*"
+    )
+    assert wandb_sink.sync_command(Path("results/multirun/s"), sweep=True) == (
+        "wandb sync results/multirun/s/*/wandb/offline-run-* results/multirun/s/wandb/offline-run-*"
+    )
+
+
 # -------------------------------------------------------------------------------------------------
 # A whole offline sweep through the CLI: grouped runs, a comparison run, and no network call
 # -------------------------------------------------------------------------------------------------
@@ -306,6 +387,27 @@ def offline_sweep(tmp_path_factory):
         timeout=600,
     )
     return tmp_path, proc
+
+
+def test_an_offline_sweep_says_how_to_upload_its_runs_and_wandb_sync_finds_them(offline_sweep):
+    tmp_path, proc = offline_sweep
+    assert proc.returncode == 0, proc.stderr
+    [hint] = [line for line in proc.stderr.splitlines() if "wandb sync" in line]
+    command = hint.split("upload with: ", 1)[1]
+    assert "offline-run-*" not in proc.stdout, "the hint is a note on stderr, not part of the table"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"), WANDB_MODE="offline")
+    wandb_cli = str(Path(sys.executable).with_name("wandb"))
+    listed = subprocess.run(
+        f"{wandb_cli} {command.removeprefix('wandb ')} --dry-run",
+        shell=True,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "Would sync 3 run(s)" in listed.stdout + listed.stderr, listed.stdout + listed.stderr
 
 
 def test_an_offline_sweep_makes_no_network_call(offline_sweep):

@@ -15,7 +15,8 @@ Per step, in this order (each part timed, so the step table splits measured time
 7. greedy sampling (argmax) for every decode and every sequence in ``plan.samples``.
 
 The step's time is measured (``time.perf_counter`` on a CPU; CUDA events on a GPU) and the
-cost model's price of the same plan is kept beside it (``StepResult.predicted_s``). The engine must
+cost model's price of the same plan is kept beside it (``StepResult.predicted_s``); which device
+measured it is ``measured_on`` (:mod:`.device`), which the run's summary records. The engine must
 take steps one by one (``event_driven=false``): each step's tokens depend on the last.
 """
 
@@ -30,6 +31,7 @@ from kvbench.core.sequence import Status
 from kvbench.core.step import Mechanism, StepPlan, StepResult
 from kvbench.errors import ConfigError
 from kvbench.exec.real.cache import KVCache
+from kvbench.exec.real.device import measured_on
 from kvbench.exec.real.model import LlamaRunner
 from kvbench.exec.sim import SimExecutor
 
@@ -93,6 +95,8 @@ class RealExecutor:
         self.allocator = allocator
         self.sim = SimExecutor(cost)
         self.device = device
+        #: the summary's ``measured_on``: what ``kvbench calibrate`` checks before fitting these times
+        self.measured_on = measured_on(device)
         self.shares_blocks = allocator.capabilities.shares_blocks
         self.tokens: dict[int, list[int]] = {}
         self._prompt_len: dict[int, int] = {}

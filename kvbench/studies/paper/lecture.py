@@ -951,7 +951,7 @@ def _tpot_rows(s: _Section, n: _Numbers, prefix: str) -> None:
         f"{seq_bytes / GB:.4f} GB) = floor({exact:.1f}) = {math.floor(exact)}",
         math.floor(exact),
         simulated=b_slo,
-        run=f"kvbench slo-batch --tpot-ms {TPOT_SLO_S * 1e3:g} --context-tokens {n.seq}",
+        run=f"kvbench slo-batch slo.tpot_s={TPOT_SLO_S:g} --context-tokens {n.seq}",
         sim_tol=0.0,
         why=f"The lecture uses 0.328 GB per sequence, which gives ({TPOT_SLO_S * hbm / GB:g} - {LECTURE_WEIGHTS_GB}) / "
         f"{LECTURE_SEQ_GB} = {(TPOT_SLO_S * hbm / GB - LECTURE_WEIGHTS_GB) / LECTURE_SEQ_GB:.1f}, and then rounds "

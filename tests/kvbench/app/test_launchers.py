@@ -43,9 +43,16 @@ def serial(tmp_path_factory) -> pd.DataFrame:
     return table
 
 
+#: Hydra's log on stderr, where the launchers' lines show that they ran the jobs (kvbench's
+#: logging options drop Hydra's INFO lines; they never go to stdout, which holds the table)
+HYDRA_INFO = "hydra.hydra_logging.root.level=INFO"
+
+
 def assert_like_serial(proc, sweep, serial: pd.DataFrame) -> None:
     assert proc.returncode == 1, proc.stderr  # the failures are read from the sweep folder
+    assert proc.stdout.startswith("kvbench comparison (4 jobs)"), proc.stdout
     assert proc.stdout.count("kvbench comparison (4 jobs)") == 1, proc.stdout
+    assert "Launch" not in proc.stdout and "launch" not in proc.stdout, "Hydra's log on stdout"
     assert (sweep / "comparison.csv").is_file() and (sweep / "comparison.png").is_file()
     pd.testing.assert_frame_equal(comparison(sweep), serial)
 
@@ -67,17 +74,30 @@ def test_a_sweep_split_across_machines_is_one_folder_each_then_one_table(tmp_pat
     )
 
 
+def test_a_joblib_sweep_s_stdout_is_the_table_alone(tmp_path):
+    """With Hydra's default logging, joblib's ~250-character ``Joblib.Parallel(...)`` line and the
+    launcher's ``Launching jobs, sweep output dir`` went to stdout above the table."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    proc = kvbench(*SWEEP[:2], *SWEEP[3:], "hydra/launcher=joblib", "hydra.sweep.dir=sweep", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("kvbench comparison (2 jobs)") and lines[-1] == "comparison: sweep/comparison.csv"
+    assert not [line for line in proc.stdout.splitlines() + proc.stderr.splitlines() if "oblib" in line]
+
+
 def test_a_joblib_sweep_gives_the_serial_results(tmp_path, serial):
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
-    proc = kvbench(*SWEEP, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=sweep", cwd=tmp_path)
-    assert "Joblib.Parallel(n_jobs=2" in proc.stdout + proc.stderr, "not run by joblib"
+    proc = kvbench(
+        *SWEEP, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=sweep", HYDRA_INFO, cwd=tmp_path
+    )
+    assert "Joblib.Parallel(n_jobs=2" in proc.stderr, "not run by joblib"
     assert_like_serial(proc, tmp_path / "sweep", serial)
 
 
 def test_a_submitit_local_sweep_gives_the_serial_results(tmp_path, serial):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    proc = kvbench(*SWEEP, "hydra/launcher=submitit_local", "hydra.sweep.dir=sweep", cwd=tmp_path)
-    assert "Submitit 'local' sweep output dir" in proc.stdout + proc.stderr, "not run by submitit"
+    proc = kvbench(*SWEEP, "hydra/launcher=submitit_local", "hydra.sweep.dir=sweep", HYDRA_INFO, cwd=tmp_path)
+    assert "Submitit 'local' sweep output dir" in proc.stderr, "not run by submitit"
     assert_like_serial(proc, tmp_path / "sweep", serial)
 
 
@@ -95,7 +115,8 @@ def test_a_ray_sweep_on_a_local_instance_gives_the_serial_results(tmp_path, seri
             "+hydra.launcher.ray.init.include_dashboard=false",
             f"+hydra.launcher.ray.init._temp_dir={ray_tmp}",
             "hydra.sweep.dir=sweep",
+            HYDRA_INFO,
             cwd=tmp_path,
         )
-    assert "Ray Launcher is launching 4 jobs" in proc.stdout + proc.stderr, "not run by Ray"
+    assert "Ray Launcher is launching 4 jobs" in proc.stderr, "not run by Ray"
     assert_like_serial(proc, tmp_path / "sweep", serial)

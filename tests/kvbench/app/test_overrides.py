@@ -7,7 +7,8 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from kvbench.api import compose
-from kvbench.app.overrides import hydra_error_line
+from kvbench.app.overrides import hydra_error_line, with_suggestion
+from kvbench.app.run import setup
 
 
 def error_line(*overrides: str) -> str:
@@ -20,9 +21,46 @@ def error_line(*overrides: str) -> str:
 
 def test_an_unknown_option_lists_the_group_s_options():
     assert error_line("allocator=pagd") == (
-        "allocator='pagd' is not a known allocator; choose one of: "
+        "allocator='pagd' is not a known allocator; did you mean `paged`? choose one of: "
         "naive, orca_max, orca_oracle, orca_pow2, paged, paged_cached, per_request"
     )
+
+
+@pytest.mark.parametrize(
+    "override, meant",
+    [
+        ("kernel=trito", "triton"),
+        ("workload=sharegpt_lik", "sharegpt_like"),
+        ("scheduler=chunk", "chunked"),
+        ("engine=vllm", "vllm_v1"),
+    ],
+)
+def test_a_near_miss_option_gets_a_suggestion_and_the_list(override, meant):
+    group = override.split("=")[0]
+    line = error_line(override)
+    assert f"is not a known {group}; did you mean `{meant}`? choose one of: " in line
+    assert meant in line.split("choose one of: ")[1].split(", ")
+
+
+def test_an_option_far_from_every_name_gets_only_the_list():
+    assert error_line("allocator=zzz") == (
+        "allocator='zzz' is not a known allocator; choose one of: "
+        "naive, orca_max, orca_oracle, orca_pow2, paged, paged_cached, per_request"
+    )
+
+
+@pytest.mark.parametrize(
+    "override, meant",
+    [
+        ("allocator.blok=3", "allocator.block_size_tokens"),  # a word of the key, not the whole
+        ("slo.tpot=0.05", "slo.tpot_s"),
+        ("alocator=paged", "allocator"),  # a group's name, at the top level
+        ("sed=1", "seed"),
+    ],
+)
+def test_a_near_miss_key_gets_a_suggestion_and_the_keys(override, meant):
+    line = error_line(override)
+    assert f"did you mean `{meant}`? its keys are: " in line and line.startswith(f"{override} is not a config key")
 
 
 def test_an_unknown_key_lists_the_keys_of_its_node():
@@ -44,3 +82,44 @@ def test_a_value_of_the_wrong_type_names_the_type():
 def test_an_unparsable_override_is_named():
     line = error_line("seed=1", "allocator=[a")
     assert line.startswith("'allocator=[a' is not a valid override") and "override_grammar" in line
+
+
+@pytest.mark.parametrize(
+    "message, suggested",
+    [
+        (
+            "preemption.victim='newst' is invalid: choose one of newest, least_progress, cost_aware, lowest_priority",
+            "preemption.victim='newst' is invalid: did you mean `newest`? "
+            "choose one of newest, least_progress, cost_aware, lowest_priority",
+        ),
+        (
+            "scheduler.queue='fcf' is not a registered queue; choose one of: fcfs, priority, shortest_prompt",
+            "scheduler.queue='fcf' is not a registered queue; did you mean `fcfs`? "
+            "choose one of: fcfs, priority, shortest_prompt",
+        ),
+        (  # the list is not a sentence of its own: the suggestion goes beside the value
+            "WANDB_MODE (environment)='ofline' is invalid: unset it or choose one of offline, online, disabled",
+            "WANDB_MODE (environment)='ofline' (did you mean `offline`?) is invalid: "
+            "unset it or choose one of offline, online, disabled",
+        ),
+        # nothing close, not a choice, not a string: unchanged
+        ("mode='zzz' is invalid: choose one of sim, real", None),
+        ("seed=-1 is invalid: use an integer from 0 to 2**63-1", None),
+        ("workload.num_requests=0 is invalid: choose one of 1, 2", None),
+    ],
+)
+def test_a_near_miss_value_of_a_choice_gets_a_suggestion(message, suggested):
+    assert with_suggestion(message) == (message if suggested is None else suggested)
+
+
+def test_every_refused_choice_is_worded_as_with_suggestion_reads_it():
+    # the checks live beside their keys, and the suggestion is added where the line is printed
+    from kvbench.app.config import WandbConfig
+    from kvbench.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        WandbConfig(mode="ofline").validate()
+    assert "did you mean `offline`? choose one of offline" in with_suggestion(str(info.value))
+    with pytest.raises(ConfigError) as info:
+        setup(compose(["preemption.victim=newst"])[0])
+    assert "did you mean `newest`? choose one of newest" in with_suggestion(str(info.value))

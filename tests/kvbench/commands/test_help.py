@@ -6,7 +6,8 @@ import os
 import subprocess
 import sys
 
-from kvbench_cli import kvbench
+import pytest
+from kvbench_cli import MAIN, kvbench
 
 #: Hydra's own --help, for the same command line (kvbench's main() renders it itself)
 HYDRA_HELP = (
@@ -33,3 +34,37 @@ def test_help_is_hydra_s_page_word_for_word(tmp_path):
 def test_help_with_a_typo_is_one_line(tmp_path):
     proc = kvbench("allocator=pagd", "--help", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.startswith("kvbench: error: allocator='pagd' is not a known allocator")
+
+
+def test_help_lists_every_subcommand_with_its_line(tmp_path):
+    from kvbench.commands.main import SUBCOMMANDS
+
+    proc = kvbench("--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for name, sub in SUBCOMMANDS.items():
+        # one line each: the name, then its summary
+        [line] = [line for line in lines if line.split()[:2] == ["kvbench", name]]
+        assert line.rstrip().endswith(sub.summary), line
+
+
+@pytest.mark.parametrize("name", ["bench-kernels", "calibrate", "compare", "diff-engine", "paper", "profiles",
+                                  "slo-batch", "slo-search", "validate"])  # fmt: skip
+def test_every_subcommand_has_its_own_help(tmp_path, name):
+    from kvbench.commands.main import SUBCOMMANDS
+
+    assert name in SUBCOMMANDS  # the list above is the dispatch's
+    proc = kvbench(name, "--help", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert f"kvbench {name}" in proc.stdout or "bench_kernels" in proc.stdout
+
+
+def test_a_help_page_cut_short_by_its_reader_is_no_traceback(tmp_path):
+    # `kvbench --help | head -1`, with the reader gone before the page is written (head may be
+    # gone or not yet, depending on timing: closing the only read end first makes it certain)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MAIN, "--help"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and stderr == "", stderr

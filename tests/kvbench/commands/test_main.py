@@ -65,6 +65,21 @@ def test_bad_input_is_one_clear_line(tmp_path, args, fragments):
     assert_one_line_error(kvbench(*args, *SMALL, cwd=tmp_path), *fragments)
 
 
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["compar", "a", "b"], ["'compar' is neither a kvbench subcommand", "did you mean `compare`?", "slo-batch"]),
+        (["slo_batch"], ["did you mean `slo-batch`?", "subcommands: bench-kernels, calibrate"]),
+        (["frobnicate"], ["'frobnicate' is neither a kvbench subcommand nor a key=value override; subcommands:"]),
+        (["--tpot-ms", "20"], ["write slo.tpot_s=0.02 for --tpot-ms 20"]),
+        (["preemption.victim=newst"], ["preemption.victim='newst' is invalid: did you mean `newest`? choose one of"]),
+        (["wandb.mode=ofline"], ["wandb.mode='ofline' is invalid: did you mean `offline`? choose one of"]),
+    ],
+)
+def test_a_near_miss_gets_a_suggestion_in_its_one_line(tmp_path, args, fragments):
+    assert_one_line_error(kvbench(*args, cwd=tmp_path), *fragments, status=2)
+
+
 def test_a_bad_job_does_not_stop_the_sweep(tmp_path):
     proc = kvbench("-m", "allocator.block_size_tokens=16,7,32", *SMALL, cwd=tmp_path)
     assert proc.returncode == 1
@@ -90,6 +105,18 @@ def test_an_outside_distribution_adds_an_allocator(tmp_path, outside_plugin):
     assert proc.returncode == 0, proc.stderr
     [run_dir] = list((tmp_path / "results" / "runs").glob("*/*"))
     assert pd.read_parquet(run_dir / "summary.parquet")["allocator"].iloc[0] == "lifo_paged"
+
+
+def test_tab_completion_offers_an_outside_distribution_s_options(tmp_path, outside_plugin):
+    # completion reads outside plugins' config folders without importing kvbench's own plugins
+    import os
+
+    env = {**os.environ, "COMP_LINE": "kvbench allocator=li", "COMP_POINT": "20"}
+    code = "from kvbench.commands.main import main; main()"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "-sc", "query=bash"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and proc.stdout.split() == ["allocator=lifo_paged"], proc.stderr
 
 
 def test_help_lists_every_config_group_with_its_options(tmp_path):

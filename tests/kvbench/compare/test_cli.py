@@ -1,4 +1,5 @@
-"""`kvbench compare BASE HEAD` on real sweep folders: exit 0 / 1 / 2, matching, the output folder."""
+"""`kvbench compare BASE HEAD` on real sweep folders: exit 0 / 1 / 2, matching, the table's width,
+and the files it writes (only with --out)."""
 
 from __future__ import annotations
 
@@ -82,9 +83,10 @@ def test_summation_noise_passes_and_a_change_too_small_to_print_still_fails(
     capsys.readouterr()
     assert compare(base, head, "--tol", "duration_s=exact", out=tmp_path / "cmp") == 1
     out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if "duration_s" in line)
-    base_text, head_text = row.split()[-6], row.split()[-5]
+    row = next(line for line in out.splitlines() if line.strip().startswith("duration (s)"))
+    base_text, head_text = row.split()[2:4]
     assert base_text != head_text  # printed with enough digits to tell them apart
+    assert float(base_text) == pytest.approx(duration_s, rel=1e-9) == float(head_text)
 
 
 def test_a_rule_that_matches_no_metric_is_pointed_out(two_copies, tmp_path, capsys):
@@ -224,12 +226,67 @@ def test_different_sweeps_match_nothing(two_copies, tmp_path, capsys):
     assert compare(base / "0", head / "0", "--ignore-config", "workload", out=tmp_path / "cmp") == 1
 
 
-def test_the_kvbench_command_runs_compare(two_copies, tmp_path):
+def _files(folder) -> set:
+    return {p.relative_to(folder) for p in folder.rglob("*")}
+
+
+def test_the_kvbench_command_runs_compare_and_writes_nothing_by_default(two_copies, tmp_path, monkeypatch):
     base, head = two_copies
+    before = _files(tmp_path)
+    monkeypatch.setenv("COLUMNS", "100")
     proc = kvbench("compare", str(base), str(head), "--all", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    [out_dir] = (tmp_path / "results" / "compare").glob("*/*")  # the default: a fresh timestamped folder
-    assert (out_dir / "compare.parquet").is_file()
-    assert "peak_concurrency" in proc.stdout  # --all lists the metrics that are the same too
-    # the table and the verdict fit 100 columns; the folder's path is printed whole, to be copied
-    assert max(len(line) for line in proc.stdout.splitlines() if not line.startswith("comparison: ")) <= 100
+    assert _files(tmp_path) == before  # printed and exited: no results/compare/<date>/<time> folder
+    assert "peak concurrency (sequences)" in proc.stdout  # --all lists the metrics that are the same too
+    assert "comparison:" not in proc.stdout
+    assert max(len(line.rstrip()) for line in proc.stdout.splitlines()) <= 100
+
+
+def test_a_failing_comparison_writes_nothing_either(two_copies, tmp_path, monkeypatch, capsys, edit_summary):
+    base, head = two_copies
+    edit_summary(head / "1", peak_concurrency=1)
+    monkeypatch.chdir(tmp_path)
+    before = _files(tmp_path)
+    assert compare(base, head) == 1
+    assert _files(tmp_path) == before
+    assert last_line(capsys).startswith("kvbench compare: FAIL")
+
+
+def test_out_writes_the_three_files_and_marks_them_complete(two_copies, tmp_path, capsys):
+    base, head = two_copies
+    out = tmp_path / "new" / "cmp"  # created, parents included
+    assert compare(base, head, out=out) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(["compare.parquet", "compare.csv", "compare.png", COMPLETE])
+    assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"comparison: {out} (compare.parquet, compare.csv, compare.png)" in capsys.readouterr().out
+
+
+def test_an_unwritable_out_folder_is_one_line_before_any_reading(two_copies, tmp_path, capsys):
+    base, head = two_copies
+    (tmp_path / "a_file").write_text("x")
+    assert compare(base, head, out=tmp_path / "a_file" / "cmp") == 2
+    assert "is a file, not a folder" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("columns", [200, 100])
+def test_the_table_is_laid_out_for_columns(
+    two_copies, tmp_path, monkeypatch, capsys, edit_summary, summary_value, columns
+):
+    base, head = two_copies
+    long_label = "allocator=paged " + " ".join(f"tag{i}=value{i}" for i in range(8))  # 119 characters
+    utilization = summary_value(base / "1", "utilization_saturated")
+    edit_summary(head / "1", peak_concurrency=1, utilization_saturated=utilization * 0.9)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    monkeypatch.setattr("kvbench.compare.load._swept_label", lambda job_dir, keys: long_label)
+    assert compare(base, head, "--all") == 1
+    lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+    table = lines[: lines.index(next(line for line in lines if line.startswith("kvbench compare: FAIL")))]
+    assert max(map(len, table)) <= columns
+    # short catalogue words, not keys; the job's label whole on one line where the width allows it
+    assert any(line.strip().startswith("KV utilization when saturated") for line in table)
+    assert (long_label in lines) == (columns == 200)
+    # where it wraps, it wraps at spaces: never inside an override
+    start = next(i for i, line in enumerate(lines) if line.startswith("allocator=paged"))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("  "))
+    assert " ".join(line.strip() for line in lines[start:end]) == long_label
+    assert (end - start > 1) == (columns == 100)

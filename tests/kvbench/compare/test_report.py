@@ -1,4 +1,5 @@
-"""The comparison table fits 100 columns without cutting a header or a number."""
+"""The comparison table: laid out for the width it is given, metrics in the catalogue's words with
+the unit their values are shown in, never a header or a number cut."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import pandas as pd
 from rich.console import Console
 
 from kvbench.compare.diff import COLUMNS
-from kvbench.compare.report import table, value_pair, verdict_line
+from kvbench.compare.report import HEADERS, table, value_pair, verdict_line
 
-HEADERS = ("job", "metric", "base", "head", "change", "tolerance", "verdict")
+LONG_JOB = "allocator=orca_oracle model=opt-13b hardware=a100-40gb workload=sharegpt_like scheduler.max_num_seqs=256"
 
 
 def _frame(rows: list[dict]) -> pd.DataFrame:
@@ -35,35 +36,91 @@ def _row(job: str, metric: str, base, head, verdict: str, tolerance: str = "exac
     }
 
 
-def _render(frame: pd.DataFrame) -> list[str]:
-    console = Console(width=100, record=True)
-    console.print(table(frame, "kvbench compare: metrics that differ"))
-    return console.export_text().splitlines()
+def _render(frame: pd.DataFrame, width: int = 100) -> list[str]:
+    console = Console(width=width, record=True)
+    console.print(table(frame, "kvbench compare: metrics that differ", width))
+    return [line.rstrip() for line in console.export_text().splitlines()]
 
 
-def test_long_labels_and_metric_names_fold_within_100_columns():
-    job = "allocator=orca_oracle model=opt-13b hardware=a100-40gb workload=sharegpt_like scheduler.max_num_seqs=256"
+def _body(lines: list[str]) -> list[str]:
+    """The lines under the header's rule."""
+    header = next(i for i, line in enumerate(lines) if line.split() == list(HEADERS))
+    return lines[header + 2 :]
+
+
+def _metric_row(lines: list[str], words: str) -> list[str]:
+    """The cells right of the name of the row whose name starts with ``words``."""
+    row = next(line for line in lines if line.strip().startswith(words))
+    return row[row.index(words) + len(words) :].split()
+
+
+def test_long_labels_and_metric_names_wrap_within_100_columns():
     frame = _frame(
         [
-            _row(job, "num_requests_refused_by_fragmentation", 123_456_789_012, 123_456_789_013, "beyond"),
-            _row(job, "mean_tail_waste_bytes_per_seq", 1266809925.966517, 1266809925.966518, "beyond"),
+            _row(LONG_JOB, "num_requests_refused_by_fragmentation", 123_456_789_012, 123_456_789_013, "beyond"),
+            _row(LONG_JOB, "mean_tail_waste_bytes_per_seq", 1266809925.966517, 1266809925.966518, "beyond"),
             _row("allocator=paged", "simulated_requests_per_wall_s", 5026.325101, 3000.0, "within", ">=x0.5"),
         ]
     )
     lines = _render(frame)
     assert max(map(len, lines)) <= 100
-    header = next(line for line in lines if line.startswith("job"))
-    assert header.split() == list(HEADERS)  # every header whole, none cut to an ellipsis
     text = "\n".join(lines)
-    # numbers are never cut, and two different values print differently
+    # every header whole, none cut to an ellipsis; numbers never cut, and different values print differently
+    assert "…" not in text
     assert "123,456,789,012" in text and "123,456,789,013" in text
     assert "1266809925.966517" in text and "1266809925.966518" in text
-    assert "…" not in text
-    # a folded label or name keeps every character, down its column
-    start = header.index("metric")
-    body = lines[lines.index(header) + 2 :]
-    assert "workload=sharegpt_like" in "".join(line[:start].strip() for line in body)
-    assert "num_requests_refused_by_fragmentation" in "".join(line[start:].split("  ")[0] for line in body)
+    body = _body(lines)
+    # the job's label heads its block, wrapped at spaces only: every override whole on some line
+    label_lines = body[: next(i for i, line in enumerate(body) if line.startswith("  "))]
+    assert " ".join(line.strip() for line in label_lines) == LONG_JOB
+    # a name longer than its column keeps every character, down its lines
+    assert "".join(line.split()[0] for line in body[5:7]) == "num_requests_refused_by_fragmentation"
+
+
+def test_the_table_uses_the_width_it_is_given():
+    job = "allocator=paged kernel=flashinfer scheduler=chunked preemption=swap"
+    frame = _frame(
+        [
+            _row(job, "block_utilization_saturated", 0.9, 0.8, "beyond", "close"),
+            _row(job, "goodput_requests_per_s", 30.5, 31.5, "beyond", "close"),
+        ]
+    )
+    wide, narrow = _render(frame, 200), _render(frame, 70)
+    assert max(map(len, wide)) <= 200 and max(map(len, narrow)) <= 70
+    # at 200 columns the label and every name fit on one line each; at 70 they wrap, at spaces
+    assert job in wide
+    assert _metric_row(wide, "KV blocks allocated when saturated, a server's gauge (% of budget)")[:2] == ["90", "80"]
+    assert job not in narrow and " ".join(_body(narrow)[:4]) == job
+    assert len(_body(narrow)) > len(_body(wide))
+
+
+def test_metrics_read_in_the_catalogues_words_with_the_unit_of_their_values():
+    frame = _frame(
+        [
+            _row("j", "ttft_p50_s", 0.0216, 0.0232, "beyond", "close"),
+            _row("j", "ttft_p99_s", 43.0, 53.0, "beyond", "close"),
+            _row("j", "utilization_mean", 0.136, 0.132, "beyond", "close"),
+            _row("j", "peak_concurrency", 29, 18, "beyond", "close"),
+            _row("j", "sim_wall_s", 0.2, 0.21, "within", "<=x2"),
+        ]
+    )
+    lines = _render(frame, 120)
+    # seconds shown in milliseconds, as the label says; in seconds where they reach 10 s
+    assert _metric_row(lines, "TTFT p50 (ms)")[:3] == ["21.6", "23.2", "+7.41%"]
+    assert _metric_row(lines, "TTFT p99 (s)")[:2] == ["43", "53"]
+    # a fraction in percent, a count as an integer
+    assert _metric_row(lines, "KV utilization mean (% of budget)")[:2] == ["13.6", "13.2"]
+    assert _metric_row(lines, "peak concurrency (sequences)")[:2] == ["29", "18"]
+    # a key the catalogue lacks keeps its own name and its stored values
+    assert _metric_row(lines, "sim_wall_s")[:2] == ["0.2", "0.21"]
+
+
+def test_two_values_a_unit_change_would_print_alike_print_as_stored():
+    # 1 ulp apart: times 1000 they are one float, so in milliseconds they would read as no change
+    base, head = 4.237321250949226, 4.237321250949227
+    assert base * 1e3 == head * 1e3 and base != head
+    lines = _render(_frame([_row("j", "ttft_p50_s", base, head, "beyond")]))
+    assert _metric_row(lines, "ttft_p50_s")[:2] == ["4.237321250949226", "4.237321250949227"]
 
 
 def test_value_pair_adds_digits_until_values_differ():
@@ -73,11 +130,13 @@ def test_value_pair_adds_digits_until_values_differ():
     assert value_pair(math.nan, 1.0) == ("NaN", "1")
 
 
-def test_verdict_line_fits_and_names_the_failures():
+def test_verdict_line_fits_its_width_and_names_the_failures_by_key():
     frame = _frame([_row("j", f"metric_number_{i}", 1.0, 2.0, "beyond") for i in range(12)])
     line = verdict_line(frame, 3)
     assert line.startswith("kvbench compare: FAIL: 12 value(s) beyond tolerance (1 of 3 jobs): metric_number_0")
     assert line.endswith("more") and len(line) <= 100
+    wide = verdict_line(frame, 3, 300)
+    assert wide.endswith("metric_number_11") and len(wide) <= 300
     ok = verdict_line(_frame([_row("j", "m", 1.0, 1.0, "same")]), 1)
     assert ok == "kvbench compare: OK: 1 job(s) matched, every metric within tolerance (1 same)"
 

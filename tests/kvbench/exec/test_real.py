@@ -182,3 +182,32 @@ def test_real_weights_from_a_local_folder_are_the_ones_used(tmp_path):
             )
         assert list(ids[0]) == gen[0, prompt.shape[1] :].tolist()
     assert _tokens(result) != _tokens(_run("allocator=paged"))  # not the seeded random weights
+
+
+def test_a_real_run_records_where_it_was_measured_and_a_cpu_s_is_never_calibrated_from(tmp_path, capsys):
+    from kvbench.commands import calibrate
+    from kvbench.exec.real.device import cpu_name
+    from kvbench.output.results import write_run
+
+    result = _run("allocator=paged")
+    on_gpu = torch.cuda.is_available()
+    device_type, _, name = result.summary["measured_on"].partition(": ")
+    assert device_type == ("cuda" if on_gpu else "cpu") and name
+    if on_gpu:
+        return  # a GPU's run is what calibrate fits (tests/kvbench/test_calibrate.py)
+    assert name == cpu_name()
+    write_run(result, tmp_path / "run", figures=False)
+    with pytest.raises(SystemExit) as stop:
+        calibrate.main([str(tmp_path / "run"), "--out", str(tmp_path / "cal")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1, err
+    assert f"was measured on a CPU ({name}), while its config prices hardware=h100-sxm" in err
+    assert not (tmp_path / "cal").exists()
+
+
+def test_measured_on_names_the_device_type_then_the_chip(monkeypatch):
+    from kvbench.exec.real.device import measured_on
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    assert measured_on(torch.device("cuda", 0)) == "cuda: NVIDIA H200"
+    assert measured_on(torch.device("cpu")).startswith("cpu: ")

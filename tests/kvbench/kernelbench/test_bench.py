@@ -35,6 +35,11 @@ def test_without_a_gpu_it_refuses_in_one_line(tmp_path):
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if line.strip()]
     assert errors == [errors[-1]] and "needs a CUDA GPU" in errors[-1] and "dry_run=true" in errors[-1], result.stderr
+    assert not (tmp_path / "run").exists(), "refused before Hydra makes a run folder"
+    # a typo is said first: it is the first thing to fix, GPU or not
+    typo = bench(tmp_path, "block_size=[8]")
+    assert typo.returncode == 2 and "block_size=[8] is not a config key" in typo.stderr, typo.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_dry_run_writes_csv_plots_and_calibrations(tmp_path):

@@ -96,12 +96,38 @@ def _summary(**changes) -> dict:
     return {**summary, **changes}
 
 
+def test_a_row_of_times_switches_to_seconds_where_a_value_reaches_ten_seconds():
+    short = dict(headline_rows(_summary(ttft_p50_s=0.1234, ttft_p99_s=9.9994)))
+    assert short["TTFT p50 / p99 (ms)"] == "123.4 / 9,999.4"
+    long = dict(headline_rows(_summary(ttft_p50_s=3673.012, ttft_p99_s=6998.357)))
+    assert long["TTFT p50 / p99 (s)"] == "3,673.0 / 6,998.4"
+    assert long["TPOT p50 / p99 (ms)"] == "41.6 / 64.1", "each row picks its own unit"
+
+
+def test_what_sharing_saved_is_said_only_where_blocks_were_shared():
+    none = dict(headline_rows(_summary(peak_shared_blocks=0, peak_allocated_bytes=1e9, peak_unshared_bytes=1e9)))
+    assert not [label for label in none if "shar" in label]
+    fan_out = dict(
+        headline_rows(
+            _summary(
+                peak_shared_blocks=256,
+                peak_allocated_bytes=6144 * 524288,
+                peak_unshared_bytes=34816 * 524288,
+                sharing_saving=34816 / 6144,
+            )
+        )
+    )
+    assert fan_out["blocks shared by 2+ sequences (peak)"] == "256"
+    assert fan_out["KV held / without sharing (peak)"] == "3.22 GB / 18.3 GB (5.67x less)"
+
+
 def test_the_headline_pairs_related_numbers_in_the_summarys_units():
     rows = dict(headline_rows(_summary()))
     assert rows["requests finished / sent"] == "998 / 1,000"
-    assert rows["TTFT p50 / p99 (ms)"] == "13,579.2 / 26,936.7"
+    # times of 10 s and more read in seconds, shorter ones in milliseconds, a unit per row
+    assert rows["TTFT p50 / p99 (s)"] == "13.6 / 26.9"
     assert rows["TPOT p50 / p99 (ms)"] == "41.6 / 64.1"
-    assert rows["  mean = step wait + queueing + prefill (ms)"] == "13,430.8 = 0.0 + 13,189.9 + 240.9"
+    assert rows["  mean = step wait + queueing + prefill (s)"] == "13.4 = 0.0 + 13.2 + 0.2"
     assert rows["peak concurrency / floor (sat.) (seqs)"] == "223 / 184"
     assert rows["KV budget"] == "62.5 GB (119,209 tokens)"
     assert rows["memory (sat.) (% of KV budget)"] == "token 98.1, reserved future 1.3, free 0.6"

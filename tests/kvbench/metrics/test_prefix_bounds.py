@@ -3,15 +3,22 @@ rule against an exhaustive search of every eviction choice."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import random
 from functools import cache
 
 import pytest
 
 from kvbench.core.request import Request
+from kvbench.metrics import prefix_bounds
 from kvbench.metrics.prefix_bounds import (
     _lookup_and_insert_keys,
     belady_hit_blocks,
+    bounds_key,
+    cache_file,
+    cached_prefix_cache_bounds,
     infinite_cache_hit_blocks,
     lru_hit_blocks,
     prefix_cache_bounds,
@@ -177,3 +184,195 @@ def test_the_room_for_everything_shortcut_gives_what_the_policies_give(seed):
     bounds = prefix_cache_bounds(requests, B, 10**6)
     assert bounds["prefix_hit_rate_lru_offline"] == sum(lru_hit_blocks(refs, 10**6)) * B / total
     assert bounds["prefix_hit_rate_belady"] == sum(belady_hit_blocks(refs, 10**6)) * B / total
+
+
+# --- the bounds depend on the block size, even below the hash granule -----------------------------
+
+
+def test_the_bounds_differ_between_block_sizes_that_divide_the_hash_granule():
+    """Why the cache key holds the block size: with 512-token hashes (Mooncake's), 16- and 64-token
+    blocks give other bounds for the same requests. A lookup covers ``prompt - 1`` tokens, so an
+    identical 1,024-token prompt hits 63 blocks of 16 (1,008 tokens) but 15 of 64 (960 tokens). (The
+    capacity differs too: a budget rounded down to whole blocks holds other token counts.) On
+    Mooncake's conversation trace the ceiling is 0.38388 at 16, 0.38385 at 64, 0.38373 at 256."""
+    requests = [req(i, 1024, (1, 2), granule=512) for i in range(2)]
+    at_16 = prefix_cache_bounds(requests, 16, 10**6)
+    at_64 = prefix_cache_bounds(requests, 64, 10**6)
+    assert at_16["prefix_hit_rate_infinite"] == 1008 / 2048
+    assert at_64["prefix_hit_rate_infinite"] == 960 / 2048
+
+
+# --- computed once: the cache -----------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def fresh_memo(monkeypatch):
+    """Each test starts with nothing computed in this process."""
+    monkeypatch.setattr(prefix_bounds, "_MEMO", type(prefix_bounds._MEMO)())
+
+
+@pytest.fixture
+def computations(monkeypatch):
+    """The (block size, capacity) of every computation of the bounds (cache misses), in order."""
+    calls = []
+    compute = prefix_bounds.prefix_cache_bounds
+
+    def counted(requests, block_size_tokens, capacity_blocks, **kwargs):
+        calls.append((block_size_tokens, capacity_blocks))
+        return compute(requests, block_size_tokens, capacity_blocks, **kwargs)
+
+    monkeypatch.setattr(prefix_bounds, "prefix_cache_bounds", counted)
+    return calls
+
+
+TRACE = trace(A, Bc, C, A, Bc, A)
+
+
+def forget() -> None:
+    """What another process starts with: nothing in memory (the cache folder is all it shares)."""
+    prefix_bounds._MEMO.clear()
+
+
+def test_a_sweep_s_jobs_compute_the_bounds_once(tmp_path, computations):
+    first = cached_prefix_cache_bounds(TRACE, B, 2, cache_dir=tmp_path)
+    assert first == prefix_cache_bounds(TRACE, B, 2)
+    forget()
+    again = cached_prefix_cache_bounds(TRACE, B, 2, cache_dir=tmp_path)
+    assert again == first and computations == [(B, 2)]
+    assert list(tmp_path.glob("*.json")) == [cache_file(tmp_path, bounds_key(TRACE, B, 2))]
+    # another capacity or block size is another computation, another file
+    cached_prefix_cache_bounds(TRACE, B, 4, cache_dir=tmp_path)
+    cached_prefix_cache_bounds(TRACE, 2, 4, cache_dir=tmp_path)
+    assert computations == [(B, 2), (B, 4), (2, 4)] and len(list(tmp_path.glob("*.json"))) == 3
+
+
+def test_a_job_waits_for_the_one_computing_the_same_bounds(tmp_path, computations):
+    """Two workers of a launcher reaching the same bounds at once: the second waits for the first's
+    file instead of computing them too. Here the test holds the lock as the first worker would, and
+    writes (distinctive) bounds before letting go: the waiting job takes them, computing nothing."""
+    import fcntl
+    import os
+    import threading
+
+    key = bounds_key(TRACE, B, 2)
+    path = cache_file(tmp_path, key)
+    fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    got = []
+    waiting = threading.Thread(target=lambda: got.append(cached_prefix_cache_bounds(TRACE, B, 2, cache_dir=tmp_path)))
+    waiting.start()
+    planted = {name: 0.5 for name in prefix_bounds._RATES}
+    path.write_text(json.dumps({"key": key, "bounds": planted}))
+    os.close(fd)  # the first worker is done
+    waiting.join(timeout=60)
+    assert got == [planted] and computations == []
+
+
+def test_in_one_process_the_bounds_are_kept_without_a_folder(computations):
+    first = cached_prefix_cache_bounds(TRACE, B, 2)
+    first["prefix_hit_rate_belady"] = -1.0  # a caller changing its copy changes nothing kept
+    assert cached_prefix_cache_bounds(TRACE, B, 2) == prefix_cache_bounds(TRACE, B, 2)
+    assert computations == [(B, 2)]
+
+
+def test_a_cached_result_is_bit_identical(tmp_path):
+    """JSON writes a float's shortest repr, which reads back to the very same double."""
+    requests = [req(i, 7 + i % 11, (i % 3, 5 + i % 2, 9), granule=3) for i in range(40)]
+    computed = cached_prefix_cache_bounds(requests, 2, 7, cache_dir=tmp_path)
+    forget()
+    read = cached_prefix_cache_bounds(requests, 2, 7, cache_dir=tmp_path)
+    assert all(type(value) is float for value in read.values())
+    assert [value.hex() for value in read.values()] == [value.hex() for value in computed.values()]
+
+
+def test_the_key_is_what_the_bounds_depend_on():
+    key = bounds_key(TRACE, B, 2)
+    # the same prompts arriving at other times, with other ids and outputs: the same bounds, one key
+    other_run = [
+        dataclasses.replace(r, request_id=100 + i, arrival_s=3.5 * i, branch_output_tokens=(99,))
+        for i, r in enumerate(TRACE)
+    ]
+    assert bounds_key(other_run, B, 2) == key
+    changed = [
+        bounds_key(TRACE, B, 3),  # capacity
+        bounds_key(TRACE, 2, 2),  # block size
+        bounds_key(TRACE[::-1], B, 2),  # order
+        bounds_key([dataclasses.replace(TRACE[0], prompt_tokens=10), *TRACE[1:]], B, 2),  # a prompt's length
+        bounds_key([dataclasses.replace(TRACE[0], hash_block_tokens=2), *TRACE[1:]], B, 2),  # the granularity
+        bounds_key([dataclasses.replace(TRACE[0], prefix_hashes=(10, 11, 13)), *TRACE[1:]], B, 2),  # a hash
+        bounds_key(TRACE[:-1], B, 2),  # one request fewer
+    ]
+    assert len({key, *changed}) == 1 + len(changed)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda text: text[: len(text) // 2],  # cut short
+        lambda text: "\x00\xff not json",
+        lambda text: "[]",
+        lambda text: text.replace('"prefix_hit_rate_belady"', '"prefix_hit_rate_beladi"'),
+        lambda text: json.dumps({**json.loads(text), "key": "0" * 64}),  # another key's file
+        lambda text: json.dumps({**json.loads(text), "bounds": {"prefix_hit_rate_infinite": "0.5"}}),
+    ],
+)
+def test_a_damaged_cache_file_is_ignored_and_written_again(tmp_path, computations, damage):
+    cached_prefix_cache_bounds(TRACE, B, 2, cache_dir=tmp_path)
+    path = cache_file(tmp_path, bounds_key(TRACE, B, 2))
+    path.write_text(damage(path.read_text()))
+    forget()
+    assert cached_prefix_cache_bounds(TRACE, B, 2, cache_dir=tmp_path) == prefix_cache_bounds(TRACE, B, 2)
+    assert computations == [(B, 2), (B, 2)]  # computed again
+    assert json.loads(path.read_text())["bounds"] == prefix_cache_bounds(TRACE, B, 2)  # and repaired
+
+
+def test_a_folder_that_cannot_be_written_only_costs_the_computation(tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # the cache folder's place is taken by a file: mkdir fails
+    assert cached_prefix_cache_bounds(TRACE, B, 2, cache_dir=blocked / "cache") == prefix_cache_bounds(TRACE, B, 2)
+
+
+def test_a_trace_without_hashes_is_not_cached(tmp_path, computations):
+    assert cached_prefix_cache_bounds(trace((), ()), B, 2, cache_dir=tmp_path) == {}
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="block_size_tokens must be positive"):
+        cached_prefix_cache_bounds(TRACE, 0, 2, cache_dir=tmp_path)
+
+
+# --- progress: each pass with its total --------------------------------------------------------------
+
+
+def recording_progress(log: list):
+    """A progress that records, per pass, its total, its description and the steps it was told of."""
+
+    @contextlib.contextmanager
+    def progress(total, description):
+        steps = []
+        yield steps.append
+        log.append((description, total, sum(steps)))
+
+    return progress
+
+
+def test_every_pass_reports_its_total_and_reaches_it():
+    requests = [req(i, 9 + i % 600, (i % 5, 7, 8), granule=4) for i in range(1000)]  # more than one tick
+    log = []
+    prefix_cache_bounds(requests, B, 2, progress=recording_progress(log))
+    assert log == [
+        ("prefix bounds 1/4: block keys", 1000, 1000),
+        ("prefix bounds 2/4: ceiling", 1000, 1000),
+        ("prefix bounds 3/4: LRU", 1000, 1000),
+        ("prefix bounds 4/4: Belady", 2000, 2000),  # a backward pass, then the forward one
+    ]
+    # room for every block: no policy evicts, the last two passes are not needed
+    log.clear()
+    prefix_cache_bounds(requests, B, 10**6, progress=recording_progress(log))
+    assert [description for description, _, _ in log] == ["prefix bounds 1/4: block keys", "prefix bounds 2/4: ceiling"]
+
+
+def test_a_cached_result_shows_no_progress(tmp_path):
+    cached_prefix_cache_bounds(TRACE, B, 2, cache_dir=tmp_path)
+    forget()
+    log = []
+    cached_prefix_cache_bounds(TRACE, B, 2, cache_dir=tmp_path, progress=recording_progress(log))
+    assert log == []

@@ -80,6 +80,34 @@ def test_units_are_in_the_headers_and_latencies_in_ms(allocator_sweep):
     assert row
 
 
+def test_a_latency_column_reaching_ten_seconds_reads_in_seconds():
+    from kvbench.output.report import Column
+
+    ttft = Column("ttft_p50_s", "TTFT\np50", "ms", "ms")
+    hours = pd.Series([3673.012, 3674.277, float("nan")])
+    shown = ttft.for_values(hours)
+    assert (shown.unit, shown.header) == ("s", "TTFT\np50\ns")
+    assert [shown.formatter(hours)(v) for v in hours] == ["3,673", "3,674", "-"]
+    seconds = pd.Series([12.345, 9.0])
+    assert ttft.for_values(seconds).formatter(seconds)(12.345) == "12.3"
+    fast = pd.Series([0.0081, 9.999])
+    assert ttft.for_values(fast) is ttft, "below 10 s a column stays in milliseconds"
+    assert ttft.formatter(fast)(0.0081) == "8"  # the column reaches 1,000 ms: no decimals
+    tpot = Column("tpot_p50_s", "TPOT\np50", "ms", "ms")
+    assert tpot.for_values(pd.Series([1e4])).unit == "s" and tpot.for_values(pd.Series([0.041])).unit == "ms"
+
+
+def test_each_kernels_calibration_is_said_once_above_the_tables_not_in_a_column():
+    from kvbench.output.report import calibrations_by_kernel
+
+    rows = pd.DataFrame({"kernel": ["a", "b", "a", "b"], "calibration": ["table A", "table B", "table A", "table B"]})
+    assert calibrations_by_kernel(rows) == {"a": "table A", "b": "table B"}
+    one = pd.DataFrame({"kernel": ["a", "b"], "calibration": ["uncalibrated", "uncalibrated"]})
+    assert calibrations_by_kernel(one) == {}, "one calibration for all: said on the shared line"
+    swept_dir = pd.DataFrame({"kernel": ["a", "a"], "calibration": ["file 1", "file 2"]})
+    assert calibrations_by_kernel(swept_dir) == {}, "one kernel priced two ways: a column tells them apart"
+
+
 def test_a_two_key_sweep_shows_each_key_as_a_column_and_its_failures(block_preemption_sweep):
     lines, frame = printed(print_comparison, block_preemption_sweep)
     assert_fits(lines)

@@ -54,3 +54,30 @@ def test_a_job_killed_before_writing_anything_is_incomplete(tmp_path):
     (tmp_path / ".hydra" / "overrides.yaml").write_text("- allocator=paged\n")
     row = read_job(tmp_path)
     assert row["status"] == "incomplete" and row["failed"] and row["job"] == "allocator=paged"
+
+
+def test_writing_reports_its_files_and_reaches_the_total(tmp_path):
+    """Writing a long run's tables and figures takes a second or more: progress counts the files."""
+    import contextlib
+
+    log = []
+
+    @contextlib.contextmanager
+    def progress(total, description):
+        steps = []
+        yield steps.append
+        log.append((description, total, sum(steps)))
+
+    write_run(_result(), tmp_path / "a", steps=True, figures=False, progress=progress)
+    # summary, requests, refusals, steps: Parquet and CSV each; summary.json and config.json
+    assert log == [("writing results", 10, 10)]
+    log.clear()
+    from kvbench.api import run
+
+    result = run(["workload.num_requests=20", "progress=false", "wandb.mode=disabled"])
+    write_run(result, tmp_path / "b", steps=False, figures=True, progress=progress)
+    # three tables, two JSON files, the memory figure and the prefix-cache one (when the run cached
+    # prefixes or could have: not this one, yet it counts among the files that may be written)
+    assert log == [("writing results", 10, 10)]
+    assert read_job(tmp_path / "b")["num_requests"] == 20
+    assert (tmp_path / "b" / "memory.png").is_file() and not (tmp_path / "b" / "prefix_cache.png").exists()

@@ -156,12 +156,13 @@ def test_a_calibration_changes_the_printed_answer(tmp_path, monkeypatch, capsys)
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["--tpot-ms", "0"], "--tpot-ms=0.0"),
+        (["slo.tpot_s=0"], "slo.tpot_s=0.0 is invalid"),
         (["--context-tokens", "5000"], "4096 positions"),
         (["--max-batch", "-3"], "--max-batch=-3"),
         (["--tpot"], "unknown option --tpot"),
         (["allocator=pagd"], "allocator='pagd'"),
         (["seed=abc"], "seed=abc"),
+        (["preemption.victim=newst"], "did you mean `newest`? choose one of newest"),
         (["640"], "'640' is neither an option nor a key=value"),
     ],
 )
@@ -173,18 +174,48 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, f
 
 
 def test_bad_input_from_the_command_line_has_no_traceback(tmp_path):
-    proc = kvbench("slo-batch", "--tpot-ms", "abc", cwd=tmp_path)
+    proc = kvbench("slo-batch", "slo.tpot_s=abc", cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
     assert proc.stderr.strip().splitlines() == [
-        "kvbench: error: argument --tpot-ms: invalid float value: 'abc' (see kvbench slo-batch --help)"
+        "kvbench: error: slo.tpot_s=abc is invalid: Value 'abc' of type 'str' could not be converted to Float"
     ]
+
+
+def test_the_slo_is_the_config_key_in_seconds_as_in_every_command(tmp_path, monkeypatch, capsys):
+    # the README's line: the same answer as the default, and the line above the table says where it came from
+    assert run_main(monkeypatch, "slo.tpot_s=0.02", "--context-tokens", "640", "--out", str(tmp_path)) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "TPOT SLO 20 ms (slo.tpot_s=0.02)" in out and "→ B = 159" in out
+    assert json.loads((tmp_path / "slo_batch.json").read_text())["tpot_slo_s"] == 0.02
+    # slo-search's SLOs, copied over: the TPOT is used, the others are said to bound nothing here
+    args = ("slo.ttft_s=2", "slo.tpot_s=0.05", "--out", str(tmp_path / "all"))
+    assert run_main(monkeypatch, *args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "TPOT SLO 50 ms (slo.tpot_s=0.05)" in out and "slo.ttft_s: not used" in out
+
+
+@pytest.mark.parametrize(
+    "args, spelled",
+    [
+        (["--tpot-ms", "20", "--context-tokens", "640"], "write slo.tpot_s=0.02 for --tpot-ms 20"),
+        (["--tpot-ms=12.5"], "write slo.tpot_s=0.0125 for --tpot-ms 12.5"),
+        (["--tpot_ms", "abc"], "write slo.tpot_s=<seconds>"),
+        (["--ttft-ms", "2000"], "write slo.ttft_s=2 for --ttft-ms 2000"),
+    ],
+)
+def test_the_old_millisecond_flag_is_refused_with_the_new_spelling(tmp_path, monkeypatch, capsys, args, spelled):
+    # refused, not converted: a script keeps no spelling that only this command understands
+    assert run_main(monkeypatch, *args, "--out", str(tmp_path / "out")) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("kvbench: error: --t") and spelled in line and "in seconds, in every kvbench command" in line
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["--tpot-ms", "1e300"], "--tpot-ms=1e+300 is invalid: use a positive number of milliseconds, at most 100,000"),
-        (["--tpot-ms", "inf"], "--tpot-ms=inf is invalid"),
+        (["slo.tpot_s=1e300"], "slo.tpot_s=1e+300 is invalid: use a positive number of seconds, at most 100"),
+        (["slo.tpot_s=inf"], "slo.tpot_s=inf is invalid"),
         (["--max-batch", str(10**12)], f"--max-batch={10**12} is invalid: use an integer from 1 to 1,048,576"),
         (["--context-tokens", str(10**9)], f"--context-tokens={10**9} is invalid"),
         (["--context-tokens", "0"], "--context-tokens=0 is invalid"),
@@ -198,7 +229,7 @@ def test_every_numeric_option_is_bounded_so_no_allocation_is(tmp_path, monkeypat
 
 def test_a_large_tpot_slo_keeps_the_table_and_figure_bounded(tmp_path, monkeypatch):
     # a 100 s token: the SLO allows a batch far beyond memory; the table and figure stop at 2**20
-    assert run_main(monkeypatch, "--tpot-ms", "100000", "--out", str(tmp_path)) == 0
+    assert run_main(monkeypatch, "slo.tpot_s=100", "--out", str(tmp_path)) == 0
     document = json.loads((tmp_path / "slo_batch.json").read_text())
     assert document["slo_batch"] > 500_000 and document["binding"] == ["memory"]
     assert pd.read_csv(tmp_path / "tpot_vs_batch.csv")["batch"].max() <= 2**20

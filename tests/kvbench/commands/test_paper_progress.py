@@ -1,0 +1,73 @@
+"""``kvbench paper``'s progress: runs done of as many as the last build made (its ``data/runs.csv``),
+the time left and the run in progress, on a terminal; nothing elsewhere."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from kvbench.app import progress
+from kvbench.commands import paper as cli
+
+COMMAND = "kvbench allocator=naive workload.num_requests=40"  # the fake source's one run
+
+
+@pytest.fixture
+def fake_paper(monkeypatch):
+    """``kvbench paper`` over the small fake source instead of the lecture and the paper."""
+    monkeypatch.setattr(cli, "SOURCES", {"fake": "fake_source"})
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "studies" / "paper"))
+    sys.modules.pop("fake_source", None)
+
+
+@pytest.fixture
+def screen(monkeypatch):
+    """What a terminal on stderr shows, as text."""
+    out = io.StringIO()
+    monkeypatch.setattr(
+        progress, "_stderr_console", lambda: Console(file=out, force_terminal=True, width=120, color_system=None)
+    )
+    return out
+
+
+def paper(monkeypatch, *args: str) -> int:
+    monkeypatch.setattr(sys, "argv", ["kvbench paper", *args])
+    with pytest.raises(SystemExit) as stop:
+        cli.main()
+        raise SystemExit(0)
+    return stop.value.code
+
+
+def test_the_total_is_what_the_last_build_ran(fake_paper, monkeypatch, tmp_path, screen):
+    out = tmp_path / "paper"
+    assert paper(monkeypatch, "--out", str(out)) == 0
+    first = screen.getvalue()
+    assert "kvbench paper" in first and COMMAND in first and "so far" in first  # no earlier build: a count
+    assert cli.expected_runs(out, None) == 1
+    screen.truncate(0)
+    screen.seek(0)
+    assert paper(monkeypatch, "--out", str(out)) == 0
+    again = screen.getvalue()
+    assert "1/1" in again and "runs" in again and "left" in again and COMMAND in again
+
+
+def test_the_total_is_unknown_without_an_earlier_build_or_with_only(tmp_path):
+    assert cli.expected_runs(tmp_path / "nothing", None) is None
+    data = tmp_path / "paper" / "data"
+    data.mkdir(parents=True)
+    (data / "runs.csv").write_text('command,seed\n"kvbench a=1,2",0\nkvbench b=1,0\nkvbench,0\n')
+    assert cli.expected_runs(tmp_path / "paper", None) == 3  # a quoted comma is one cell
+    assert cli.expected_runs(tmp_path / "paper", ["lecture"]) is None  # which source ran which run: unknown
+    (data / "runs.csv").write_text("command,seed\n")
+    assert cli.expected_runs(tmp_path / "paper", None) is None
+    (data / "runs.csv").write_bytes(b"\xff\xfe\x00damaged")
+    assert cli.expected_runs(tmp_path / "paper", None) is None
+
+
+def test_no_progress_in_a_pipe(fake_paper, monkeypatch, tmp_path, capsys):
+    assert paper(monkeypatch, "--out", str(tmp_path / "paper")) == 0
+    assert "kvbench paper" not in capsys.readouterr().err
