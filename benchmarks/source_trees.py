@@ -98,7 +98,8 @@ def import_path(tree: Path) -> Path:
     for entry in (tree / "kvbench").iterdir():
         if entry.name != "__pycache__":
             (package / entry.name).symlink_to(entry)
-    (package / "conf").symlink_to(tree / "conf")
+    if not (package / "conf").exists():  # trees before kvbench/conf became a link to conf/ in the tree itself
+        (package / "conf").symlink_to(tree / "conf")
     (links / "kvbench_plugins").symlink_to(tree / "plugins")
     project = _project(tree)
     if project is not None:
