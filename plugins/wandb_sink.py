@@ -278,6 +278,10 @@ def kvbench_sweep_finished(sweep_dir, comparison) -> None:
     mode = effective_mode(settings.get("mode", "disabled"))
     if mode == "disabled" or comparison is None or comparison.empty:
         return
+    from kvbench.app.config import wandb_installed
+
+    if not wandb_installed():  # asked for in a config file: each job already failed saying so
+        return
     import wandb
 
     from kvbench.provenance import provenance

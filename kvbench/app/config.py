@@ -72,6 +72,30 @@ class WandbConfig:
             )
 
 
+def wandb_refusal(args: list[str]) -> str | None:
+    """One line when a command line (or ``WANDB_MODE``) asks for W&B and it is not installed, said
+    before a sweep starts (each job would fail alike); None otherwise. A config file asking for it
+    is caught by each job's :meth:`WandbConfig.validate`."""
+    if wandb_installed():
+        return None
+    env_mode = os.environ.get("WANDB_MODE")
+    logging_modes = {"offline", "online", *WANDB_MODE_ALIASES}
+    if env_mode in logging_modes:
+        return (
+            f"WANDB_MODE={env_mode} (environment) logs the run to Weights & Biases, which is not installed: "
+            "pip install 'kvbench[wandb]', or unset WANDB_MODE"
+        )
+    for arg in args:
+        key, _, value = arg.lstrip("+~").partition("=")
+        asked = [v.strip() for v in value.split(",") if v.strip() in logging_modes]
+        if key == "wandb.mode" and asked and env_mode is None:
+            return (
+                f"wandb.mode={asked[0]} logs the run to Weights & Biases, which is not installed: "
+                "pip install 'kvbench[wandb]', or leave wandb.mode at disabled"
+            )
+    return None
+
+
 def wandb_installed() -> bool:
     """Whether the optional ``wandb`` package can be imported (found, not imported: it is slow)."""
     import importlib.util

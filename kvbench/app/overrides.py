@@ -71,6 +71,10 @@ def _not_a_key(exc: BaseException, cause: BaseException) -> str | None:
     )
 
 
+#: Hydra's launchers kvbench documents, by the extra (pyproject) that installs each
+LAUNCHER_EXTRAS = {"joblib": "joblib", "submitit_local": "submitit", "submitit_slurm": "submitit", "ray": "ray"}
+
+
 def hydra_error_line(exc: BaseException, args: Sequence[str] = ()) -> str:
     """One line for a Hydra or OmegaConf exception raised while parsing or composing ``args``."""
     from hydra.errors import MissingConfigException, OverrideParseException
@@ -84,6 +88,9 @@ def hydra_error_line(exc: BaseException, args: Sequence[str] = ()) -> str:
         group, _, choice = exc.missing_cfg_file.rpartition("/")
         if group:
             guess = did_you_mean(choice, sorted(exc.options))
+            extra = LAUNCHER_EXTRAS.get(choice) if group == "hydra/launcher" else None
+            if extra and choice not in exc.options:  # a launcher kvbench documents, not installed here
+                guess = f"it comes with an extra: pip install 'kvbench[{extra}]' (docs/launchers.md);"
             return (
                 f"{group}={choice!r} is not a known {group}; {guess + ' ' if guess else ''}"
                 f"choose one of: {', '.join(sorted(exc.options))}"

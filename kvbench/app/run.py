@@ -108,6 +108,7 @@ def setup(cfg: DictConfig) -> RunSetup:
         )
     kernel = _instantiate("kernel", cfg.kernel)
     if cfg.mode == "real":
+        _check_real_mode_installed()
         reason = type(kernel).unavailable_reason(_real_device())
         if reason:
             raise ConfigError(f"mode={cfg.mode!r} cannot run here: {reason}; pick kernel=torch")
@@ -290,6 +291,18 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
         steps=record.steps,
         refusals=record.refusals,
     )
+
+
+def _check_real_mode_installed() -> None:
+    """mode=real builds a transformers model in torch tensors: both come with an extra."""
+    import importlib.util
+
+    missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            f"mode=real runs a model with torch and transformers ({' and '.join(missing)} not installed): "
+            "pip install 'kvbench[real]', or use mode=sim"
+        )
 
 
 def _real_device() -> str:

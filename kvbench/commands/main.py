@@ -422,9 +422,10 @@ def main() -> None:
         print_page(page)
         return
     handle_sigterm()
+    from kvbench.app.config import wandb_refusal
     from kvbench.app.overrides import bool_override_error
 
-    unknown = _unknown_flag(args) or bool_override_error(args)
+    unknown = _unknown_flag(args) or bool_override_error(args) or wandb_refusal(args)
     if unknown:
         print(error_line("kvbench", unknown), file=sys.stderr)
         sys.exit(2)

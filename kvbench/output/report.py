@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 from rich.console import Console
+from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
@@ -345,9 +346,11 @@ def _table(title: str | None, columns: Sequence[Column], frame: pd.DataFrame, fi
         table.add_column(column.header, justify="left" if is_text else "right", overflow="fold", no_wrap=not is_text)
     formatters = [c.formatter(frame.loc[~frame["failed"], c.key]) if c.key in frame else None for c in columns]
     for _, row in frame.iterrows():
-        cells = [f(row.get(c.key)) if f else "-" for c, f in zip(columns, formatters)]
+        # values are text, never rich markup: a swept value like [8,16] must show as typed
+        cells = [escape(f(row.get(c.key))) if f else "-" for c, f in zip(columns, formatters)]
         if row["failed"]:
-            cells = [*cells[:first_metric], f"[red]{row['status']}[/red]", *[""] * (len(columns) - first_metric - 1)]
+            status = f"[red]{escape(str(row['status']))}[/red]"
+            cells = [*cells[:first_metric], status, *[""] * (len(columns) - first_metric - 1)]
             cells = [
                 cell if i >= first_metric or columns[i].key.startswith(SWEPT_PREFIX) else ""
                 for i, cell in enumerate(cells)
@@ -444,7 +447,7 @@ def print_comparison(sweep_dir: Path, console: Console | None = None) -> pd.Data
     swept = ", ".join(a.key.removeprefix(SWEPT_PREFIX) for a in axes)
     console.print(f"[bold]kvbench comparison ({len(frame)} jobs)[/bold], swept: {swept}", highlight=False)
     if shared := _shared_line(frame, axes):
-        console.print(f"every job: {shared}", highlight=False)
+        console.print(f"every job: {escape(shared)}", highlight=False)
     _, same = comparison_columns(ok)
     if same:
         same = [c.for_values(ok[c.key]) for c in same]
@@ -452,15 +455,16 @@ def print_comparison(sweep_dir: Path, console: Console | None = None) -> pd.Data
         # a value no job has (a floor while saturated, when no job saturated) says nothing
         values = ", ".join(c.said(value) for c, value in shown if value != "-")
         if values:
-            console.print(f"same in every job: {values}", highlight=False)
+            console.print(f"same in every job: {escape(values)}", highlight=False)
     for kernel, calibration in calibrations_by_kernel(ok).items():
-        console.print(f"kernel {kernel} priced by: {calibration}", highlight=False)
+        console.print(escape(f"kernel {kernel} priced by: {calibration}"), highlight=False)
     for warning in no_effect_warnings(ok):
         console.print(f"[bold yellow]{warning}[/bold yellow]", highlight=False)
     for table in comparison_tables(frame, axes, console):
         console.print(table)
     for _, row in frame[frame["failed"]].iterrows():
-        console.print(f"[red]{row['status']}[/red] {row['label']}: {row['error']}", highlight=False)
+        said = escape(f"{row['label']}: {row['error']}")  # `pip install 'kvbench[wandb]'` is not markup
+        console.print(f"[red]{escape(str(row['status']))}[/red] {said}", highlight=False)
     notes = COMPARISON_NOTES + (f"\n{PREFIX_NOTES}" if _prefix_cached(ok) else "")
     console.print(f"[dim]{METRIC_DEFINITIONS}\n{notes}[/dim]", highlight=False)
     write_frame(frame, sweep_dir, "comparison")
@@ -499,11 +503,11 @@ def print_summary(
     setting = f"{get('model')} on {get('hardware')}, seed {get('seed')}"
     if "calibration" in summary:
         setting += f", {summary['calibration']}"
-    table = Table(title=f"{title}\n{setting}", show_header=False)
+    table = Table(title=escape(f"{title}\n{setting}"), show_header=False)
     table.add_column("metric", overflow="fold")  # a narrow terminal wraps a row, never cuts it
     table.add_column("value", justify="right", overflow="fold")
     for label, value in headline_rows(summary, slo_given=slo_given):
-        table.add_row(label, value)
+        table.add_row(escape(label), escape(value))
     console.print(table)
     console.print(f"[dim]{METRIC_DEFINITIONS}[/dim]", highlight=False)
     if out_dir is not None:

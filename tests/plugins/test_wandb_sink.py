@@ -319,6 +319,22 @@ def test_a_run_asking_for_wandb_without_it_is_one_line_and_exit_2(tmp_path):
     assert not list(tmp_path.rglob("summary.json"))
 
 
+def test_a_sweep_asking_for_wandb_without_it_is_refused_before_any_job(tmp_path):
+    hide = "import sys; sys.modules['wandb'] = None\nfrom kvbench.commands.main import main; main()\n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore")
+    args = ["-m", "allocator=naive,paged", "wandb.mode=disabled,offline", "workload.num_requests=5", "progress=false"]
+    proc = subprocess.run(
+        [sys.executable, "-c", hide, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "kvbench: error: wandb.mode=offline logs the run to Weights & Biases, which is not installed: "
+        "pip install 'kvbench[wandb]', or leave wandb.mode at disabled"
+    ]
+    assert not (tmp_path / "results").exists(), "refused before Hydra made a sweep folder"
+
+
 def test_the_sync_command_names_every_offline_run_of_a_run_or_a_sweep(tmp_path):
     assert (
         wandb_sink.sync_command(Path("results/runs/a b"), sweep=False)

@@ -34,7 +34,7 @@ def unavailable_reason() -> str | None:
     """None when the vendored scheduler can run here; else one line saying how to install it."""
     missing = [name for name in ("xxhash", "numpy") if importlib.util.find_spec(name) is None]
     if missing:
-        return f"nano-vllm's block manager needs {' and '.join(missing)}: pip install {' '.join(missing)}"
+        return f"nano-vllm's block manager needs {' and '.join(missing)}: pip install 'kvbench[peers]'"
     return None
 
 

@@ -284,3 +284,22 @@ def test_real_mode_loads_safetensors_only_and_damaged_weights_are_one_line(tmp_p
     with pytest.raises(ConfigError, match=r"its weights cannot be loaded \(.*\); re-save them") as caught:
         load_model(tmp_path / "damaged", "float32")
     assert "\n" not in str(caught.value)
+
+
+def test_real_mode_without_torch_is_one_line_naming_the_extra(tmp_path):
+    import subprocess
+    import sys
+
+    hide = "import sys; sys.modules['torch'] = None\nfrom kvbench.commands.main import main; main()\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", hide, "mode=real", "model=tiny-llama", "kernel=torch", "workload=real_smoke"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "kvbench: error: mode=real runs a model with torch and transformers (torch not installed): "
+        "pip install 'kvbench[real]', or use mode=sim"
+    ]

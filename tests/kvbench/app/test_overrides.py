@@ -123,3 +123,17 @@ def test_every_refused_choice_is_worded_as_with_suggestion_reads_it():
     with pytest.raises(ConfigError) as info:
         setup(compose(["preemption.victim=newst"])[0])
     assert "did you mean `newest`? choose one of newest" in with_suggestion(str(info.value))
+
+
+def test_a_launcher_that_is_an_extra_says_how_to_install_it():
+    from hydra.errors import MissingConfigException
+
+    from kvbench.app.overrides import hydra_error_line
+
+    missing = MissingConfigException("not found", missing_cfg_file="hydra/launcher/joblib", options=["basic"])
+    assert hydra_error_line(missing) == (
+        "hydra/launcher='joblib' is not a known hydra/launcher; it comes with an extra: "
+        "pip install 'kvbench[joblib]' (docs/launchers.md); choose one of: basic"
+    )
+    slurm = MissingConfigException("not found", missing_cfg_file="hydra/launcher/submitit_slurm", options=["basic"])
+    assert "pip install 'kvbench[submitit]'" in hydra_error_line(slurm)

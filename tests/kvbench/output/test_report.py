@@ -207,6 +207,17 @@ def test_failed_and_interrupted_jobs_keep_their_rows(sweep, tmp_path):
     assert any(line.startswith("incomplete allocator=per_request:") for line in lines)
 
 
+def test_text_in_square_brackets_shows_as_written_not_as_markup(sweep, tmp_path):
+    from kvbench.output.results import write_failure
+
+    copy = tmp_path / "copy"
+    shutil.copytree(sweep("allocators", {"allocator": ["naive", "per_request", "paged"]}), copy)
+    write_failure(copy / "1", "allocator=per_request", "needs W&B: pip install 'kvbench[wandb]', or [bold]not")
+    lines, _ = printed(print_comparison, copy, width=200)
+    [failed] = [line for line in lines if line.startswith("failed allocator=per_request:")]
+    assert failed.endswith("needs W&B: pip install 'kvbench[wandb]', or [bold]not"), failed
+
+
 def _with_prefix_cache(source, copy, values: dict[str, list]) -> None:
     """A copy of a sweep whose finished jobs' summaries gain prefix-cache numbers (as a caching
     allocator's runs would write them), job by job in order."""
