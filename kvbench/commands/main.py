@@ -225,9 +225,9 @@ def _hydra_main(cfg: DictConfig) -> None:
                 "free space or write elsewhere with hydra.run.dir=<folder>"
             )
             return
-    _notify_sinks("kvbench_run_finished", result=result)
-    if not multirun:
+    if not multirun:  # the numbers first: a sink (W&B) takes seconds and may say where its files went
         print_summary(result.summary, out_dir if cfg.output.write else None)
+    _notify_sinks("kvbench_run_finished", result=result)
 
 
 def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
