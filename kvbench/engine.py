@@ -22,17 +22,21 @@ from __future__ import annotations
 import bisect
 import gc
 import itertools
-from collections.abc import Callable
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
 
-from kvbench.core.request import Request
+from kvbench.core.request import Request, RequestList
 from kvbench.core.sequence import SequenceGroup
 from kvbench.core.step import Executor, StepPlan, StepResult
 from kvbench.metrics.recorder import Recorder, RunRecord
 from kvbench.sched.scheduler import Scheduler
 
+#: requests made at a time from the workload (a run holds those in flight and one batch ahead)
+REQUEST_BATCH = 4096
 #: the longest run of decode steps advanced at once (bounds the projection's arrays; a longer run
 #: just continues in the next turn, and the recorder merges the two)
 MAX_SPAN_STEPS = 1 << 14
@@ -67,68 +71,132 @@ class Engine:
             if collecting:
                 gc.enable()
 
-    def _run(self, requests: list[Request]) -> RunRecord:
+    def _run(self, requests: Sequence[Request]) -> RunRecord:
         scheduler = self.scheduler
         scheduler.check_fits(requests)
         recorder = Recorder(scheduler.allocator.kv_bytes_per_token)
-        first_seq_ids = list(itertools.accumulate((r.num_branches for r in requests[:-1]), initial=0))
-        # groups (and arrivals_s) hold the requests sent so far, in order: all of them in an open
-        # loop; in a closed loop the rest are sent, and get their group, as earlier ones finish
-        num_sent = len(requests) if self.max_in_flight is None else min(self.max_in_flight, len(requests))
-        groups = [SequenceGroup(r, first) for r, first in zip(requests[:num_sent], first_seq_ids)]
-        arrivals_s = [r.arrival_s for r in requests[:num_sent]]
-        clock_s, next_arrival, num_finished = 0.0, 0, 0
+        arrivals = _Arrivals(requests, self.max_in_flight, recorder)
+        clock_s, num_finished = 0.0, 0
         while num_finished < len(requests):
             if not scheduler.has_work():  # idle: jump to the next arrival
-                clock_s = max(clock_s, arrivals_s[next_arrival])
-            while next_arrival < len(groups) and arrivals_s[next_arrival] <= clock_s:
-                scheduler.add(groups[next_arrival], clock_s)
-                next_arrival += 1
+                clock_s = max(clock_s, arrivals.next_s())
+            while (next_s := arrivals.next_s()) is not None and next_s <= clock_s:
+                scheduler.add(arrivals.pop(), clock_s)
             plan = scheduler.schedule(clock_s)
-            result = self._advance(plan, arrivals_s[next_arrival] if next_arrival < len(groups) else None)
-            next_arrival = self._arrivals_within(groups, next_arrival, result)
+            result = self._advance(plan, arrivals.next_s())
+            self._arrivals_within(arrivals, result)
             outcome = scheduler.update(plan, result)
             recorder.record(plan, result, outcome.any_seq_finished)
+            if scheduler.finished:
+                for group in scheduler.finished:  # its row is all the run keeps of a finished request
+                    recorder.record_request(group)
+                scheduler.finished.clear()
             num_finished += outcome.num_finished_requests
             self.on_finished(outcome.num_finished_requests)
             clock_s = result.end_s
-            for request in requests[len(groups) : len(groups) + outcome.num_finished_requests]:
-                # a closed loop sends one request per finished one, at the end of the step; its
-                # own arrival_s is only the earliest time it may be sent
-                request = replace(request, arrival_s=max(request.arrival_s, clock_s))
-                groups.append(SequenceGroup(request, first_seq_ids[len(groups)]))
-                arrivals_s.append(request.arrival_s)
-        return recorder.finish(groups)
+            arrivals.send_after_finishes(outcome.num_finished_requests, clock_s)
+        return recorder.finish()
 
     def _advance(self, plan: StepPlan, next_arrival_s: float | None) -> StepResult:
         """Execute the plan, first stretching a quiet one over as many decode steps as nothing interrupts."""
-        if self.event_driven and plan.is_quiet:
-            projection = self.scheduler.decode_span(plan, MAX_SPAN_STEPS)
-            if projection.num_steps:
-                plan.num_steps = 1 + projection.num_steps
-                result = self.executor.execute(plan)
-                num_extra = projection.num_steps
-                if next_arrival_s is not None and self.scheduler.arrival_may_join():
-                    # an arrival that may be admitted (an empty queue, or one it may overtake): stop before its step
-                    starts_s = result.step_starts_s()
-                    num_extra = min(num_extra, int(np.searchsorted(starts_s, next_arrival_s, side="left")) - 1)
-                plan.num_steps = 1
-                if num_extra > 0:
-                    self.scheduler.extend(plan, projection, num_extra)
-                    return _truncate(result, plan.num_steps)
-        return self.executor.execute(plan)
+        if not (self.event_driven and plan.is_quiet):
+            return self.executor.execute(plan)
+        scheduler = self.scheduler
+        limit = scheduler.decode_span_limit(plan, MAX_SPAN_STEPS)  # steps before the first finish
+        if limit <= 0:
+            return self.executor.execute(plan)
+        first = None
+        may_join = next_arrival_s is not None and scheduler.arrival_may_join()
+        if may_join:
+            # an arrival that may be admitted ends the run before its step. Every step of the run
+            # takes at least as long as its first (contexts only grow), which bounds the run's
+            # length before memory is projected: a short run costs a short projection
+            first = self.executor.execute(plan)
+            if next_arrival_s <= first.end_s:
+                return first
+            # (+ 1: a bound, never a cut: the exact cut below comes from the run's own clock)
+            limit = min(limit, math.ceil((next_arrival_s - plan.start_s) / first.durations_s[0]) + 1)
+        projection = scheduler.project_span(plan, limit)
+        if projection.num_steps:
+            plan.num_steps = 1 + projection.num_steps
+            result = self.executor.execute(plan)
+            plan.num_steps = 1
+            num_extra = projection.num_steps
+            if may_join:  # stop before the step in which the arrival joins
+                starts_s = result.step_starts_s()
+                num_extra = min(num_extra, int(np.searchsorted(starts_s, next_arrival_s, side="left")) - 1)
+            if num_extra > 0:
+                scheduler.extend(plan, projection, num_extra)
+                return _truncate(result, plan.num_steps)
+        return first if first is not None else self.executor.execute(plan)
 
-    def _arrivals_within(self, groups: list[SequenceGroup], next_arrival: int, result: StepResult) -> int:
+    def _arrivals_within(self, arrivals: _Arrivals, result: StepResult) -> None:
         """Requests that arrived during a run of steps (behind a blocked queue) join at the first
         step boundary at or after their arrival, as they would have step by step."""
         if len(result.durations_s) == 1:
-            return next_arrival
+            return
         starts_s = result.step_starts_s()
-        while next_arrival < len(groups) and groups[next_arrival].request.arrival_s <= starts_s[-1]:
-            boundary = starts_s[bisect.bisect_left(starts_s, groups[next_arrival].request.arrival_s)]
-            self.scheduler.add(groups[next_arrival], float(boundary))
-            next_arrival += 1
-        return next_arrival
+        while (next_s := arrivals.next_s()) is not None and next_s <= starts_s[-1]:
+            boundary = starts_s[bisect.bisect_left(starts_s, next_s)]
+            self.scheduler.add(arrivals.pop(), float(boundary))
+
+
+class _Arrivals:
+    """The requests sent and not yet handed to the scheduler, in arrival order; a request's group
+    is made only when it is next, so a run holds the requests in flight, not every request.
+
+    Open loop: every request is sent at its own ``arrival_s``. Closed loop (``max_in_flight=C``):
+    the first C are sent at their ``arrival_s``; each time k requests finish in a step, the next k
+    are sent at that step's end, which becomes their arrival (their own ``arrival_s`` is only the
+    earliest time they may be sent)."""
+
+    def __init__(self, requests: Sequence[Request], max_in_flight: int | None, recorder: Recorder) -> None:
+        self._requests = requests
+        self._recorder = recorder
+        self._made: deque[Request] = deque()  # the next requests, made a batch at a time
+        if isinstance(requests, RequestList):  # it knows them without making every request
+            self._first_seq_ids = requests.first_seq_ids
+        else:
+            self._first_seq_ids = list(itertools.accumulate((r.num_branches for r in requests[:-1]), initial=0))
+        self._open = max_in_flight is None
+        self._num_sent = 0
+        self._sent: deque[SequenceGroup] = deque()
+        if not self._open:
+            for _ in range(min(max_in_flight, len(requests))):
+                self._send(self._next_request())
+
+    def next_s(self) -> float | None:
+        """The next arrival's time, or None when no request is on its way."""
+        sent = self._sent
+        if not sent:
+            if not self._open or self._num_sent == len(self._requests):
+                return None
+            self._send(self._next_request())
+        return sent[0].request.arrival_s
+
+    def _next_request(self) -> Request:
+        """The next request in order (made with a batch of the following ones: making requests
+        is the workload's work, not the loop's)."""
+        if not self._made:
+            with self._recorder.outside_loop():
+                start = self._num_sent
+                self._made.extend(self._requests[start : start + REQUEST_BATCH])
+        return self._made.popleft()
+
+    def pop(self) -> SequenceGroup:
+        return self._sent.popleft()
+
+    def send_after_finishes(self, num_finished: int, clock_s: float) -> None:
+        """A closed loop's client sends one request per finished one, at the end of the step."""
+        if self._open:
+            return
+        for _ in range(min(num_finished, len(self._requests) - self._num_sent)):
+            request = self._next_request()
+            self._send(replace(request, arrival_s=max(request.arrival_s, clock_s)))
+
+    def _send(self, request: Request) -> None:
+        self._sent.append(SequenceGroup(request, int(self._first_seq_ids[self._num_sent])))
+        self._num_sent += 1
 
 
 def _truncate(result: StepResult, num_steps: int) -> StepResult:
@@ -136,5 +204,9 @@ def _truncate(result: StepResult, num_steps: int) -> StepResult:
     if num_steps == len(result.durations_s):
         return result
     durations_s = result.durations_s[:num_steps]
-    end_s = float(np.cumsum(np.concatenate(([result.start_s], durations_s)))[-1])
-    return StepResult(result.start_s, durations_s, end_s, decode_s=float(np.cumsum(durations_s)[-1]))
+    if result.clock_s is not None:
+        clock_s = result.clock_s[: num_steps + 1]
+    else:
+        clock_s = np.cumsum(np.concatenate(([result.start_s], durations_s)))
+    decode_s = float(np.cumsum(durations_s)[-1])
+    return StepResult(result.start_s, durations_s, float(clock_s[-1]), decode_s=decode_s, clock_s=clock_s)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from kvbench.workload.source import Workload
 
@@ -47,24 +51,97 @@ class Request:
         return self.prompt_tokens + self.max_output_tokens - 1
 
 
-def requests_from_workload(workload: Workload, seed: int = 0) -> list[Request]:
-    """The workload's rows as requests, in arrival order (``request_id`` = row); ``seed`` (the
-    run's) seeds each beam search's draws together with its request id."""
-    branches = workload.branch_output_tokens_per_request()
-    beam = workload.beam_fork_probability
-    hashes = workload.prefix_hashes or [()] * workload.num_requests
-    granule = workload.hash_block_tokens if workload.prefix_hashes else 0
-    priorities = workload.priority.tolist() if workload.priority is not None else [0] * workload.num_requests
-    return [
-        Request(i, arrival_s, prompt, s_max, outputs, beam, seed, tuple(prefix), granule, priority)
-        for i, (arrival_s, prompt, s_max, outputs, prefix, priority) in enumerate(
-            zip(
-                workload.arrival_s.tolist(),
-                workload.prompt_tokens.tolist(),
-                workload.s_max_tokens.tolist(),
-                branches,
-                hashes,
-                priorities,
-            )
+class RequestList(Sequence[Request]):
+    """A workload's rows as requests, made one at a time when asked for: a run holds the requests
+    in flight, not a million objects made up front. Indexing gives request ``i`` (``request_id``
+    = row); slicing gives a list. Iterating makes each request in turn."""
+
+    def __init__(self, workload: Workload, seed: int = 0) -> None:
+        self._workload = workload
+        self._seed = seed
+        # machine numbers, 8 bytes a value, read back as Python numbers (faster than numpy scalars)
+        self._arrival_s = array("d", workload.arrival_s.astype(np.float64).tobytes())
+        self._prompt = _ints(workload.prompt_tokens)
+        self._s_max = _ints(workload.s_max_tokens)
+        self._output = _ints(workload.output_tokens)
+        branches = workload.branches()
+        self._single = workload.num_branches is None and workload.branch_output_tokens is None
+        #: where each request's branches start in the flat branch arrays (and its first sequence id)
+        self.first_seq_ids = _ints(np.concatenate(([0], np.cumsum(branches)[:-1])))
+        self._num_branches = _ints(branches)
+        self._branch_outputs = _ints(
+            workload.branch_output_tokens
+            if workload.branch_output_tokens is not None
+            else np.repeat(workload.output_tokens, branches)
         )
-    ]
+        self._priority = _ints(workload.priority) if workload.priority is not None else None
+        self._granule = workload.hash_block_tokens if workload.prefix_hashes else 0
+
+    def __len__(self) -> int:
+        return self._workload.num_requests
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self._make(i) for i in range(*index.indices(len(self)))]
+        i = index.__index__()
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"request {index} of {len(self)}")
+        return self._make(i)
+
+    def __iter__(self) -> Iterator[Request]:
+        return map(self._make, range(len(self)))
+
+    def distinct_shapes(self) -> list[Request]:
+        """One request of each distinct (prompt, branch lengths, S_max): what a check of every
+        request's fit needs to look at."""
+        w = self._workload
+        if w.branch_output_tokens is None and w.num_branches is None:
+            keys = np.stack([self._prompt, w.output_tokens, self._s_max], axis=1)
+            _, first = np.unique(keys, axis=0, return_index=True)
+            return [self._make(int(i)) for i in np.sort(first)]
+        seen: dict[tuple, int] = {}
+        for r in self:
+            seen.setdefault((r.prompt_tokens, r.branch_output_tokens, r.s_max_tokens), r.request_id)
+        return [self._make(i) for i in seen.values()]
+
+    def _make(self, i: int) -> Request:
+        w = self._workload
+        if self._single:
+            outputs = (self._output[i],)
+        else:
+            start = self.first_seq_ids[i]
+            outputs = tuple(self._branch_outputs[start : start + self._num_branches[i]])
+        return Request(
+            i,
+            self._arrival_s[i],
+            self._prompt[i],
+            self._s_max[i],
+            outputs,
+            w.beam_fork_probability,
+            self._seed,
+            tuple(w.prefix_hashes[i]) if w.prefix_hashes else (),
+            self._granule,
+            self._priority[i] if self._priority is not None else 0,
+        )
+
+
+def _ints(values: np.ndarray) -> array:
+    return array("q", np.asarray(values, dtype=np.int64).tobytes())
+
+
+def requests_from_workload(workload: Workload, seed: int = 0) -> RequestList:
+    """The workload's rows as requests, in arrival order (``request_id`` = row); ``seed`` (the
+    run's) seeds each beam search's draws together with its request id. Made when asked for."""
+    return RequestList(workload, seed)
+
+
+def distinct_shapes(requests: Sequence[Request]) -> list[Request]:
+    """One request of each distinct (prompt, branch lengths, S_max) among ``requests``."""
+    if isinstance(requests, RequestList):
+        return requests.distinct_shapes()
+    seen: dict[tuple, Request] = {}
+    for r in requests:
+        seen.setdefault((r.prompt_tokens, r.branch_output_tokens, r.s_max_tokens), r)
+    return list(seen.values())

@@ -99,6 +99,10 @@ EVENT_COLUMNS = (
 )
 #: the columns a request's group fills itself, in REQUEST_COLUMNS order
 GROUP_COLUMNS = tuple(name for name in REQUEST_COLUMNS if name not in EVENT_COLUMNS)
+#: the request-table columns that hold times (seconds): floats; the others count
+FLOAT_GROUP_COLUMNS = frozenset(
+    ("arrival_s", "boundary_s", "admitted_s", "prefill_compute_s", "first_token_s", "finish_s")
+)
 
 
 class SequenceGroup:

@@ -151,9 +151,14 @@ class StepResult:
     #: ``mode=real``: the cost model's time for the same plan (the durations are then measured);
     #: None in ``sim``, where the durations are the prediction
     predicted_s: float | None = None
+    #: a run of steps: the clock at each step boundary, ``start_s`` first and ``end_s`` last, added
+    #: in step order (what :meth:`step_starts_s` and a truncation read; None: computed when asked)
+    clock_s: np.ndarray | None = None
 
     def step_starts_s(self) -> np.ndarray:
         """Start time of each step (the first is ``start_s``), accumulated in step order."""
+        if self.clock_s is not None:
+            return self.clock_s[:-1]
         return np.cumsum(np.concatenate(([self.start_s], self.durations_s[:-1])))
 
 

@@ -23,10 +23,13 @@ class SimExecutor:
         overhead_s = cost.step_overhead_s  # a calibration's fixed cost per step (0.0 uncalibrated)
         if plan.num_steps > 1:
             # a run of quiet decode steps: nothing but decodes, so each step is its decode pass
-            durations_s = cost.decode_times_s(plan.kv_read_tokens, len(plan.decodes), plan.num_steps) + overhead_s
-            end_s = float(np.cumsum(np.concatenate(([plan.start_s], durations_s)))[-1])
+            durations_s = cost.decode_times_s(plan.kv_read_tokens, len(plan.decodes), plan.num_steps)
+            if overhead_s:
+                durations_s = durations_s + overhead_s
+            # the clock at every boundary, added in step order: the engine cuts the run at an arrival from it
+            clock_s = np.cumsum(np.concatenate(([plan.start_s], durations_s)))
             decode_s = float(np.cumsum(durations_s)[-1])
-            return StepResult(plan.start_s, durations_s, end_s, decode_s=decode_s)
+            return StepResult(plan.start_s, durations_s, float(clock_s[-1]), decode_s=decode_s, clock_s=clock_s)
         chunk_times_s, decode_s = cost.step_times_s(
             [(c.num_new_tokens, c.num_context_tokens) for c in plan.prefills], len(plan.decodes), plan.kv_read_tokens
         )

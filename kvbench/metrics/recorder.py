@@ -17,14 +17,17 @@ DataFrame once at the end.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from kvbench.core.ledger import LEDGER_FIELDS
-from kvbench.core.sequence import EVENT_COLUMNS, GROUP_COLUMNS, REQUEST_COLUMNS, SequenceGroup
+from kvbench.core.sequence import EVENT_COLUMNS, FLOAT_GROUP_COLUMNS, GROUP_COLUMNS, REQUEST_COLUMNS, SequenceGroup
 from kvbench.core.step import Mechanism, StepPlan, StepResult
 
 #: step-table columns besides the ledger's, in order (one source for the table and its readers)
@@ -62,6 +65,21 @@ STEP_COLUMNS: tuple[str, ...] = (
     "num_shared_blocks",
     "unshared_bytes_max",
 )
+#: step-table columns holding times, byte amounts read or ledger means (floats); the others count
+#: (integers) but ``saturated`` (a flag)
+FLOAT_STEP_COLUMNS = frozenset(
+    (
+        "start_s",
+        "duration_s",
+        "prefill_s",
+        "decode_s",
+        "swap_s",
+        "copy_s",
+        "recompute_s",
+        "kv_read_bytes",
+        *LEDGER_FIELDS,
+    )
+)
 #: step-table columns of a real run only (``StepResult.predicted_s`` set): the measured time
 #: (``duration_s`` again, named for what it is) and the cost model's time for the same plan
 MEASURED_COLUMNS: tuple[str, ...] = ("measured_s", "predicted_s")
@@ -95,10 +113,52 @@ def _accumulate(total: float, values) -> float:
     return float(np.cumsum(np.concatenate(([total], values)))[-1])
 
 
+def _stacked(plan: StepPlan) -> np.ndarray:
+    """The plan's ledgers after each of its steps 2..n, one row per LEDGER_FIELDS entry."""
+    spans = plan.span_ledgers
+    return np.stack([spans[name] for name in LEDGER_FIELDS])
+
+
+def _add_in_order(totals: list[float], values: np.ndarray) -> list[float]:
+    """Each field's total plus its row of ``values`` added one by one, in order (as ``_accumulate``
+    does for one series), for every field at once."""
+    return np.cumsum(np.column_stack((totals, values)), axis=1)[:, -1].tolist()
+
+
+#: finished requests held before their rows are stored a column at a time (per-value appends cost
+#: more than the run's own work on each request)
+REQUEST_ROWS_BATCH = 4096
+
+
+def _group_type(name: str) -> str:
+    """The request table's column types: times are floats, everything else counts."""
+    return "d" if name in FLOAT_GROUP_COLUMNS else "q"
+
+
+def _typed_column(name: str) -> array:
+    """A column's values as machine numbers (8 bytes each, not a Python object per value): a long
+    run writes hundreds of thousands of rows."""
+    return array("b" if name == "saturated" else "d" if name in FLOAT_STEP_COLUMNS else "q")
+
+
+def _as_numpy(values: array) -> np.ndarray:
+    if values.typecode == "b":
+        return np.frombuffer(values, dtype=np.int8).astype(bool) if len(values) else np.array([], dtype=bool)
+    return (
+        np.frombuffer(values, dtype=np.float64 if values.typecode == "d" else np.int64)
+        if len(values)
+        else (np.array([], dtype=np.float64 if values.typecode == "d" else np.int64))
+    )
+
+
 class Recorder:
     def __init__(self, kv_bytes_per_token: int) -> None:
         self.kv_bytes_per_token = kv_bytes_per_token
-        self._columns: dict[str, list] = {name: [] for name in STEP_COLUMNS}
+        self._columns: dict[str, array] = {name: _typed_column(name) for name in STEP_COLUMNS}
+        #: the request table, a column per GROUP_COLUMNS name, one row per finished request (finish order)
+        self._request_columns: dict[str, array] = {name: array(_group_type(name)) for name in GROUP_COLUMNS}
+        self._finished: list[SequenceGroup] = []  # the latest finished requests, before their rows are stored
+        self._outside_s = 0.0  # time in the loop spent building its inputs and tables (outside_loop)
         self._refusals: list[list] = []
         self._open: dict | None = None  # the span being built
         self._open_first: tuple | None = None  # its first step's (ledger, duration)
@@ -143,51 +203,86 @@ class Recorder:
         led = plan.ledger
         token_max, allocated_max = led.token_bytes, led.allocated_bytes
         if num_steps > 1:
-            spans = plan.span_ledgers
-            token_max = max(token_max, int(spans["token_bytes"].max()))
-            allocated = spans["token_bytes"] + spans["reserved_future_bytes"] + spans["internal_bytes"]
-            allocated_max = max(allocated_max, int(allocated.max()))
+            # token, reserved-future and internal bytes only grow over a run of decode steps: the
+            # last step holds the most (LEDGER_FIELDS order: token, reserved future, internal, ...)
+            spans = _stacked(plan)
+            token_max = max(token_max, int(spans[0].max()))
+            allocated_max = max(allocated_max, int(spans[:3].sum(axis=0).max()))
         row["token_bytes_max"] = max(row["token_bytes_max"], token_max)
         row["allocated_bytes_max"] = max(row["allocated_bytes_max"], allocated_max)
         row["num_shared_blocks"] = max(row["num_shared_blocks"], plan.num_shared_blocks)
         row["unshared_bytes_max"] = max(row["unshared_bytes_max"], allocated_max + plan.shared_bytes_saved)
 
     def _add_ledgers(self, plan: StepPlan, durations) -> None:
-        """Add the plan's steps to the open span's sums of ledger value x step time, in step order."""
+        """Add the plan's steps to the open span's sums of ledger value x step time, in step order
+        (one vectorized pass over every field: each field's sum is still added step by step)."""
         if self._open_ledger is None:  # the span's first step, added now that it has company
             first, first_s = self._open_first
-            self._open_ledger = {name: 0.0 + getattr(first, name) * first_s for name in LEDGER_FIELDS}
+            self._open_ledger = [0.0 + getattr(first, name) * first_s for name in LEDGER_FIELDS]
             if plan.ledger is first:  # a plan that is a run of steps: its first step was just added
-                durations = durations[1:]
-                spans = plan.span_ledgers
-                for name in LEDGER_FIELDS:
-                    self._open_ledger[name] = _accumulate(self._open_ledger[name], spans[name] * durations)
+                self._open_ledger = _add_in_order(self._open_ledger, _stacked(plan) * durations[1:])
                 return
-        sums = self._open_ledger
-        for name in LEDGER_FIELDS:
-            first = getattr(plan.ledger, name) * durations[0]
-            if plan.num_steps == 1:
-                sums[name] += first
-            else:
-                sums[name] = _accumulate(sums[name], np.concatenate(([first], plan.span_ledgers[name] * durations[1:])))
+        first = [getattr(plan.ledger, name) * durations[0] for name in LEDGER_FIELDS]
+        if plan.num_steps == 1:
+            self._open_ledger = [total + value for total, value in zip(self._open_ledger, first)]
+        else:
+            steps = np.column_stack((first, _stacked(plan) * durations[1:]))
+            self._open_ledger = _add_in_order(self._open_ledger, steps)
 
-    def finish(self, groups: list[SequenceGroup]) -> RunRecord:
-        """The run's tables. ``sim_wall_s`` is the loop's wall time, up to here: building the
-        tables (pandas) comes after, as writing its outputs does in other simulators."""
+    def finish(self, groups: Iterable[SequenceGroup] = ()) -> RunRecord:
+        """The run's tables (``groups``: finished requests not recorded yet). ``sim_wall_s`` is the
+        loop's wall time, up to here: building the tables (pandas) comes after, as writing its
+        outputs does in other simulators."""
         self._flush()
-        sim_wall_s = time.perf_counter() - self._wall_start_s
-        columns = list(STEP_COLUMNS) + (list(MEASURED_COLUMNS) if self._measured else [])
-        steps = pd.DataFrame(self._columns, columns=columns)
-        steps = steps.astype({name: np.float64 for name in LEDGER_FIELDS})  # span means; one schema for every run
+        for group in groups:
+            self.record_request(group)
+        self._store_request_rows()
+        sim_wall_s = time.perf_counter() - self._wall_start_s - self._outside_s
+        names = list(STEP_COLUMNS) + (list(MEASURED_COLUMNS) if self._measured else [])
+        # copy=False: the frame's columns are the typed arrays' own memory (no second copy at the peak)
+        steps = pd.DataFrame({name: _as_numpy(self._columns[name]) for name in names}, columns=names, copy=False)
+        self._columns.clear()
         refusals = pd.DataFrame(self._refusals, columns=list(REFUSAL_COLUMNS))
-        columns = zip(*map(SequenceGroup.row, groups)) if groups else [[]] * len(GROUP_COLUMNS)
-        table = {name: np.array(values) for name, values in zip(GROUP_COLUMNS, columns)}
+        rows = self._request_columns
+        # in request order, whatever order they finished in
+        order = np.argsort(_as_numpy(rows["request_id"]), kind="stable")
+        table = {name: _as_numpy(values)[order] for name, values in rows.items()}
+        if not len(order):  # no request: empty float columns, as an empty table always had
+            table = {name: np.array([]) for name in GROUP_COLUMNS}
         none = dict.fromkeys(EVENT_COLUMNS, 0)
-        counted = [self._events.get(g.request_id, none) for g in groups]
+        counted = [self._events.get(request_id, none) for request_id in table["request_id"].tolist()]
         for name in EVENT_COLUMNS:
             table[name] = np.array([c[name] for c in counted], dtype=np.int64)
-        requests = pd.DataFrame({name: table[name] for name in REQUEST_COLUMNS})
+        requests = pd.DataFrame({name: table[name] for name in REQUEST_COLUMNS}, copy=False)
         return RunRecord(requests, steps, refusals, sim_wall_s)
+
+    def record_request(self, group: SequenceGroup) -> None:
+        """A finished request, whose row of the request table is written with the next batch of
+        them (the run need not keep its group after that)."""
+        finished = self._finished
+        finished.append(group)
+        if len(finished) >= REQUEST_ROWS_BATCH:
+            self._store_request_rows()
+
+    def _store_request_rows(self) -> None:
+        """The held requests' rows into the typed columns, a column at a time. Building the
+        request table, not the loop: its time is left out of ``sim_wall_s``."""
+        with self.outside_loop():
+            rows = [group.row() for group in self._finished]
+            for group in self._finished:
+                group.seqs = []  # no cycle left (sequence <-> group): freed as soon as unreferenced
+            self._finished.clear()
+            for values, column in zip(self._request_columns.values(), zip(*rows)):
+                values.extend(column)
+
+    @contextlib.contextmanager
+    def outside_loop(self) -> Iterator[None]:
+        """Time spent here (making requests, building the request table) is not the loop's."""
+        start_s = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._outside_s += time.perf_counter() - start_s
 
     def _count_events(self, plan: StepPlan) -> None:
         """Add the plan's preemptions and swaps to their requests' EVENT_COLUMNS counts."""
@@ -277,11 +372,11 @@ class Recorder:
         if row is None:
             return
         if row["num_steps"] > 1:  # a span: its ledger is the time-weighted mean over its steps
-            for name in LEDGER_FIELDS:
-                row[name] = self._open_ledger[name] / row["duration_s"]
+            for name, total in zip(LEDGER_FIELDS, self._open_ledger):
+                row[name] = total / row["duration_s"]
         for name in STEP_COLUMNS:
             self._columns[name].append(row[name])
         if self._measured:
             for name in MEASURED_COLUMNS:
-                self._columns.setdefault(name, []).append(row[name])
+                self._columns.setdefault(name, array("d")).append(row[name])
         self._open = None

@@ -36,7 +36,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from kvbench.core.request import Request
+from kvbench.core.request import Request, distinct_shapes
 from kvbench.core.sequence import Sequence, SequenceGroup, Status
 from kvbench.core.step import AdmissionRefusal, Mechanism, Preemption, PrefillChunk, StepPlan, StepResult
 from kvbench.errors import ConfigError, require
@@ -177,6 +177,8 @@ class Scheduler:
         self.running: list[SequenceGroup] = []  # in admission order
         self.held: list[SequenceGroup] = []  # finished, memory kept until the batch ends
         self._held_seq_ids: list[int] = []
+        #: requests that finished since the engine last took them (it records each and lets it go)
+        self.finished: list[SequenceGroup] = []
         self.num_running_seqs = 0
         # NOTE: growth headroom only matters to allocators that allocate on demand
         reserves = allocator.capabilities.reserves_future
@@ -198,12 +200,7 @@ class Scheduler:
 
     def check_fits(self, requests: Seq[Request]) -> None:
         """Refuse up front a request that could never run, instead of letting it wait forever."""
-        seen: set[tuple] = set()
-        for r in requests:
-            key = (r.prompt_tokens, r.branch_output_tokens, r.s_max_tokens)
-            if key in seen:
-                continue
-            seen.add(key)
+        for r in distinct_shapes(requests):  # one of each shape, the first of it in arrival order
             shape = SeqShape(r.prompt_tokens, r.s_max_tokens, r.final_kv_tokens, r.num_branches, r.prompt_tokens)
             what = (
                 f"request {r.request_id} (prompt {r.prompt_tokens} + output {r.max_output_tokens} tokens"
@@ -305,10 +302,18 @@ class Scheduler:
     def decode_span(self, plan: StepPlan, max_steps: int) -> DecodeProjection:
         """How many more identical decode steps a quiet plan can stand for (the first finish is
         the last of them), and the ledger after each, without taking them."""
+        return self.project_span(plan, self.decode_span_limit(plan, max_steps))
+
+    def decode_span_limit(self, plan: StepPlan, max_steps: int) -> int:
+        """At most how many more identical decode steps a quiet plan may stand for, memory aside:
+        up to the step before the first of its sequences finishes (0: none)."""
         if not plan.is_quiet or plan.has_beam_search:
-            return NO_PROJECTION
+            return 0
         until_finish = min([seq.end_tokens - seq.num_tokens for seq in plan.decodes]) - 1
-        limit = min(until_finish, max_steps)
+        return max(0, min(until_finish, max_steps))
+
+    def project_span(self, plan: StepPlan, limit: int) -> DecodeProjection:
+        """The next ``limit`` (at most) decode steps of a quiet plan's sequences, as memory allows."""
         if limit <= 0:
             return NO_PROJECTION
         return self.allocator.project_decode([seq.seq_id for seq in plan.decodes], limit, self._head_shape())
@@ -866,6 +871,7 @@ class Scheduler:
             return 0
         group.status = Status.FINISHED
         group.finish_s = end_s
+        self.finished.append(group)
         return 1
 
     def _end_batch(self, end_s: float) -> int:
@@ -876,6 +882,7 @@ class Scheduler:
         for group in self.held:
             group.status = Status.FINISHED
             group.finish_s = end_s
+        self.finished.extend(self.held)
         num_finished = len(self.held)
         self.held.clear()
         return num_finished

@@ -53,6 +53,8 @@ PROBE_SHAPE = SeqShape(num_tokens=8, s_max_tokens=96, final_kv_tokens=60)
 #   ("append", which_seq, num_tokens, tokens_per_call)     ("fork", which_seq, child_extra_tokens or None)
 #   ("free", which_seq)   ("swap_out", which_seq)   ("swap_in", which_family, keep_free_fraction)
 #   ("project", max_steps)   ("truncate", which_seq, tokens_to_append_then_take_back)
+# (max_steps up to 120: the paged allocator computes short projections in plain integers, longer
+# ones in arrays; both are checked against the steps taken one by one)
 OPERATIONS = st.lists(
     st.one_of(
         st.tuples(
@@ -68,7 +70,7 @@ OPERATIONS = st.lists(
         st.tuples(st.just("free"), st.integers(0, 31)),
         st.tuples(st.just("swap_out"), st.integers(0, 31)),
         st.tuples(st.just("swap_in"), st.integers(0, 31), st.sampled_from([0.0, 0.05])),
-        st.tuples(st.just("project"), st.integers(1, 60)),
+        st.tuples(st.just("project"), st.integers(1, 120)),
         st.tuples(st.just("truncate"), st.integers(0, 31), st.integers(1, 20)),
     ),
     min_size=10,  # hypothesis favours tiny lists; short runs never reach a full cache
@@ -100,7 +102,7 @@ CACHING_OPERATIONS = st.lists(
         st.tuples(st.just("free"), st.integers(0, 31)),
         st.tuples(st.just("swap_out"), st.integers(0, 31)),
         st.tuples(st.just("swap_in"), st.integers(0, 31), st.sampled_from([0.0, 0.05])),
-        st.tuples(st.just("project"), st.integers(1, 60)),
+        st.tuples(st.just("project"), st.integers(1, 120)),
         st.tuples(st.just("truncate"), st.integers(0, 31), st.integers(1, 20)),
     ),
     min_size=10,

@@ -63,6 +63,11 @@ from kvbench.memory.allocator import (
     Transfer,
 )
 
+#: a projection this many steps long or shorter is computed step by step in plain integers: below
+#: about this length a dozen numpy calls cost more than the arithmetic they vectorize (the usual
+#: run between two arrivals is a few dozen steps)
+SHORT_PROJECTION_STEPS = 48
+
 
 @dataclass
 class PagedConfig:
@@ -534,21 +539,24 @@ class PagedAllocator(Allocator):
         if not seq_ids or max_steps <= 0:
             return NO_PROJECTION
         size = self._block_size_tokens
-        slacks = np.empty(len(seq_ids), dtype=np.int64)
+        counts = [0] * size  # sequences by free slots left in their own last block
         final_steps, final_waste = [], []
-        for i, seq_id in enumerate(seq_ids):
-            tokens = self._num_tokens[seq_id]
+        num_tokens, tables, shared, finals = self._num_tokens, self._tables, self._shared_refs, self._final_kv_tokens
+        for seq_id in seq_ids:
+            tokens = num_tokens[seq_id]
             offset = tokens % size
-            if offset and self._tables[seq_id][-1] in self._shared_refs:
+            if offset and tables[seq_id][-1] in shared:
                 return NO_PROJECTION
-            slacks[i] = (size - offset) % size
-            final = self._final_kv_tokens[seq_id]
+            counts[-offset % size] += 1
+            final = finals[seq_id]
             final_block_start = size * ((final - 1) // size)
             if tokens <= final_block_start:  # its final block is taken at this step
                 final_steps.append(final_block_start - tokens + 1)
                 final_waste.append(-final % size)
+        if max_steps <= SHORT_PROJECTION_STEPS:  # a few steps: plain arithmetic costs less than arrays
+            return self._project_short(len(seq_ids), counts, final_steps, final_waste, max_steps, next_shape)
         steps = np.arange(1, max_steps + 1, dtype=np.int64)
-        new_blocks = np.cumsum(np.bincount(slacks, minlength=size)[(steps - 1) % size])
+        new_blocks = np.cumsum(np.array(counts, dtype=np.int64)[(steps - 1) % size])
         num_steps = int(np.searchsorted(new_blocks, self._num_free_blocks(), side="right"))
         steps, new_slots = steps[:num_steps], new_blocks[:num_steps] * size
         waste = np.zeros(num_steps + 2, dtype=np.int64)
@@ -569,6 +577,48 @@ class PagedAllocator(Allocator):
                 "external_bytes": np.full(num_steps, led.external_bytes, dtype=np.int64),
                 "free_bytes": led.free_bytes - self.block_bytes * from_free,
                 "cached_bytes": led.cached_bytes - self.block_bytes * (new_blocks[:num_steps] - from_free),
+            },
+        )
+
+    def _project_short(
+        self,
+        num_seqs: int,
+        counts: list[int],
+        final_steps: list[int],
+        final_waste: list[int],
+        max_steps: int,
+        next_shape: SeqShape | None,
+    ) -> DecodeProjection:
+        """:meth:`project_decode` step by step in plain integers (the same values, as lists)."""
+        size, kv, block_bytes = self._block_size_tokens, self.kv_bytes_per_token, self.block_bytes
+        waste_at: dict[int, int] = {}
+        for step, waste in zip(final_steps, final_waste):
+            waste_at[step] = waste_at.get(step, 0) + waste
+        led = self.ledger(next_shape)
+        num_free, truly_free = self._num_free_blocks(), len(self._free_block_ids) + self._num_fresh
+        token, future, internal, free, cached = [], [], [], [], []
+        new_blocks = internal_slots = 0
+        for step in range(1, max_steps + 1):
+            new_blocks += counts[(step - 1) % size]
+            if new_blocks > num_free:
+                break
+            internal_slots += waste_at.get(step, 0)
+            token_slots = num_seqs * step
+            from_free = new_blocks if new_blocks < truly_free else truly_free
+            token.append(led.token_bytes + kv * token_slots)
+            future.append(led.reserved_future_bytes + kv * (new_blocks * size - token_slots - internal_slots))
+            internal.append(led.internal_bytes + kv * internal_slots)
+            free.append(led.free_bytes - block_bytes * from_free)
+            cached.append(led.cached_bytes - block_bytes * (new_blocks - from_free))
+        return DecodeProjection(
+            len(token),
+            {
+                "token_bytes": token,
+                "reserved_future_bytes": future,
+                "internal_bytes": internal,
+                "external_bytes": [led.external_bytes] * len(token),
+                "free_bytes": free,
+                "cached_bytes": cached,
             },
         )
 

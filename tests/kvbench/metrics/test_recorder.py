@@ -99,3 +99,19 @@ def test_a_step_that_is_not_quiet_is_never_merged():
     busy.copies = [KVCopy(3, 4, 1, 16)]  # a copy-on-write makes a step an event
     recorder.record(busy, StepResult(1.0, (1.0,), 2.0), any_seq_finished=False)
     assert recorder.finish([]).steps["num_steps"].tolist() == [1, 1]
+
+
+def test_the_step_table_keeps_one_schema_in_machine_numbers():
+    """Rows are stored as 8-byte numbers (a long run writes hundreds of thousands): counts as
+    int64, times, amounts read and ledger means as float64, the saturated flag as bool."""
+    from kvbench.metrics.recorder import FLOAT_STEP_COLUMNS, STEP_COLUMNS
+
+    recorder = Recorder(1)
+    plan = quiet(0, 0.0, 100)
+    recorder.record(plan, one_step(plan, 0.5), any_seq_finished=False)
+    steps = recorder.finish().steps
+    assert list(steps.columns) == list(STEP_COLUMNS)
+    for name in STEP_COLUMNS:
+        expected = "bool" if name == "saturated" else "float64" if name in FLOAT_STEP_COLUMNS else "int64"
+        assert str(steps[name].dtype) == expected, name
+    assert steps["token_bytes"].tolist() == [100.0] and steps["saturated"].tolist() == [False]
