@@ -87,8 +87,16 @@ class CostModel:
     def decode_times_s(self, first_kv_read_tokens: int, num_decodes: int, num_steps: int) -> np.ndarray:
         """``num_steps`` consecutive decode steps of the same ``num_decodes`` sequences: each step
         reads one more slot per sequence. Element k equals ``decode_time_s`` of step k exactly."""
-        kv_read_tokens = first_kv_read_tokens + num_decodes * np.arange(num_steps, dtype=np.int64)
-        return self._weights_s + kv_read_tokens * self.model.kv_bytes_per_token / self._kv_bytes_per_s
+        kv = self.model.kv_bytes_per_token
+        if num_decodes == 0:
+            return np.full(num_steps, self.decode_time_s(first_kv_read_tokens))
+        # the bytes each step reads, (first + n * k) x kv, as one integer progression
+        kv_read_bytes = np.arange(
+            first_kv_read_tokens * kv, (first_kv_read_tokens + num_decodes * num_steps) * kv, num_decodes * kv, np.int64
+        )
+        times_s = kv_read_bytes / self._kv_bytes_per_s
+        times_s += self._weights_s  # w + bytes / bandwidth: the order decode_time_s adds them in
+        return times_s
 
     def decode_kv_time_s(self, kv_read_bytes: float) -> float:
         """The attention kernel's part of a decode step: reading ``kv_read_bytes`` of KV at the

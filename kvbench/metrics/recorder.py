@@ -113,16 +113,21 @@ def _accumulate(total: float, values) -> float:
     return float(np.cumsum(np.concatenate(([total], values)))[-1])
 
 
-def _stacked(plan: StepPlan) -> np.ndarray:
-    """The plan's ledgers after each of its steps 2..n, one row per LEDGER_FIELDS entry."""
-    spans = plan.span_ledgers
-    return np.stack([spans[name] for name in LEDGER_FIELDS])
-
-
-def _add_in_order(totals: list[float], values: np.ndarray) -> list[float]:
-    """Each field's total plus its row of ``values`` added one by one, in order (as ``_accumulate``
-    does for one series), for every field at once."""
-    return np.cumsum(np.column_stack((totals, values)), axis=1)[:, -1].tolist()
+def _add_span(totals: list[float], spans: dict, durations) -> list[float]:
+    """Each ledger field's total plus its value after each step of a run times that step's time,
+    added one by one in step order (as ``_accumulate`` does for one series). A short projection
+    (lists) is added in plain floats, a long one (arrays) for every field at once; both round alike."""
+    series = [spans[name] for name in LEDGER_FIELDS]
+    if isinstance(series[0], list):
+        step_s = durations.tolist() if isinstance(durations, np.ndarray) else list(durations)
+        out = []
+        for total, values in zip(totals, series):
+            for value, duration in zip(values, step_s):
+                total += value * duration
+            out.append(total)
+        return out
+    products = np.stack(series) * durations
+    return np.cumsum(np.column_stack((totals, products)), axis=1)[:, -1].tolist()
 
 
 #: finished requests held before their rows are stored a column at a time (per-value appends cost
@@ -203,11 +208,14 @@ class Recorder:
         led = plan.ledger
         token_max, allocated_max = led.token_bytes, led.allocated_bytes
         if num_steps > 1:
-            # token, reserved-future and internal bytes only grow over a run of decode steps: the
-            # last step holds the most (LEDGER_FIELDS order: token, reserved future, internal, ...)
-            spans = _stacked(plan)
-            token_max = max(token_max, int(spans[0].max()))
-            allocated_max = max(allocated_max, int(spans[:3].sum(axis=0).max()))
+            spans = plan.span_ledgers
+            token, future, internal = spans["token_bytes"], spans["reserved_future_bytes"], spans["internal_bytes"]
+            if isinstance(token, list):  # a short projection, in plain integers
+                token_max = max(token_max, max(token))
+                allocated_max = max(allocated_max, max(map(sum, zip(token, future, internal))))
+            else:
+                token_max = max(token_max, int(token.max()))
+                allocated_max = max(allocated_max, int((token + future + internal).max()))
         row["token_bytes_max"] = max(row["token_bytes_max"], token_max)
         row["allocated_bytes_max"] = max(row["allocated_bytes_max"], allocated_max)
         row["num_shared_blocks"] = max(row["num_shared_blocks"], plan.num_shared_blocks)
@@ -220,14 +228,14 @@ class Recorder:
             first, first_s = self._open_first
             self._open_ledger = [0.0 + getattr(first, name) * first_s for name in LEDGER_FIELDS]
             if plan.ledger is first:  # a plan that is a run of steps: its first step was just added
-                self._open_ledger = _add_in_order(self._open_ledger, _stacked(plan) * durations[1:])
+                self._open_ledger = _add_span(self._open_ledger, plan.span_ledgers, durations[1:])
                 return
-        first = [getattr(plan.ledger, name) * durations[0] for name in LEDGER_FIELDS]
-        if plan.num_steps == 1:
-            self._open_ledger = [total + value for total, value in zip(self._open_ledger, first)]
-        else:
-            steps = np.column_stack((first, _stacked(plan) * durations[1:]))
-            self._open_ledger = _add_in_order(self._open_ledger, steps)
+        totals = [
+            total + getattr(plan.ledger, name) * durations[0] for total, name in zip(self._open_ledger, LEDGER_FIELDS)
+        ]
+        if plan.num_steps > 1:
+            totals = _add_span(totals, plan.span_ledgers, durations[1:])
+        self._open_ledger = totals
 
     def finish(self, groups: Iterable[SequenceGroup] = ()) -> RunRecord:
         """The run's tables (``groups``: finished requests not recorded yet). ``sim_wall_s`` is the
