@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from source_trees import ROOT, child_env, export_worktree
-from speed_gate import MAX_SLOWDOWN, NotComparable, compare_trees
+from speed_gate import CONFIGS, MAX_SLOWDOWN, NotComparable, compare_trees
 
 RESULTS = ROOT / "benchmarks" / "results"
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
@@ -179,7 +179,7 @@ SEMANTIC = (
 )
 
 #: the loop's end, where a planted slowdown spins for (factor - 1) x the loop's wall time so far
-LOOP_END = ("kvbench/engine.py", "        return recorder.finish(groups)\n")
+LOOP_END = ("kvbench/engine.py", "        return recorder.finish()\n")
 SLOWDOWNS = (1.3, 3.0)
 
 
@@ -403,24 +403,31 @@ def markdown(results: dict) -> str:
             "",
         ]
     if results["speed"]:
+        # every config any row timed, the gate's own first (rows measured before a config joined show "—")
+        timed = {c for sp in results["speed"].values() for r in sp["ratios"] for c in r}
+        configs = [c for c in CONFIGS if c in timed] + sorted(timed - set(CONFIGS))
         lines += [
             f"Paired speed gate (`benchmarks/speed_gate.py`: head/base, the median over its pairs, must be <= "
             f"{MAX_SLOWDOWN}):",
             "",
-            "| planted | machine | gate runs | failed | head/base, events | head/base, decode | in-suite gates (`pytest benchmarks`) |",
-            "|---|---|---:|---:|---|---|---|",
+            "| planted | machine | gate runs | failed | "
+            + "".join(f"head/base, {c} | " for c in configs)
+            + "in-suite gates (`pytest benchmarks`) |",
+            "|---|---|---:|---:|" + "---|" * len(configs) + "---|",
         ]
         for sp in results["speed"].values():
             spans = {
-                c: f"{min(r[c] for r in sp['ratios']):.3f}-{max(r[c] for r in sp['ratios']):.3f}"
-                for c in sp["ratios"][0]
+                c: f"{min(r[c] for r in sp['ratios'] if c in r):.3f}-{max(r[c] for r in sp['ratios'] if c in r):.3f}"
+                for c in configs
+                if any(c in r for r in sp["ratios"])
             }
             suite = sp["in_suite"]
             suite = "—" if suite is None else ("pass" if suite["passed"] else f"**caught** `{suite['first_failure']}`")
             machine = "busy (another CPU-bound process)" if sp["busy"] else "idle"
             lines.append(
-                f"| {sp['name']} | {machine} | {len(sp['ratios'])} | {sp['failed_runs']} | {spans.get('events', '')} | "
-                f"{spans.get('decode', '')} | {suite} |"
+                f"| {sp['name']} | {machine} | {len(sp['ratios'])} | {sp['failed_runs']} | "
+                + "".join(f"{spans.get(c, '—')} | " for c in configs)
+                + f"{suite} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -14,10 +14,15 @@ planner gives), at most 128 running requests, seed 42 for Vidur's predictor:
   each simulator's format: kvbench replays it with its ``request_csv`` workload (Vidur's column
   names), Vidur with its harness's ``REPLAY``.
 
+Any other request list is replayed the same way (:func:`replay_scenario`): scale.py's 100,000-request
+scenarios (:func:`poisson_lengths_scenario`, :func:`azure_scenario`) and fixed-length ones on a
+smaller KV pool (:func:`fixed_scenario` with ``kv_blocks``; Vidur's ``NUM_BLOCKS``).
+
 The Vidur side is a runner script (``--vidur-run``) that reads ``N``, ``QPS``, ``LENGTHS``,
 ``PROMPT``, ``DECODE``, ``REPLAY``, ``SCHED``, ``BLOCK`` and ``BATCH_CAP`` from the environment
 and prints one JSON line with Vidur's own timings (``wall_s_event_loop``, ``wall_s_process``),
-``peak_rss_mb``, ``batches``, ``requests`` and ``requests_csv`` (the request list it simulated).
+``peak_rss_mb``, ``batches``, ``requests`` and ``requests_csv`` (the request list it simulated);
+scale.py also gives it ``NUM_BLOCKS`` (the KV pool in blocks) and reads ``preemptions``.
 """
 
 from __future__ import annotations
@@ -33,28 +38,44 @@ import numpy as np
 from child_process import measure
 from kvbench_plugins.workloads.request_csv import read_requests
 
-KV_BUDGET_BYTES = 7424 * 16 * 524_288  # Vidur's planner: 7,424 blocks of 16 Llama-2-7B tokens
+import kvbench
+
+KV_BLOCKS = 7424  # Vidur's planner: 7,424 blocks of 16 Llama-2-7B tokens on an H100
+BLOCK_BYTES = 16 * 524_288  # 16 tokens of 512 KiB (Llama-2-7B: 32 layers x 2 x 4,096 x 2 bytes)
+KV_BUDGET_BYTES = KV_BLOCKS * BLOCK_BYTES
 MAX_TOKENS = 4096  # Vidur's per-request limit (prompt + output) and Llama-2-7B's positions
 ARXIV_RATE_PER_S = 3.0
 SEED = 42
+#: the request traces kvbench ships (kvbench/traces)
+TRACES = Path(kvbench.__file__).resolve().parent / "traces"
+ARXIV_LENGTHS = TRACES / "vidur_arxiv_summarization_llama2_lengths.csv"  # the file Vidur ships, as is
+AZURE_CONV = TRACES / "azure_llm_2023_conv.csv"
 COMMON = [
     "wandb.mode=disabled",
     "progress=false",
     "kernel=torch",
-    f"hardware.kv_budget_bytes={KV_BUDGET_BYTES}",
     "output.figures=false",
 ]
-VLLM = [
-    *COMMON,
-    "scheduler=prefill_first",
-    "allocator=paged",
-    "allocator.block_size_tokens=16",
-    "scheduler.max_num_batched_tokens=4096",
-    "preemption=recompute",
-    "scheduler.max_num_seqs=128",
-]
+
+
+def vllm_overrides(kv_blocks: int = KV_BLOCKS) -> list[str]:
+    """vLLM v0's scheduling on a KV pool of ``kv_blocks`` blocks of 16 tokens."""
+    return [
+        *COMMON,
+        f"hardware.kv_budget_bytes={kv_blocks * BLOCK_BYTES}",
+        "scheduler=prefill_first",
+        "allocator=paged",
+        "allocator.block_size_tokens=16",
+        "scheduler.max_num_batched_tokens=4096",
+        "preemption=recompute",
+        "scheduler.max_num_seqs=128",
+    ]
+
+
+VLLM = vllm_overrides()
 ORCA = [
     *COMMON,
+    f"hardware.kv_budget_bytes={KV_BUDGET_BYTES}",
     "scheduler=mixed",
     "allocator=naive",
     f"allocator.s_max_tokens={MAX_TOKENS}",
@@ -72,10 +93,22 @@ class Scenario:
     vidur_env: dict[str, str] = field(default_factory=dict)
 
 
-def fixed_scenarios(num_requests: int, output_tokens: int) -> list[Scenario]:
+def fixed_scenario(
+    name: str,
+    num_requests: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    *,
+    orca: bool = False,
+    kv_blocks: int | None = None,
+    what: str = "",
+) -> Scenario:
+    """N requests of ``prompt_tokens`` + ``output_tokens`` at t = 0: vLLM v0 (paged, prefill-first,
+    recompute preemption) on ``kv_blocks`` blocks (None: Vidur's planner, 7,424), or Orca."""
     workload = [
         "workload=lecture_chat",
         f"workload.num_requests={num_requests}",
+        f"workload.prompt_tokens={prompt_tokens}",
         f"workload.output_tokens={output_tokens}",
     ]
     vidur = {
@@ -83,46 +116,128 @@ def fixed_scenarios(num_requests: int, output_tokens: int) -> list[Scenario]:
         "N": str(num_requests),
         "QPS": "static",
         "LENGTHS": "fixed",
-        "PROMPT": "512",
+        "PROMPT": str(prompt_tokens),
         "DECODE": str(output_tokens),
+        "SCHED": "orca" if orca else "vllm",
     }
-    lengths = f"{num_requests:,} x 512/{output_tokens} at t = 0"
+    if kv_blocks is not None:
+        vidur["NUM_BLOCKS"] = str(kv_blocks)
+    lengths = f"{num_requests:,} x {prompt_tokens}/{output_tokens} at t = 0"
+    if orca:
+        return Scenario(name, f"{lengths}, reserve-to-max (Orca){what}", [*ORCA, *workload], vidur)
+    pool = "" if kv_blocks is None else f", {kv_blocks:,} KV blocks"
+    return Scenario(
+        name,
+        f"{lengths}, paged prefill-first (vLLM v0){pool}{what}",
+        [*vllm_overrides(kv_blocks or KV_BLOCKS), *workload],
+        vidur,
+    )
+
+
+def fixed_scenarios(num_requests: int, output_tokens: int) -> list[Scenario]:
     return [
-        Scenario("vllm", f"{lengths}, paged prefill-first (vLLM v0)", [*VLLM, *workload], {**vidur, "SCHED": "vllm"}),
-        Scenario("orca", f"{lengths}, reserve-to-max (Orca)", [*ORCA, *workload], {**vidur, "SCHED": "orca"}),
+        fixed_scenario("vllm", num_requests, 512, output_tokens),
+        fixed_scenario("orca", num_requests, 512, output_tokens, orca=True),
     ]
 
 
-def arxiv_scenario(lengths_csv: Path, num_requests: int, folder: Path) -> Scenario:
-    """Write ``num_requests`` arXiv requests for both simulators under ``folder``; the scenario replaying them."""
-    table = read_requests(lengths_csv)  # the request_csv workload's own checks
-    rng = np.random.default_rng(SEED)
-    order = rng.permutation(len(table.prompt_tokens))[:num_requests]
-    output = table.output_tokens[order]
-    prompt = table.prompt_tokens[order] - np.maximum(table.prompt_tokens[order] + output - MAX_TOKENS, 0)
-    arrival_s = np.cumsum(rng.exponential(1.0 / ARXIV_RATE_PER_S, len(order)))
-    kvbench_csv, vidur_csv = folder / "arxiv_kvbench.csv", folder / "arxiv_vidur.csv"
-    with kvbench_csv.open("w", newline="") as f:  # repr: 17 digits, so both read the same doubles
+def clip_to_max_tokens(prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
+    """The prompts shortened so that prompt + output <= MAX_TOKENS, as Vidur clips a request."""
+    return prompt - np.maximum(prompt + output - MAX_TOKENS, 0)
+
+
+def write_request_lists(
+    folder: Path, name: str, arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray
+) -> tuple[Path, Path]:
+    """One request list in both simulators' formats: (kvbench's CSV, Vidur's REPLAY CSV)."""
+    kvbench_csv, vidur_csv = folder / f"{name}_kvbench.csv", folder / f"{name}_vidur.csv"
+    arrivals = list(map(repr, arrival_s.tolist()))  # repr: 17 digits, so both read the same doubles
+    with kvbench_csv.open("w", newline="") as f:
         csv.writer(f).writerows(
             [
                 ("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
-                *zip(map(repr, arrival_s.tolist()), prompt.tolist(), output.tolist()),
+                *zip(arrivals, prompt.tolist(), output.tolist()),
             ]
         )
     with vidur_csv.open("w", newline="") as f:
         csv.writer(f).writerows(
             [
                 ("request_id", "arrival_s", "prompt_tokens", "decode_tokens"),
-                *zip(range(len(order)), map(repr, arrival_s.tolist()), prompt.tolist(), output.tolist()),
+                *zip(range(len(arrivals)), arrivals, prompt.tolist(), output.tolist()),
             ]
         )
+    return kvbench_csv, vidur_csv
+
+
+def replay_scenario(
+    name: str, description: str, folder: Path, arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray
+) -> Scenario:
+    """A request list written once for both simulators, replayed through vLLM v0's scheduling."""
+    if np.any(np.diff(arrival_s) < 0) or np.any(prompt < 1) or np.any(prompt + output > MAX_TOKENS):
+        raise ValueError(f"{name}: arrivals must be sorted, prompts >= 1 token, prompt + output <= {MAX_TOKENS}")
+    kvbench_csv, vidur_csv = write_request_lists(folder, name, arrival_s, prompt, output)
     return Scenario(
-        "arxiv",
-        f"{len(order):,} arXiv-summarization requests (mean {prompt.mean():.0f}/{output.mean():.0f} tokens), "
-        f"Poisson {ARXIV_RATE_PER_S:g}/s, paged prefill-first",
+        name,
+        f"{description} (mean {prompt.mean():.0f}/{output.mean():.0f} tokens), paged prefill-first",
         [*VLLM, "workload=request_csv", f"workload.path={kvbench_csv}"],
-        {**VIDUR_COMMON, "N": str(len(order)), "REPLAY": str(vidur_csv), "SCHED": "vllm"},
+        {**VIDUR_COMMON, "N": str(len(arrival_s)), "REPLAY": str(vidur_csv), "SCHED": "vllm"},
     )
+
+
+def arxiv_scenario(lengths_csv: Path, num_requests: int, folder: Path, name: str = "arxiv") -> Scenario:
+    """Write ``num_requests`` arXiv requests for both simulators under ``folder``; the scenario replaying them."""
+    table = read_requests(lengths_csv)  # the request_csv workload's own checks
+    rng = np.random.default_rng(SEED)
+    order = rng.permutation(len(table.prompt_tokens))[:num_requests]
+    output = table.output_tokens[order]
+    prompt = clip_to_max_tokens(table.prompt_tokens[order], output)
+    arrival_s = np.cumsum(rng.exponential(1.0 / ARXIV_RATE_PER_S, len(order)))
+    what = f"{len(order):,} arXiv-summarization requests, Poisson {ARXIV_RATE_PER_S:g}/s"
+    return replay_scenario(name, what, folder, arrival_s, prompt, output)
+
+
+def poisson_lengths_scenario(
+    name: str, lengths_csv: Path, num_requests: int, folder: Path, rate_per_s: float = ARXIV_RATE_PER_S
+) -> Scenario:
+    """``num_requests`` (prompt, output) pairs drawn with replacement from a length file (seed 42),
+    clipped to MAX_TOKENS, arriving as a Poisson process at ``rate_per_s``."""
+    table = read_requests(lengths_csv)
+    rng = np.random.default_rng(SEED)
+    rows = rng.integers(0, len(table.prompt_tokens), num_requests)
+    output = table.output_tokens[rows]
+    prompt = clip_to_max_tokens(table.prompt_tokens[rows], output)
+    arrival_s = np.cumsum(rng.exponential(1.0 / rate_per_s, num_requests))
+    what = f"{num_requests:,} requests drawn from {lengths_csv.name}, Poisson {rate_per_s:g}/s"
+    return replay_scenario(name, what, folder, arrival_s, prompt, output)
+
+
+def azure_rows(trace_csv: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival s from the first request, prompt tokens, output tokens) of an Azure LLM 2023 trace
+    (columns TIMESTAMP, ContextTokens, GeneratedTokens), in the file's order."""
+    with trace_csv.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    stamps = np.array([r["TIMESTAMP"].replace(" ", "T") for r in rows], dtype="datetime64[ns]")
+    arrival_s = (stamps - stamps[0]).astype(np.int64) / 1e9
+    prompt = np.array([int(r["ContextTokens"]) for r in rows], dtype=np.int64)
+    output = np.array([int(r["GeneratedTokens"]) for r in rows], dtype=np.int64)
+    return arrival_s, prompt, output
+
+
+def azure_scenario(name: str, trace_csv: Path, num_requests: int, folder: Path) -> Scenario:
+    """The Azure trace tiled to ``num_requests``: copy k is the trace shifted by k x (its span + its
+    mean inter-arrival gap), so every request keeps its own gap to the one before (and a copy starts one
+    mean gap after the last request of the one before); prompts clipped to MAX_TOKENS as Vidur clips them."""
+    arrival, prompt, output = azure_rows(trace_csv)
+    period_s = float(arrival[-1]) * len(arrival) / (len(arrival) - 1)  # span + one mean gap
+    copies = -(-num_requests // len(arrival))
+    arrival_s = np.concatenate([arrival + k * period_s for k in range(copies)])[:num_requests]
+    output = np.tile(output, copies)[:num_requests]
+    prompt = clip_to_max_tokens(np.tile(prompt, copies)[:num_requests], output)
+    what = (
+        f"{num_requests:,} requests of {trace_csv.name} ({len(arrival):,} rows tiled {num_requests / len(arrival):.2f}"
+        " times), its own arrival times"
+    )
+    return replay_scenario(name, what, folder, arrival_s, prompt, output)
 
 
 def kvbench_command() -> list[str]:
@@ -152,6 +267,7 @@ def run_kvbench(scenario: Scenario, run_dir: Path, *, write_outputs: bool = True
             requests=int(summary["num_finished"]),
             simulated_s=float(summary["duration_s"]),
             tpot_p50_s=float(summary["tpot_p50_s"]),
+            preemptions=int(float(summary["num_preemptions"])),
         )
     return row
 
@@ -162,9 +278,11 @@ def kvbench_startup(scenario: Scenario, run_dir: Path) -> dict:
     return run_kvbench(scenario, run_dir, write_outputs=False, extra=("workload.num_requests=1",))
 
 
-def run_vidur(runner: str, scenario: Scenario) -> dict:
-    """One run of the Vidur runner: Vidur's own numbers, and the runner's as measured from here."""
-    run = measure(["bash", runner], env={**os.environ, **scenario.vidur_env}).check(f"Vidur ({scenario.name})")
+def run_vidur(runner: str, scenario: Scenario, timeout_s: float | None = None) -> dict:
+    """One run of the Vidur runner: Vidur's own numbers, and the runner's as measured from here (a
+    RuntimeError if it fails or, given ``timeout_s``, does not finish in time)."""
+    run = measure(["bash", runner], env={**os.environ, **scenario.vidur_env}, timeout_s=timeout_s)
+    run.check(f"Vidur ({scenario.name})")
     report = json.loads(run.stdout.strip().splitlines()[-1])
     return {
         "loop_s": report["wall_s_event_loop"],
@@ -174,6 +292,7 @@ def run_vidur(runner: str, scenario: Scenario) -> dict:
         "requests": report["requests"],
         "simulated_s": report["sim_seconds"],
         "tpot_p50_s": report["tpot_ms_p50"] / 1e3,
+        "preemptions": report.get("preemptions"),
         "runner_s": run.wall_s,  # + the runner's own set-up check and report
         "runner_peak_rss_bytes": run.peak_rss_bytes,
         "requests_csv": report.get("requests_csv"),

@@ -45,13 +45,13 @@ from source_trees import TreeError, child_env, export_commit, export_worktree, u
 MAX_SLOWDOWN = 1.15
 #: timed pairs per config (one base run and one head run each), after one untimed pair
 PAIRS = 20
-COMMON = [
+BASE = [
     "wandb.mode=disabled",
     "progress=false",
     "kernel=torch",
-    "workload=lecture_chat",
     "hardware.kv_budget_bytes=62277025792",
 ]
+COMMON = [*BASE, "workload=lecture_chat"]
 #: the loops the gate times, by name: kvbench commands on which the two sides must agree step for
 #: step, each about 50 ms of loop on a 2-core machine (short runs: a burst of load spoils fewer)
 CONFIGS = {
@@ -73,6 +73,20 @@ CONFIGS = {
         "allocator.s_max_tokens=4096",
         "scheduler.max_num_seqs=128",
         "scheduler.max_num_batched_tokens=100000000",
+    ],
+    # arrivals: the packaged arXiv-summarization lengths (its first 120 requests, 2,600/290 tokens on
+    # average) at Poisson 3/s through vLLM v0's scheduling: every arrival cuts a run of decode steps
+    # short (about 7,400 steps), the regime of scale.py's 100,000-request traces
+    "arrivals": [
+        *BASE,
+        "workload=arxiv",
+        "workload.num_requests=120",
+        "workload.rate_per_s=3",
+        "scheduler=prefill_first",
+        "allocator=paged",
+        "scheduler.max_num_batched_tokens=4096",
+        "scheduler.max_num_seqs=128",
+        "preemption=recompute",
     ],
 }
 
@@ -200,7 +214,7 @@ def report(verdicts: list[Verdict], base_name: str, head_name: str) -> str:
     lines = [f"speed gate: head {head_name} against base {base_name}, median of {PAIRS} paired runs"]
     for v in verdicts:
         lines.append(
-            f"  {v.config:>7}: base {v.base_median_s * 1e3:7.1f} ms, head {v.head_median_s * 1e3:7.1f} ms (medians), "
+            f"  {v.config:>8}: base {v.base_median_s * 1e3:7.1f} ms, head {v.head_median_s * 1e3:7.1f} ms (medians), "
             f"head/base {v.ratio:.3f} ({'ok' if v.passed else 'SLOWER'}, bound {MAX_SLOWDOWN}; {v.num_steps:,} steps)"
         )
     failed = [v.config for v in verdicts if not v.passed]

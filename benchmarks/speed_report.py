@@ -8,12 +8,19 @@ import statistics
 LOOP_SPEEDUP_GOAL = 30.0
 PROCESS_SPEEDUP_GOAL = 10.0
 PEAK_RSS_GOAL_MB = 200.0  # MB = 10^6 bytes
+#: scale.py's goals besides those: the loop with every request at t = 0, 16x the output tokens, a
+#: million requests, and a 1-request run against a minimal Hydra application
+T0_LOOP_SPEEDUP_GOAL = 100.0
+TOKENS_16X_LOOP_RATIO_GOAL = 2.0  # x16 output tokens / x1: below this
+MILLION_PEAK_RSS_GOAL_MB = 1000.0
+HYDRA_FLOOR_RATIO_GOAL = 1.5  # kvbench's 1-request run / a minimal Hydra application's: at most this
 MB = 1e6
 PART_NAMES = {
     "startup": "start-up",
     "per_request_besides_loop": "workload, summary, tables",
     "loop": "loop",
     "writing_outputs": "writing outputs",
+    "rest": "workload, summary, tables, writing outputs",
 }
 
 
@@ -34,13 +41,11 @@ def _verdict(value: float | None, goal: float, at_least: bool) -> str:
 
 
 def summarize(runs: list[dict]) -> dict:
-    """One scenario's paired runs, each {"kvbench", "kvbench_no_output", "kvbench_startup", and with
-    Vidur "vidur", "same_requests"}."""
-    med = {
-        f"{side}_{key}": _median(runs, side, key)
-        for side in ("kvbench", "vidur")
-        for key in ("loop_s", "process_s", "peak_rss_bytes", "steps", "requests", "simulated_s", "tpot_p50_s")
-    }
+    """One scenario's paired runs, each {"kvbench", optionally "kvbench_startup" and "kvbench_no_output"
+    (without them the process splits into start-up, loop and the rest, or the loop and the rest), and
+    with Vidur "vidur", "same_requests"}."""
+    keys = ("loop_s", "process_s", "peak_rss_bytes", "steps", "requests", "simulated_s", "tpot_p50_s", "preemptions")
+    med = {f"{side}_{key}": _median(runs, side, key) for side in ("kvbench", "vidur") for key in keys}
     med["kvbench_no_output_process_s"] = _median(runs, "kvbench_no_output", "process_s")
     startup_s = _median(runs, "kvbench_startup", "process_s")
     ratio = lambda a, b: a / b if a is not None and b else None
@@ -48,18 +53,29 @@ def summarize(runs: list[dict]) -> dict:
     process_speedup = ratio(med["vidur_process_s"], med["kvbench_process_s"])
     peak_mb = med["kvbench_peak_rss_bytes"] / MB
     checks = [run.get("same_requests") for run in runs if "vidur" in run]
-    parts = {
-        "startup": startup_s,
-        "per_request_besides_loop": med["kvbench_no_output_process_s"] - startup_s - med["kvbench_loop_s"],
-        "loop": med["kvbench_loop_s"],
-        "writing_outputs": med["kvbench_process_s"] - med["kvbench_no_output_process_s"],
-    }
+    if startup_s is None:  # no start-up run: the loop and the rest
+        parts = {"loop": med["kvbench_loop_s"], "rest": med["kvbench_process_s"] - med["kvbench_loop_s"]}
+    elif med["kvbench_no_output_process_s"] is None:
+        parts = {
+            "startup": startup_s,
+            "loop": med["kvbench_loop_s"],
+            "rest": med["kvbench_process_s"] - startup_s - med["kvbench_loop_s"],
+        }
+    else:
+        parts = {
+            "startup": startup_s,
+            "per_request_besides_loop": med["kvbench_no_output_process_s"] - startup_s - med["kvbench_loop_s"],
+            "loop": med["kvbench_loop_s"],
+            "writing_outputs": med["kvbench_process_s"] - med["kvbench_no_output_process_s"],
+        }
     return {
         "median": med,
         "loop_speedup": loop_speedup,
         "process_speedup": process_speedup,
         "kvbench_peak_rss_mb": peak_mb,
-        "kvbench_startup_peak_rss_mb": _median(runs, "kvbench_startup", "peak_rss_bytes") / MB,
+        "kvbench_startup_peak_rss_mb": None
+        if startup_s is None
+        else _median(runs, "kvbench_startup", "peak_rss_bytes") / MB,
         "vidur_peak_rss_mb": None if med["vidur_peak_rss_bytes"] is None else med["vidur_peak_rss_bytes"] / MB,
         # where kvbench's process time goes; the second part is what is left, so noise lands there
         "kvbench_process_parts_s": parts,

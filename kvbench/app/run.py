@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +28,6 @@ from kvbench.core.request import requests_from_workload
 from kvbench.engine import Engine
 from kvbench.errors import ConfigError, require
 from kvbench.exec.costmodel import CostModel
-from kvbench.exec.profiled import ProfiledCostModel, load_tables
 from kvbench.exec.sim import SimExecutor
 from kvbench.memory.allocator import Allocator
 from kvbench.memory.host_pool import HostSwapPool
@@ -40,7 +40,6 @@ from kvbench.sched.scheduler import Scheduler
 from kvbench.specs.calibration import DecodeEfficiency, calibration_digest, load_fitted_terms
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
-from kvbench.specs.profiles import hardware_system
 from kvbench.workload.arrivals import check_arrival_span
 
 #: a subfolder of a sweep's folder, where its jobs keep what they compute once for all of them (the
@@ -160,6 +159,9 @@ def _clock(cfg, model, model_config, hardware, allocator, kernel) -> tuple[Decod
     step), else the roofline with the kernel's calibration file, if any."""
     measured = getattr(type(kernel), "measured", None)
     if measured is not None:
+        from kvbench.exec.profiled import ProfiledCostModel, load_tables  # a measured kernel's tables only
+        from kvbench.specs.profiles import hardware_system
+
         system = hardware_system(hardware.name)
         kv_dtype = "fp8" if model.kv_element_bytes == 1 else "bfloat16"
         try:
@@ -239,7 +241,7 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
         decode_efficiency=s.efficiency.efficiency,
         prefill_flops_efficiency=s.cost.prefill_flops_per_s / s.hardware.dense_flops_per_s,
         step_overhead_s=s.cost.step_overhead_s,
-        clock="profiled" if isinstance(s.cost, ProfiledCostModel) else "roofline",
+        clock="profiled" if _profiled(s.cost) else "roofline",
         calibration=s.efficiency.source,
         calibration_sha256=calibration_digest(s.hardware.name, s.kernel.name, cfg.get("calibration_dir")),
     )
@@ -279,7 +281,7 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
     summary["swap_break_even_kv_tokens"] = s.cost.swap_break_even_kv_tokens(
         None if caps.contiguous_layout else s.allocator.block_size_tokens
     )
-    if isinstance(s.cost, ProfiledCostModel):
+    if _profiled(s.cost):
         summary["profile_extrapolated_lookups"] = s.cost.extrapolated
     summary.update(provenance())  # which kvbench computed these numbers
     summary["sim_wall_s"] = record.sim_wall_s
@@ -291,6 +293,13 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
         steps=record.steps,
         refusals=record.refusals,
     )
+
+
+def _profiled(cost: CostModel) -> bool:
+    """Whether ``cost`` is the profiled clock (a measured kernel's); its module, and the tables it
+    reads, are imported only by a run that uses it."""
+    module = sys.modules.get("kvbench.exec.profiled")
+    return module is not None and isinstance(cost, module.ProfiledCostModel)
 
 
 def _check_real_mode_installed() -> None:

@@ -5,14 +5,25 @@ an import."""
 
 from __future__ import annotations
 
+import sys
+
 
 def main() -> None:
     from kvbench.commands.signals import exit_interrupted, handle_sigterm
 
     handle_sigterm()
     try:
+        if sys.argv[1:] == ["--version"]:  # kvbench's version, without importing Hydra to say it
+            from kvbench.provenance import version_line
+
+            print(version_line())
+            return
         from kvbench.commands.main import main as cli_main
 
         cli_main()
     except KeyboardInterrupt as exc:  # each command handles its own; this is one that came before it could
         exit_interrupted(exc, "kvbench", "nothing was written")
+
+
+if __name__ == "__main__":  # python -m kvbench.commands.entry, where no kvbench script is installed
+    main()

@@ -25,6 +25,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from kvbench.app.compose_once import composed_once
 from kvbench.app.config import KvbenchConfig
 from kvbench.app.folders import prepare_output
 from kvbench.app.searchpath import register as register_searchpath
@@ -343,14 +344,18 @@ def _hydra_os_error(exc: OSError, args: list[str]) -> NoReturn:
     sys.exit(2)
 
 
+#: the module of composed_once, whose wrappers run inside Hydra's composing
+_COMPOSE_ONCE = os.path.join("kvbench", "app", "compose_once.py")
+
+
 def _raised_within_hydra(exc: BaseException) -> bool:
     """Whether ``exc`` came from Hydra's own work (composing, saving ``.hydra/``, logging): Hydra's
     frames and the standard library's below them, none of kvbench's (a job's own error)."""
     tb, inside = exc.__traceback__, False
     while tb is not None:
         name = tb.tb_frame.f_code.co_filename
-        if f"{os.sep}hydra{os.sep}" in name:
-            inside = True
+        if f"{os.sep}hydra{os.sep}" in name or name.endswith(_COMPOSE_ONCE):
+            inside = True  # composed_once's frames stand between Hydra's own: Hydra's work still
         elif inside and (f"{os.sep}kvbench{os.sep}" in name or f"{os.sep}plugins{os.sep}" in name):
             return False
         tb = tb.tb_next
@@ -436,7 +441,8 @@ def main() -> None:
                 from kvbench.atomic import folder_lock
 
                 held.enter_context(folder_lock(fixed_dir))
-            _hydra_main()
+            with composed_once():  # Hydra would compose the config twice
+                _hydra_main()
         except KeyboardInterrupt as exc:
             _interrupted(exc)
         except ConfigError as exc:

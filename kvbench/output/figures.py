@@ -36,6 +36,18 @@ def pyplot():
     return plt
 
 
+def agg_figure(**kwargs):
+    """A matplotlib ``Figure(**kwargs)`` drawn by the Agg backend, made without pyplot: a run's
+    figures are saved and closed at once, and pyplot's import and its figure manager would cost
+    them time for nothing (the same pixels, the same file)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(**kwargs)
+    FigureCanvasAgg(fig)
+    return fig
+
+
 def ledger_stack(steps: pd.DataFrame) -> list[tuple[str, str, str]]:
     """The ledger parts to stack, bottom up: ``(column, label, colour)`` for each field of
     :data:`LEDGER_FIELDS` the step table has; the prefix cache's part only where it ever holds
@@ -86,12 +98,12 @@ def _held_to_end(steps: pd.DataFrame) -> pd.DataFrame:
 
 def plot_memory_timeline(steps: pd.DataFrame, summary: dict, path: Path) -> Path:
     """Stacked memory ledger (fraction of the KV budget) and batch size over simulated time."""
-    plt = pyplot()
     steps = _held_to_end(_thinned(steps))
     budget = float(summary["kv_budget_bytes"])
     t_s = steps["start_s"].to_numpy(dtype=float)
     stack = ledger_stack(steps)
-    fig, ax = plt.subplots(figsize=(10, 4.8), layout="constrained")
+    fig = agg_figure(figsize=(10, 4.8), layout="constrained")
+    ax = fig.subplots()
     ax.stackplot(
         t_s,
         *[steps[col].to_numpy(dtype=float) / budget * 100 for col, _, _ in stack],
@@ -126,7 +138,6 @@ def plot_memory_timeline(steps: pd.DataFrame, summary: dict, path: Path) -> Path
     )
     ax.set_title(_title(summary))
     write_file(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    plt.close(fig)
     return path
 
 
@@ -216,12 +227,12 @@ def plot_prefix_cache(requests: pd.DataFrame, steps: pd.DataFrame, summary: dict
     bounds_given = any(key in summary for key, _, _ in _BOUNDS)
     if not (cached_any or bounds_given or requests["cached_prompt_tokens"].gt(0).any()):
         return None
-    plt = pyplot()
     t_s, rate = cumulative_hit_rate(requests)
     end_s = _end_s(steps) if len(steps) else (float(t_s[-1]) if len(t_s) else 0.0)
     if len(t_s) and end_s > t_s[-1]:  # no admission after the last: the rate holds until the run ends
         t_s, rate = np.append(t_s, end_s), np.append(rate, rate[-1])
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, layout="constrained")
+    fig = agg_figure(figsize=(10, 6), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True)
     top.step(
         t_s, rate * 100, where="post", color="#2b8cbe", linewidth=1.5, label="hit rate so far (admitted prompt tokens)"
     )
@@ -281,7 +292,6 @@ def plot_prefix_cache(requests: pd.DataFrame, steps: pd.DataFrame, summary: dict
     bottom.set_xlim(float(t_s[0]) if len(t_s) else 0.0, end_s if end_s > 0 else None)
     top.set_title(_title(summary))
     write_file(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    plt.close(fig)
     return path
 
 

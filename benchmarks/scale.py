@@ -1,0 +1,711 @@
+"""Speed at scale: kvbench against Vidur 0.0.26 on arrival-heavy traces, preemption storms and 16x the
+output tokens; a profile of each loop, a floor under it, and the issue's goals as a table.
+
+    python benchmarks/scale.py --vidur-run $VIDUR_RUN --repeat 2      # the measurement (about 2 h on 2 cores)
+    python benchmarks/scale.py --vidur-run $VIDUR_RUN --repeat 2 --large-repeat 1   # one pair at 100k (about 1 h)
+    python benchmarks/scale.py --quick                                # kvbench only, small N (< 1 min)
+    python benchmarks/scale.py --vidur-run $VIDUR_RUN --scenarios storm,storm16x --repeat 3
+
+``$VIDUR_RUN`` is a Vidur 0.0.26 runner script: side_by_side.py's docstring says what it reads from
+the environment (``N``, ``QPS``, ``LENGTHS``, ``PROMPT``, ``DECODE``, ``REPLAY``, ``SCHED``, ``BLOCK``,
+``BATCH_CAP``, ``NUM_BLOCKS``, ``SEED``) and the JSON line it prints (Vidur's own ``wall_s_event_loop``
+and ``wall_s_process``, ``peak_rss_mb``, ``batches``, ``requests``, ``preemptions``, ``requests_csv``).
+Without it only kvbench runs.
+
+Scenarios (Llama-2-7B on an H100, vLLM v0's scheduling unless said: paged blocks of 16, prefill-first
+steps of at most 4,096 prompt tokens, at most 128 running requests, recompute preemption):
+
+- ``arxiv10k``: loop_speed.py's arXiv replay: 10,000 requests of the packaged arXiv-summarization
+  length file (Vidur's own, ``kvbench/traces/vidur_arxiv_summarization_llama2_lengths.csv``), drawn
+  without replacement, Poisson 3/s;
+- ``poisson100k``: 100,000 (prompt, output) pairs drawn *with* replacement from the same file (seed
+  42), Poisson 3/s;
+- ``azure100k``: 100,000 requests of the packaged Azure LLM 2023 conversation trace
+  (``azure_llm_2023_conv.csv``, 19,366 rows): the trace tiled 5.16 times, copy k shifted by k x (its
+  span + its mean inter-arrival gap), so each request keeps the trace's own gap to the one before;
+- ``t0_vllm``, ``t0_orca``: loop_speed.py's 10,000 x 512/128 at t = 0 (Orca: reserve-to-max slots of
+  4,096 tokens and mixed steps);
+- ``storm``: a recompute-preemption storm: 5,000 x 128/128 at t = 0 on 1,000 KV blocks (16,000
+  tokens for 128 running requests that grow to 256 tokens each); ``storm16x``: the same with 2,048
+  output tokens;
+- ``tokens1x``, ``tokens16x``: 2,000 lecture requests (512/128 and 512/2,048) at t = 0 on Vidur's
+  7,424 blocks (62.3 GB: the lecture's 62.5 GB budget as Vidur's memory planner rounds it), where
+  16x the output tokens preempt;
+- ``poisson1m`` (kvbench only): ``poisson100k``'s recipe at 1,000,000 requests, with kvbench's default
+  outputs (tables and figures).
+
+Every arrival list (and every request: every scenario is checked request by request where Vidur
+exports its list) is written once in both simulators' formats (side_by_side.py): kvbench replays it
+with its ``request_csv`` workload, Vidur with its runner's ``REPLAY`` (Vidur clips a request to
+4,096 tokens by shortening its prompt: the lists are clipped that way before either reads them).
+Vidur's vLLM scheduler preempts by recompute when a running request finds no free block
+(``NUM_BLOCKS`` sets its pool), so it runs the storms too; a Vidur run that takes longer than
+``--vidur-timeout`` is killed and not tried again.
+
+Measured, in ``--repeat`` paired runs per scenario (kvbench then Vidur in even pairs, Vidur then
+kvbench in odd ones), medians: each simulator's own loop time (kvbench's ``sim_wall_s``; Vidur's
+event-loop timer, as its runner reports it), its whole process (start to exit, writing its normal
+outputs; kvbench without figures, Vidur without plots) and its peak RSS (child_process.py); after each
+pair kvbench's start-up alone (the run cut to one request, writing nothing). Then, kvbench only:
+
+- peak RSS at 100k requests with kvbench's default outputs (tables and figures), one run each;
+- ``poisson1m``: whether a million requests complete, in how much memory;
+- a 1-request ``kvbench`` run against a minimal Hydra application (``minimal_hydra/app.py``:
+  ``@hydra.main`` over a small config tree, printing one line), ``--startup-repeat`` times in turn;
+- a profile of each scenario's loop (py-spy sampling the ``kvbench`` process, only the samples inside
+  ``Engine.run`` kept; or, without py-spy, cProfile of ``Engine.run`` alone): the top functions by
+  their own time, in ``scale_profiles.txt``;
+- a floor: a pure-Python loop over kvbench's own steps table (each row, a step or a run of quiet
+  steps advanced at once, is one event) doing a clock update and two counter updates per event: what
+  just advancing those steps costs in Python on this machine. kvbench's loop / the floor says how much
+  work each event does beyond that.
+
+Writes ``<out>/scale.json``, ``<out>/scale.md`` (the goals table first) and ``<out>/scale_profiles.txt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import pstats
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from child_process import measure
+from side_by_side import (
+    ARXIV_LENGTHS,
+    AZURE_CONV,
+    Scenario,
+    arxiv_scenario,
+    azure_scenario,
+    fixed_scenario,
+    kvbench_command,
+    kvbench_startup,
+    poisson_lengths_scenario,
+    run_kvbench,
+    run_vidur,
+    same_requests,
+)
+from speed_report import (
+    HYDRA_FLOOR_RATIO_GOAL,
+    LOOP_SPEEDUP_GOAL,
+    MB,
+    MILLION_PEAK_RSS_GOAL_MB,
+    PART_NAMES,
+    PEAK_RSS_GOAL_MB,
+    PROCESS_SPEEDUP_GOAL,
+    T0_LOOP_SPEEDUP_GOAL,
+    TOKENS_16X_LOOP_RATIO_GOAL,
+    summarize,
+)
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+HYDRA_APP = HERE / "minimal_hydra" / "app.py"  #: the Hydra floor startup.py measures too
+STORM_BLOCKS = 1000  #: the storms' KV pool: 1,000 blocks of 16 tokens
+#: (x1, x16) pairs whose loop-time ratio is a goal
+SIXTEEN_X = {"lecture under preemption (tokens16x)": ("tokens1x", "tokens16x"), "storm16x": ("storm", "storm16x")}
+ARRIVAL_HEAVY = ("poisson100k", "azure100k", "arxiv10k")
+AT_T0 = ("t0_vllm", "t0_orca")
+AT_100K = ("poisson100k", "azure100k")
+#: kvbench's default outputs (side_by_side's scenarios write no figures, as Vidur writes no plots)
+DEFAULT_OUTPUTS = ("output.figures=true",)
+MILLION = "poisson1m"
+LARGE = 100_000  #: --large-repeat applies to scenarios of this many requests and more
+QUICK_PROFILES = ("poisson100k", "storm16x")  #: --quick profiles these only
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A scenario at its full and its --quick size (requests)."""
+
+    name: str
+    build: Callable[[int, Path], Scenario]
+    full: int
+    quick: int
+
+
+SPECS = (
+    Spec("arxiv10k", lambda n, work: arxiv_scenario(ARXIV_LENGTHS, n, work, name="arxiv10k"), 10_000, 1_000),
+    Spec(
+        "poisson100k", lambda n, work: poisson_lengths_scenario("poisson100k", ARXIV_LENGTHS, n, work), 100_000, 2_000
+    ),
+    Spec("azure100k", lambda n, work: azure_scenario("azure100k", AZURE_CONV, n, work), 100_000, 2_000),
+    Spec("t0_vllm", lambda n, work: fixed_scenario("t0_vllm", n, 512, 128), 10_000, 1_000),
+    Spec("t0_orca", lambda n, work: fixed_scenario("t0_orca", n, 512, 128, orca=True), 10_000, 1_000),
+    Spec("storm", lambda n, work: fixed_scenario("storm", n, 128, 128, kv_blocks=STORM_BLOCKS), 5_000, 500),
+    Spec("storm16x", lambda n, work: fixed_scenario("storm16x", n, 128, 2048, kv_blocks=STORM_BLOCKS), 5_000, 500),
+    Spec("tokens1x", lambda n, work: fixed_scenario("tokens1x", n, 512, 128), 2_000, 300),
+    Spec("tokens16x", lambda n, work: fixed_scenario("tokens16x", n, 512, 2048), 2_000, 300),
+)
+MILLION_SPEC = Spec(
+    MILLION, lambda n, work: poisson_lengths_scenario(MILLION, ARXIV_LENGTHS, n, work), 1_000_000, 5_000
+)
+NAMES = tuple(s.name for s in SPECS)
+
+
+# ---- the floor -----------------------------------------------------------------------------------
+
+
+def advance_steps(num_steps: list[int], durations_s: list[float]) -> tuple[float, int, int]:
+    """Only advance the steps: per event (a row of the steps table) a clock update and two counters."""
+    clock_s, steps, events = 0.0, 0, 0
+    for count, duration_s in zip(num_steps, durations_s):
+        clock_s += duration_s
+        steps += count
+        events += 1
+    return clock_s, steps, events
+
+
+def floor_estimate(steps_table: Path, rounds: int = 5) -> dict:
+    """The best of ``rounds`` timings of :func:`advance_steps` over a kvbench run's steps table."""
+    table = pd.read_parquet(steps_table, columns=["num_steps", "duration_s"])
+    num_steps, durations_s = table["num_steps"].tolist(), table["duration_s"].tolist()
+    best_s = float("inf")
+    for _ in range(rounds):
+        start_s = time.perf_counter()
+        advance_steps(num_steps, durations_s)
+        best_s = min(best_s, time.perf_counter() - start_s)
+    return {"events": len(num_steps), "steps": int(sum(num_steps)), "floor_s": best_s}
+
+
+# ---- profiles ------------------------------------------------------------------------------------
+
+#: a frame of py-spy's raw output with -F: "function (file:first line)"
+_FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
+#: cProfile's child: builds the run as ``kvbench`` does and profiles ``Engine.run`` alone
+CPROFILE_CHILD = """
+import cProfile, json, sys
+import numpy as np
+from kvbench.api import compose
+from kvbench.app.run import setup
+from kvbench.core.request import requests_from_workload
+from kvbench.engine import Engine
+from kvbench.exec.sim import SimExecutor
+cfg, _ = compose(json.loads(sys.argv[1]))
+s = setup(cfg)
+requests = requests_from_workload(s.workload_source.generate(np.random.default_rng(int(cfg.seed))), int(cfg.seed))
+engine = Engine(s.scheduler, SimExecutor(s.cost), event_driven=bool(cfg.event_driven))
+profile = cProfile.Profile()
+profile.runcall(engine.run, requests)
+profile.dump_stats(sys.argv[2])
+"""
+
+
+def _frame(text: str) -> str:
+    match = _FRAME.match(text)
+    return f"{match['name']} ({match['file']})" if match else text
+
+
+def py_spy_profile(scenario: Scenario, work: Path, top: int, rate_hz: int = 250) -> dict:
+    """Sample a ``kvbench`` run of the scenario; the top functions of its loop by own (leaf) samples."""
+    raw = work / f"{scenario.name}.pyspy"
+    argv = [
+        str(Path(sys.executable).with_name("py-spy")),
+        "record",
+        "--rate",
+        str(rate_hz),
+        "--function",
+        "--nonblocking",
+        "--format",
+        "raw",
+        "--output",
+        str(raw),
+        "--",
+        *kvbench_command(),
+        *scenario.kvbench_overrides,
+        f"hydra.run.dir={work / (scenario.name + '-profile')}",
+        "output.write=false",
+    ]
+    measure(argv).check(f"py-spy ({scenario.name})")
+    own, inclusive, total = Counter(), Counter(), 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        inside = next((i for i, f in enumerate(frames) if f.startswith("Engine.run (") and "engine.py" in f), None)
+        if inside is None:
+            continue
+        samples = int(count)
+        total += samples
+        loop_frames = [_frame(f) for f in frames[inside:]]
+        own[loop_frames[-1]] += samples
+        for name in set(loop_frames):
+            inclusive[name] += samples
+    return _top("py-spy", f"{rate_hz} Hz samples of the kvbench process inside Engine.run", own, inclusive, total, top)
+
+
+def cprofile_profile(scenario: Scenario, work: Path, top: int) -> dict:
+    """cProfile of ``Engine.run`` alone in a child process (deterministic; it inflates call-heavy code)."""
+    stats_file = work / f"{scenario.name}.prof"
+    overrides = [*scenario.kvbench_overrides, "output.write=false"]
+    done = subprocess.run(
+        [sys.executable, "-c", CPROFILE_CHILD, json.dumps(overrides), str(stats_file)],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"cProfile ({scenario.name}) failed: {done.stderr.strip().splitlines()[-1:]}")
+    stats = pstats.Stats(str(stats_file)).stats
+    own, inclusive = Counter(), Counter()
+    for (file, _, name), (_, _, own_s, cumulative_s, _) in stats.items():
+        key = f"{name} ({'/'.join(Path(file).parts[-2:])})" if file != "~" else name
+        own[key] += own_s
+        inclusive[key] = max(inclusive[key], cumulative_s)
+    total = sum(own.values())
+    return _top(
+        "cProfile", "seconds inside Engine.run (deterministic, with cProfile's overhead)", own, inclusive, total, top
+    )
+
+
+def _top(profiler: str, unit: str, own: Counter, inclusive: Counter, total: float, top: int) -> dict:
+    rows = [
+        {"function": name, "own_share": value / total, "inclusive_share": min(1.0, inclusive[name] / total)}
+        for name, value in own.most_common(top)
+    ]
+    return {"profiler": profiler, "unit": unit, "total": total, "top": rows}
+
+
+def profile_text(profiles: dict) -> str:
+    lines = ["kvbench's loop: the top functions by own time, per scenario (scale.py)", ""]
+    for name, p in profiles.items():
+        if "error" in p:
+            lines += [f"== {name}: no profile ({p['error']})", ""]
+            continue
+        lines += [f"== {name} ({p['profiler']}: {p['total']:,.6g} {p['unit']})", "   own   incl.  function"]
+        lines += [f"{r['own_share']:6.1%} {r['inclusive_share']:6.1%}  {r['function']}" for r in p["top"]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+# ---- the measurement -----------------------------------------------------------------------------
+
+
+def with_retries(attempt: Callable[[], dict], retries: int, wait_s: float = 60.0) -> dict:
+    """``attempt()``, tried again ``retries`` times ``wait_s`` apart if kvbench fails (a working tree
+    others edit can fail to import for a moment); the last failure is raised."""
+    for number in range(retries + 1):
+        try:
+            return attempt()
+        except RuntimeError as exc:
+            if number == retries:
+                raise
+            print(f"scale: {str(exc).splitlines()[0]}; trying again in {wait_s:.0f} s", file=sys.stderr, flush=True)
+            time.sleep(wait_s)
+    raise AssertionError("unreachable")
+
+
+def paired_runs(scenarios: dict[str, Scenario], args: argparse.Namespace, work: Path) -> tuple[dict, dict]:
+    """``--repeat`` rounds over every scenario, each a pair (kvbench, Vidur; their order alternating by
+    round) and kvbench's start-up; the floor from each scenario's first kvbench run."""
+    runs: dict[str, list[dict]] = {name: [] for name in scenarios}
+    floors: dict[str, dict] = {}
+    vidur_off: dict[str, str] = {}  # scenario -> why Vidur is no longer run
+    for number in range(args.repeat):
+        for name, scenario in scenarios.items():
+            if number >= args.large_repeat and int(scenario.vidur_env["N"]) >= LARGE:
+                continue
+            run: dict = {}
+            run_dir = work / f"{name}-{number}"
+            order = ("kvbench", "vidur") if number % 2 == 0 else ("vidur", "kvbench")
+            for side in order:
+                if side == "kvbench":
+                    run["kvbench"] = with_retries(lambda: run_kvbench(scenario, run_dir), args.retries)
+                elif args.vidur_run and name not in vidur_off:
+                    try:
+                        run["vidur"] = run_vidur(args.vidur_run, scenario, args.vidur_timeout)
+                    except RuntimeError as exc:
+                        vidur_off[name] = str(exc).splitlines()[0]
+                        run["vidur_error"] = vidur_off[name]
+            if "vidur" in run:
+                run["same_requests"] = same_requests(run_dir / "requests.csv", run["vidur"].pop("requests_csv"))
+            if name not in floors:
+                floors[name] = floor_estimate(run_dir / "steps.parquet")
+            shutil.rmtree(run_dir, ignore_errors=True)
+            if not args.quick:
+                run["kvbench_startup"] = kvbench_startup(scenario, work / f"{name}-{number}-one")
+            print(json.dumps({"scenario": name, "round": number, **run}), file=sys.stderr, flush=True)
+            runs[name].append(run)
+    return runs, floors
+
+
+def hydra_floor(repeat: int, work: Path, warm_up: bool = True) -> dict:
+    """A 1-request ``kvbench`` run (its defaults: tables and a figure; and writing nothing) and the
+    minimal Hydra application, in turn, ``repeat`` times after one untimed round; median wall times."""
+    commands = {
+        "hydra_app": [sys.executable, str(HYDRA_APP)],
+        "kvbench_1_request": [*kvbench_command(), "workload.num_requests=1"],
+        "kvbench_1_request_no_output": [*kvbench_command(), "workload.num_requests=1", "output.write=false"],
+    }
+    walls: dict[str, list[float]] = {name: [] for name in commands}
+    rss: dict[str, list[int]] = {name: [] for name in commands}
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
+    for number in range(0 if warm_up else 1, repeat + 1):
+        names = list(commands) if number % 2 == 0 else list(reversed(commands))
+        for name in names:
+            run_dir = work / f"{name}-{number}"
+            run = measure([*commands[name], f"hydra.run.dir={run_dir}"], env=env, cwd=str(work)).check(name)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            if number:
+                walls[name].append(run.wall_s)
+                rss[name].append(run.peak_rss_bytes)
+    result = {
+        name: {"wall_s": statistics.median(walls[name]), "walls_s": walls[name], "peak_rss_mb": max(rss[name]) / MB}
+        for name in commands
+    }
+    result["ratio"] = result["kvbench_1_request"]["wall_s"] / result["hydra_app"]["wall_s"]
+    result["ratio_no_output"] = result["kvbench_1_request_no_output"]["wall_s"] / result["hydra_app"]["wall_s"]
+    return result
+
+
+def default_outputs_run(scenario: Scenario, work: Path) -> dict:
+    """One kvbench run with its default outputs (tables and figures): process time, peak RSS, loop."""
+    run_dir = work / f"{scenario.name}-default-outputs"
+    try:
+        row = run_kvbench(scenario, run_dir, extra=DEFAULT_OUTPUTS)
+    except RuntimeError as exc:
+        return {"error": str(exc).splitlines()[0]}
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return {**row, "peak_rss_mb": row["peak_rss_bytes"] / MB}
+
+
+# ---- the report ----------------------------------------------------------------------------------
+
+
+def _verdict(value: float | None, goal: float, at_least: bool) -> str:
+    if value is None:
+        return "not measured"
+    return "pass" if (value >= goal if at_least else value <= goal) else "fail"
+
+
+def _ratio_of_loops(runs: list[dict], side: str, x1: list[dict]) -> float | None:
+    """The median over rounds of x16's loop / x1's loop on one side (rounds paired by number)."""
+    ratios = [a[side]["loop_s"] / b[side]["loop_s"] for a, b in zip(runs, x1) if side in a and side in b]
+    return statistics.median(ratios) if ratios else None
+
+
+def goals(report: dict) -> list[dict]:
+    """Each goal of the issue: what it is, where, its measured value, pass/fail."""
+    s, rows = report["scenarios"], []
+
+    def add(goal: str, where: str, value: float | None, text: str, target: float, at_least: bool) -> None:
+        rows.append(
+            {
+                "goal": goal,
+                "where": where,
+                "value": value,
+                "measured": text,
+                "verdict": _verdict(value, target, at_least),
+            }
+        )
+
+    speed = lambda v: "-" if v is None else f"{v:.1f}x"  # noqa: E731
+    for name in ARRIVAL_HEAVY:
+        if name in s:
+            value = s[name]["loop_speedup"]
+            add(f"loop >= {LOOP_SPEEDUP_GOAL:g}x Vidur's", name, value, speed(value), LOOP_SPEEDUP_GOAL, True)
+    for name in AT_T0:
+        if name in s:
+            value = s[name]["loop_speedup"]
+            add(
+                f"loop >= {T0_LOOP_SPEEDUP_GOAL:g}x Vidur's at t = 0",
+                name,
+                value,
+                speed(value),
+                T0_LOOP_SPEEDUP_GOAL,
+                True,
+            )
+    for name, summary in s.items():
+        value = summary["process_speedup"]
+        add(
+            f"whole process >= {PROCESS_SPEEDUP_GOAL:g}x Vidur's", name, value, speed(value), PROCESS_SPEEDUP_GOAL, True
+        )
+    for name, run in report.get("default_outputs", {}).items():
+        value = run.get("peak_rss_mb")
+        text = run.get("error") or f"{value:.0f} MB"
+        add(
+            f"peak RSS <= {PEAK_RSS_GOAL_MB:g} MB at 100k requests, default outputs",
+            name,
+            value,
+            text,
+            PEAK_RSS_GOAL_MB,
+            False,
+        )
+    million = report.get("million")
+    if million:
+        value = million.get("peak_rss_mb")
+        text = million.get("error") or (
+            f"{million['requests']:,} requests, {value:.0f} MB, loop {million['loop_s']:.0f} s, "
+            f"process {million['process_s']:.0f} s"
+        )
+        add(
+            f"{million['num_requests']:,} requests complete in < {MILLION_PEAK_RSS_GOAL_MB / 1000:g} GB",
+            MILLION,
+            value,
+            text,
+            MILLION_PEAK_RSS_GOAL_MB,
+            False,
+        )
+    for where, ratio in report.get("sixteen_x", {}).items():
+        value = ratio["kvbench"]
+        vidur = "" if ratio["vidur"] is None else f" (Vidur {ratio['vidur']:.1f}x)"
+        add(
+            f"16x output tokens cost < {TOKENS_16X_LOOP_RATIO_GOAL:g}x the loop time",
+            where,
+            value,
+            f"{value:.1f}x{vidur}",
+            TOKENS_16X_LOOP_RATIO_GOAL,
+            False,
+        )
+        rows[-1]["verdict"] = "pass" if value < TOKENS_16X_LOOP_RATIO_GOAL else "fail"
+    hydra = report.get("hydra")
+    if hydra:
+        value = hydra["ratio"]
+        text = (
+            f"{value:.2f}x ({hydra['kvbench_1_request']['wall_s']:.2f} / {hydra['hydra_app']['wall_s']:.2f} s; "
+            f"writing nothing {hydra['ratio_no_output']:.2f}x)"
+        )
+        add(
+            f"1-request run within {HYDRA_FLOOR_RATIO_GOAL:g}x a minimal Hydra app",
+            "run_1_request",
+            value,
+            text,
+            HYDRA_FLOOR_RATIO_GOAL,
+            False,
+        )
+    return rows
+
+
+def _pair(a: float | None, b: float | None, fmt: str) -> str:
+    return f"{'-' if a is None else format(a, fmt)} / {'-' if b is None else format(b, fmt)}"
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        "# Speed at scale: kvbench against Vidur 0.0.26",
+        "",
+        (
+            f"Measured {report['measured_at']} with `{report['command']}` on {report['machine']}: "
+            f"{report['repeat']} paired runs per scenario ({report['large_repeat']} of each 100,000-request one; "
+            "kvbench and Vidur in turn, the order alternating), medians."
+            + ("" if report["vidur"] else " Vidur not run.")
+        ),
+        "",
+        "## Goals",
+        "",
+        "| goal | scenario | measured | verdict |",
+        "|---|---|---|---|",
+    ]
+    for g in report["goals"]:
+        lines.append(
+            f"| {g['goal']} | {g['where']} | {g['measured']} | {'**' + g['verdict'] + '**' if g['verdict'] == 'fail' else g['verdict']} |"
+        )
+    lines += [
+        "",
+        "## Scenarios",
+        "",
+        (
+            "| scenario | steps kvbench / Vidur | preemptions kvbench / Vidur | loop s kvbench / Vidur | loop speed-up "
+            "| process s kvbench / Vidur | process speed-up | peak RSS MB kvbench / Vidur | same requests |"
+        ),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, s in report["scenarios"].items():
+        m = s["median"]
+        error = report["vidur_errors"].get(name)
+        same = {True: "yes", False: "NO", None: "-"}[s["same_requests"]]
+        speed = lambda v: "-" if v is None else f"{v:.1f}x"  # noqa: E731
+        lines.append(
+            f"| {name}: {s['description']}{' (Vidur: ' + error + ')' if error else ''} "
+            f"| {_pair(m['kvbench_steps'], m['vidur_steps'], ',.0f')} "
+            f"| {_pair(m['kvbench_preemptions'], m['vidur_preemptions'], ',.0f')} "
+            f"| {_pair(m['kvbench_loop_s'], m['vidur_loop_s'], '.3f')} | {speed(s['loop_speedup'])} "
+            f"| {_pair(m['kvbench_process_s'], m['vidur_process_s'], '.2f')} | {speed(s['process_speedup'])} "
+            f"| {_pair(s['kvbench_peak_rss_mb'], s['vidur_peak_rss_mb'], '.0f')} | {same} |"
+        )
+    lines += [
+        "",
+        "Where kvbench's process goes (medians, s): start-up is the same run cut to one request, writing nothing; "
+        "the rest is building the workload, the summary and the tables, and writing them.",
+        "",
+        "| scenario | start-up | loop | rest | process | largest |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for name, s in report["scenarios"].items():
+        p = s["kvbench_process_parts_s"]
+        lines.append(
+            f"| {name} | {'-' if 'startup' not in p else format(p['startup'], '.2f')} | {p['loop']:.3f} | {p['rest']:.2f} "
+            f"| {s['median']['kvbench_process_s']:.2f} | {PART_NAMES[s['kvbench_process_dominated_by']]} |"
+        )
+    lines += [
+        "",
+        "## The floor",
+        "",
+        (
+            "A pure-Python loop over kvbench's own steps table (one event per row: a step, or a run of quiet steps "
+            "advanced at once), a clock update and two counters per event, the best of 5 (`advance_steps`):"
+        ),
+        "",
+        "| scenario | events (rows) | steps | floor ms | floor ns per event | kvbench loop µs per event | kvbench loop / floor |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, f in report["floors"].items():
+        loop_s = report["scenarios"][name]["median"]["kvbench_loop_s"]
+        lines.append(
+            f"| {name} | {f['events']:,} | {f['steps']:,} | {f['floor_s'] * 1e3:.2f} | {f['floor_s'] / f['events'] * 1e9:.0f} "
+            f"| {loop_s / f['events'] * 1e6:.1f} | {loop_s / f['floor_s']:,.0f}x |"
+        )
+    lines += [
+        "",
+        "## Profiles",
+        "",
+        "The five functions with the most own time in each loop (all in `scale_profiles.txt`):",
+        "",
+    ]
+    for name, p in report["profiles"].items():
+        if "error" in p:
+            lines.append(f"- {name}: no profile ({p['error']})")
+            continue
+        top = ", ".join(f"`{r['function']}` {r['own_share']:.0%}" for r in p["top"][:5])
+        lines.append(f"- {name} ({p['profiler']}): {top}")
+    hydra = report.get("hydra")
+    if hydra:
+        lines += [
+            "",
+            "## Start-up against Hydra's floor",
+            "",
+            f"Median of {len(hydra['hydra_app']['walls_s'])} runs each, in turn, after one untimed round:",
+            "",
+            "| command | wall s | peak RSS MB |",
+            "|---|---:|---:|",
+            f"| `python benchmarks/minimal_hydra/app.py` (a minimal Hydra application) | {hydra['hydra_app']['wall_s']:.2f} | {hydra['hydra_app']['peak_rss_mb']:.0f} |",
+            f"| `kvbench workload.num_requests=1` (its default outputs) | {hydra['kvbench_1_request']['wall_s']:.2f} | {hydra['kvbench_1_request']['peak_rss_mb']:.0f} |",
+            f"| `kvbench workload.num_requests=1 output.write=false` | {hydra['kvbench_1_request_no_output']['wall_s']:.2f} | {hydra['kvbench_1_request_no_output']['peak_rss_mb']:.0f} |",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+# ---- the command ---------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python benchmarks/scale.py", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--vidur-run", help="a Vidur 0.0.26 runner script (side_by_side.py); without it only kvbench runs"
+    )
+    parser.add_argument("--repeat", type=int, default=2, help="paired runs per scenario (default 2)")
+    parser.add_argument("--scenarios", default=",".join(NAMES), help=f"comma-separated, of {', '.join(NAMES)}")
+    parser.add_argument("--quick", action="store_true", help="small N, no Vidur, one round, two profiles: a smoke test")
+    parser.add_argument("--vidur-timeout", type=float, default=900.0, help="kill a Vidur run after this many s")
+    parser.add_argument(
+        "--startup-repeat", type=int, default=5, help="timed rounds of kvbench against Hydra (default 5)"
+    )
+    parser.add_argument("--no-million", action="store_true", help="leave out the 1,000,000-request run")
+    parser.add_argument("--profiler", choices=("auto", "py-spy", "cprofile", "none"), default="auto")
+    parser.add_argument(
+        "--large-repeat", type=int, default=None, help="paired runs of the 100,000-request scenarios (default --repeat)"
+    )
+    parser.add_argument("--retries", type=int, default=0, help="try a failed kvbench run again (default 0)")
+    parser.add_argument("--top", type=int, default=15, help="functions listed per profile (default 15)")
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS, help="folder for scale.{json,md} (default benchmarks/results)"
+    )
+    args = parser.parse_args(argv)
+    args.scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    unknown = sorted(set(args.scenarios) - set(NAMES))
+    if unknown:
+        parser.error(f"--scenarios: unknown {', '.join(unknown)}; choose from {', '.join(NAMES)}")
+    if args.quick:
+        args.vidur_run, args.repeat, args.startup_repeat = None, 1, 1
+    if args.vidur_run and not Path(args.vidur_run).is_file():
+        parser.error(f"--vidur-run {args.vidur_run}: no such file; give a Vidur runner script")
+    args.large_repeat = args.repeat if args.large_repeat is None else min(args.large_repeat, args.repeat)
+    if args.repeat < 1 or args.startup_repeat < 1 or args.large_repeat < 1:
+        parser.error("--repeat and --startup-repeat must be >= 1")
+    if args.profiler == "auto":
+        args.profiler = "py-spy" if Path(sys.executable).with_name("py-spy").is_file() else "cprofile"
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    command = " ".join(["python benchmarks/scale.py", *("$VIDUR_RUN" if a == args.vidur_run else a for a in argv)])
+    size = (lambda spec: spec.quick) if args.quick else (lambda spec: spec.full)
+    report: dict = {
+        "command": command,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "repeat": args.repeat,
+        "large_repeat": args.large_repeat,
+        "vidur": bool(args.vidur_run),
+        "quick": args.quick,
+    }
+    with tempfile.TemporaryDirectory(prefix="kvbench-scale-") as tmp:
+        work = Path(tmp)
+        chosen = [spec for spec in SPECS if spec.name in args.scenarios]
+        scenarios = {spec.name: spec.build(size(spec), work) for spec in chosen}
+        runs, floors = paired_runs(scenarios, args, work)
+        report["scenarios"] = {
+            name: {"description": scenarios[name].description, "runs": runs[name], **summarize(runs[name])}
+            for name in scenarios
+        }
+        report["vidur_errors"] = {
+            name: run["vidur_error"] for name in runs for run in runs[name] if "vidur_error" in run
+        }
+        report["floors"] = floors
+        report["sixteen_x"] = {
+            where: {side: _ratio_of_loops(runs[x16], side, runs[x1]) for side in ("kvbench", "vidur")}
+            for where, (x1, x16) in SIXTEEN_X.items()
+            if x1 in runs and x16 in runs
+        }
+        report["default_outputs"] = {
+            name: default_outputs_run(scenarios[name], work)
+            for name in AT_100K[: 1 if args.quick else None]
+            if name in scenarios
+        }
+        if not args.no_million:
+            million = MILLION_SPEC.build(size(MILLION_SPEC), work)
+            report["million"] = {"num_requests": size(MILLION_SPEC), **default_outputs_run(million, work)}
+            (work / f"{MILLION}_kvbench.csv").unlink(missing_ok=True)
+        report["hydra"] = hydra_floor(args.startup_repeat, work, warm_up=not args.quick)
+        report["profiles"] = {}
+        profiled = [name for name in scenarios if not args.quick or name in QUICK_PROFILES]
+        for name in profiled if args.profiler != "none" else ():
+            scenario = scenarios[name]
+            try:
+                if args.profiler == "py-spy":
+                    report["profiles"][name] = py_spy_profile(scenario, work, args.top)
+                else:
+                    report["profiles"][name] = cprofile_profile(scenario, work, args.top)
+            except RuntimeError as exc:
+                report["profiles"][name] = {"error": str(exc).splitlines()[0]}
+    report["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    report["goals"] = goals(report)
+    text = markdown(report)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "scale.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.out / "scale.md").write_text(text)
+    (args.out / "scale_profiles.txt").write_text(profile_text(report["profiles"]))
+    return report
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except RuntimeError as exc:  # a simulator that failed: one line, no traceback
+        sys.exit(f"scale: error: {exc}")
