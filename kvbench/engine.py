@@ -83,6 +83,10 @@ class Engine:
             while (next_s := arrivals.next_s()) is not None and next_s <= clock_s:
                 scheduler.add(arrivals.pop(), clock_s)
             plan = scheduler.schedule(clock_s)
+            if scheduler.wake_s() is not None and _idle(plan):
+                # nothing to compute until a host-tier reload lands: the GPU idles until then
+                clock_s = max(clock_s, scheduler.wake_s())
+                continue
             result = self._advance(plan, arrivals.next_s())
             self._arrivals_within(arrivals, result)
             outcome = scheduler.update(plan, result)
@@ -107,6 +111,10 @@ class Engine:
             return self.executor.execute(plan)
         first = None
         may_join = next_arrival_s is not None and scheduler.arrival_may_join()
+        wake_s = scheduler.wake_s()
+        if wake_s is not None and not (may_join and next_arrival_s <= wake_s):
+            # a host-tier reload lands: the request waiting for it joins as an arrival would
+            next_arrival_s, may_join = wake_s, True
         if may_join:
             # an arrival that may be admitted ends the run before its step. Every step of the run
             # takes at least as long as its first (contexts only grow), which bounds the run's
@@ -119,8 +127,9 @@ class Engine:
         projection = scheduler.project_span(plan, limit)
         if projection.num_steps:
             plan.num_steps = 1 + projection.num_steps
+            plan.span_pages_mapped = projection.pages_mapped  # (allocators that map pages)
             result = self.executor.execute(plan)
-            plan.num_steps = 1
+            plan.num_steps, plan.span_pages_mapped = 1, None
             num_extra = projection.num_steps
             if may_join:  # stop before the step in which the arrival joins
                 starts_s = result.step_starts_s()
@@ -199,6 +208,19 @@ class _Arrivals:
         self._num_sent += 1
 
 
+def _idle(plan: StepPlan) -> bool:
+    """A plan with nothing to compute or move (only a host-tier reload in flight was started)."""
+    return not (
+        plan.prefills
+        or plan.decodes
+        or plan.samples
+        or plan.swap_in
+        or plan.swap_out
+        or plan.preemptions
+        or plan.host_reloads
+    )
+
+
 def _truncate(result: StepResult, num_steps: int) -> StepResult:
     """The first ``num_steps`` steps of a run's result (each step's time does not depend on later ones)."""
     if num_steps == len(result.durations_s):
@@ -209,4 +231,7 @@ def _truncate(result: StepResult, num_steps: int) -> StepResult:
     else:
         clock_s = np.cumsum(np.concatenate(([result.start_s], durations_s)))
     decode_s = float(np.cumsum(durations_s)[-1])
-    return StepResult(result.start_s, durations_s, float(clock_s[-1]), decode_s=decode_s, clock_s=clock_s)
+    added_s = None if result.page_map_added_s is None else result.page_map_added_s[:num_steps]
+    return StepResult(
+        result.start_s, durations_s, float(clock_s[-1]), decode_s=decode_s, clock_s=clock_s, page_map_added_s=added_s
+    )

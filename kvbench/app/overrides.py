@@ -64,11 +64,40 @@ def _not_a_key(exc: BaseException, cause: BaseException) -> str | None:
     names = [str(k) for k in parent.keys() if k != "hydra"]
     name = parent.get("name") if where and "name" in parent else None
     place = f"{where} ({name})" if isinstance(name, str) else where or "the top level"
-    guess = did_you_mean(leaf, names, prefix=f"{where}." if where else "")
+    owners = _options_with_key(where, leaf) if isinstance(name, str) else []
+    if owners:  # a key of another option of the group: a sweep over the group cannot set it for all
+        guess = (
+            f"it is a key of {' and '.join(f'{where}={o}' for o in owners)}: set or sweep it in a command "
+            f"that runs only {'those' if len(owners) > 1 else 'that one'} (kvbench -m {where}={','.join(owners)} "
+            f"{where}.{leaf}={typed.partition('=')[2] or '...'});"
+        )
+    else:
+        guess = did_you_mean(leaf, names, prefix=f"{where}." if where else "")
     return (
         f"{typed} is not a config key: {leaf!r} is not in {place}; {guess + ' ' if guess else ''}"
         f"its keys are: {', '.join(names)} (to add a key on purpose, write +{typed})"
     )
+
+
+def _options_with_key(group: str, key: str) -> list[str]:
+    """The options of config group ``group`` (kvbench's own ``conf/<group>/*.yaml``) that set ``key``."""
+    from importlib.resources import files
+
+    import yaml
+
+    folder = files("kvbench.conf").joinpath(group)
+    owners = []
+    if not folder.is_dir():
+        return owners
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".yaml"):
+            try:
+                content = yaml.safe_load(entry.read_text())
+            except yaml.YAMLError:
+                continue
+            if isinstance(content, dict) and key in content:
+                owners.append(entry.name.removesuffix(".yaml"))
+    return owners
 
 
 #: Hydra's launchers kvbench documents, by the extra (pyproject) that installs each

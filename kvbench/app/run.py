@@ -31,6 +31,7 @@ from kvbench.exec.costmodel import CostModel
 from kvbench.exec.sim import SimExecutor
 from kvbench.memory.allocator import Allocator
 from kvbench.memory.host_pool import HostSwapPool
+from kvbench.metrics.host_tier import host_tier_summary
 from kvbench.metrics.prefix_bounds import cached_prefix_cache_bounds
 from kvbench.metrics.summary import SloConfig, summarize
 from kvbench.output.results import RunResult
@@ -76,6 +77,20 @@ def _instantiate(group: str, node, **kwargs):
     return cls(plugin_config(cls, node, group), **kwargs)
 
 
+def _allocator(cfg: DictConfig, model: ModelSpec, budget_bytes: int) -> Allocator:
+    """The allocator ``cfg.allocator`` names. A paged one, for a model with sliding-window layers in
+    a simulation, keeps one block table per KV-cache group and frees what leaves a window
+    (``hybrid_paged``, the same options); every other allocator keeps every token of every layer."""
+    node = cfg.allocator
+    if model.kv_groups and cfg.mode == "sim" and node is not None and node.get("name") == "paged":
+        cls = lookup("allocator", "hybrid_paged")
+        config = plugin_config(cls, node, "allocator")
+        return cls(
+            config, budget_bytes=budget_bytes, kv_bytes_per_token=model.kv_bytes_per_token, kv_groups=model.kv_groups
+        )
+    return _instantiate("allocator", node, budget_bytes=budget_bytes, kv_bytes_per_token=model.kv_bytes_per_token)
+
+
 def _queue(node):
     """The admission queue ``scheduler.queue`` names (a queue plugin), built empty."""
     name = node.get("queue", "fcfs") if node is not None else "fcfs"
@@ -97,14 +112,10 @@ def setup(cfg: DictConfig) -> RunSetup:
     hardware = to_dataclass(HardwareSpec, cfg.hardware, "hardware")
     engine = to_dataclass(EngineConfig, cfg.get("engine") or {}, "engine")
     budget_bytes = hardware.kv_budget(model.weight_bytes)
-    allocator = _instantiate(
-        "allocator", cfg.allocator, budget_bytes=budget_bytes, kv_bytes_per_token=model.kv_bytes_per_token
-    )
+    allocator = _allocator(cfg, model, budget_bytes)
     if engine.null_block:  # one block of the pool is never handed out: the budget holds one fewer
-        budget_bytes -= allocator.block_size_tokens * model.kv_bytes_per_token
-        allocator = _instantiate(
-            "allocator", cfg.allocator, budget_bytes=budget_bytes, kv_bytes_per_token=model.kv_bytes_per_token
-        )
+        budget_bytes -= getattr(allocator, "page_bytes", allocator.block_size_tokens * model.kv_bytes_per_token)
+        allocator = _allocator(cfg, model, budget_bytes)
     kernel = _instantiate("kernel", cfg.kernel)
     if cfg.mode == "real":
         _check_real_mode_installed()
@@ -268,19 +279,27 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
         # capacity give the same bounds whatever else a job sweeps), unless it writes no files
         block_bytes = s.model.kv_bytes_per_token * s.allocator.block_size_tokens
         job = current_job()
+        cache_dir = job.sweep_dir / BOUNDS_CACHE if job is not None and s.output.write else None
         bounds = cached_prefix_cache_bounds(
             requests,
             s.allocator.block_size_tokens,
             s.budget_bytes // block_bytes,
-            cache_dir=job.sweep_dir / BOUNDS_CACHE if job is not None and s.output.write else None,
+            cache_dir=cache_dir,
             progress=phase_progress(bool(cfg.progress)),
         )
         summary.update(bounds)
+        # a host tier for evicted prefix blocks: its hits, traffic and bounds ({} without one)
+        summary.update(
+            host_tier_summary(
+                s.scheduler, record.requests, requests, cache_dir=cache_dir, progress=phase_progress(bool(cfg.progress))
+            )
+        )
     caps = s.allocator.capabilities
     summary["swap_pool_peak_bytes"] = s.scheduler.host_pool.peak_bytes
     summary["swap_break_even_kv_tokens"] = s.cost.swap_break_even_kv_tokens(
         None if caps.contiguous_layout else s.allocator.block_size_tokens
     )
+    summary.update(_kv_group_summary(s.allocator))
     if _profiled(s.cost):
         summary["profile_extrapolated_lookups"] = s.cost.extrapolated
     summary.update(provenance())  # which kvbench computed these numbers
@@ -293,6 +312,21 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
         steps=record.steps,
         refusals=record.refusals,
     )
+
+
+def _kv_group_summary(allocator: Allocator) -> dict:
+    """A hybrid allocator's KV-cache groups and what its windows freed ({} for any other)."""
+    groups = getattr(allocator, "kv_groups", None)
+    if groups is None:
+        return {}
+    windows = [g.window_tokens for g in groups if g.window_tokens]
+    return {
+        "num_kv_groups": len(groups),
+        "num_window_groups": len(windows),
+        "sliding_window_tokens": min(windows, default=0),
+        "kv_page_bytes": allocator.page_bytes,
+        "window_slid_bytes": allocator.num_window_slid_blocks * allocator.page_bytes,
+    }
 
 
 def _profiled(cost: CostModel) -> bool:

@@ -26,6 +26,9 @@ ADDED_KEY_DEFAULTS: dict[str, Any] = {
     "scheduler.head_only_chunking": False,
     # the paged allocator's (on another allocator's config both sides get it alike: no difference)
     "allocator.cache_generated_blocks": False,
+    # the paged allocator's host tier for evicted prefix blocks: off
+    "allocator.host_cache_bytes": 0,
+    "allocator.host_reload": "overlapped",
 }
 
 

@@ -84,10 +84,29 @@ class DecodeProjection(NamedTuple):
     that need neither a refusal nor a copy; ``ledgers`` maps each :data:`LEDGER_FIELDS` name to a
     sequence of integers (an int64 array, or a list for a short projection) of its value after each
     of those steps, exactly what ``ledger(next_shape)`` would return after taking them one by one.
+    ``pages_mapped`` (allocators that ``maps_pages``; None for the others): the physical pages
+    each of those steps maps, what :meth:`drain_page_mapping` would count step by step.
     """
 
     num_steps: int
     ledgers: dict[str, np.ndarray]
+    pages_mapped: np.ndarray | None = None
+
+
+class PageMapping(NamedTuple):
+    """Physical pages an allocator mapped into virtual address ranges since it was last asked
+    (vAttention's ``cuMemMap`` calls): work on the host and the GPU driver, priced by the executor."""
+
+    num_pages: int
+    #: seconds to map one page
+    page_map_latency_s: float
+    #: mapped ahead, in the background, while the step computes: only the part of the mapping time
+    #: longer than the step adds to it (false: on the step's critical path, all of it adds)
+    overlapped: bool
+
+    @property
+    def map_s(self) -> float:
+        return self.num_pages * self.page_map_latency_s
 
 
 NO_PROJECTION = DecodeProjection(0, {})

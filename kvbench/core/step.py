@@ -15,7 +15,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from kvbench.core.kv import KVCopy, Refusal, Transfer
+from kvbench.core.kv import KVCopy, PageMapping, Refusal, Transfer
 from kvbench.core.ledger import MemoryLedger
 from kvbench.core.sequence import Sequence, SequenceGroup
 
@@ -79,6 +79,8 @@ class StepPlan:
     swap_in: list[Transfer] = field(default_factory=list)
     #: the request each ``swap_in`` transfer brought back, in the same order
     swap_in_request_ids: list[int] = field(default_factory=list)
+    #: host-tier reloads of prefix blocks paid in this step (``allocator.host_reload=blocking``)
+    host_reloads: list[Transfer] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
     refusal: AdmissionRefusal | None = None
     #: requests admitted (or readmitted) this step: one whose every token but the last was served
@@ -98,6 +100,11 @@ class StepPlan:
     num_steps: int = 1
     #: the ledger after each of steps 2..num_steps: LEDGER_FIELDS name -> array
     span_ledgers: dict[str, np.ndarray] | None = None
+    #: the pages the allocator mapped for this step (allocators that ``maps_pages``: vAttention;
+    #: None for the others), priced by the executor
+    page_mapping: PageMapping | None = None
+    #: with ``page_mapping``, a run of steps: the pages each of steps 2..num_steps maps
+    span_pages_mapped: np.ndarray | None = None
     #: a beam search decodes in this step: it may re-fork after any step, so no run of steps can
     #: be taken at once
     has_beam_search: bool = False
@@ -114,6 +121,7 @@ class StepPlan:
             or self.swap_out
             or self.swap_in
             or self.preemptions
+            or self.host_reloads
         )
 
     @property
@@ -154,6 +162,10 @@ class StepResult:
     #: a run of steps: the clock at each step boundary, ``start_s`` first and ``end_s`` last, added
     #: in step order (what :meth:`step_starts_s` and a truncation read; None: computed when asked)
     clock_s: np.ndarray | None = None
+    #: with a plan's ``page_mapping``: what mapping pages added to each step's time (all of the
+    #: mapping time on the critical path, or the part longer than the step when mapped ahead);
+    #: None when the allocator maps no pages
+    page_map_added_s: np.ndarray | tuple[float, ...] | None = None
 
     def step_starts_s(self) -> np.ndarray:
         """Start time of each step (the first is ``start_s``), accumulated in step order."""

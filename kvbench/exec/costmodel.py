@@ -7,7 +7,10 @@ parallelism (``model.tp``) every term is one GPU's share; the roofline prices no
 - decode: every step re-reads all weights plus the KV of every decoding sequence, so it is
   memory-bound: ``weight bytes / HBM bandwidth + KV bytes read / (HBM bandwidth * kernel
   efficiency)`` (the attention kernel's calibrated efficiency applies to the KV it reads, not to
-  the weight matrices, which other kernels read);
+  the weight matrices, which other kernels read). A model with sliding-window layers reads, per
+  KV-cache group, the tokens that group attends to: a window group of W tokens reads ``min(n, W)``
+  of a sequence's ``n`` (:meth:`CostModel.windowed_decode_times_s`; the roofline only: a profiled
+  clock looks attention up by the whole context). Prefill is priced as full attention;
 - prefill: compute-bound. A chunk of ``c`` new tokens over ``p`` tokens already cached costs
   ``(2*N*c + 4*L*H*d*c*(p + c)) / (peak FLOP/s * achieved fraction)``: every new query row attends
   to every key up to the end of its chunk. With ``p = 0`` and ``c = S`` this is the lecture's
@@ -31,6 +34,7 @@ import numpy as np
 
 from kvbench.core.kv import Transfer
 from kvbench.specs.hardware import HardwareSpec
+from kvbench.specs.kv_groups import WINDOW
 from kvbench.specs.model import ModelSpec
 
 
@@ -60,6 +64,10 @@ class CostModel:
         object.__setattr__(self, "_flops_per_s", flops_per_s)
         object.__setattr__(self, "_weights_s", self.model.weight_bytes / self.hardware.hbm_bandwidth_bytes_per_s)
         object.__setattr__(self, "_kv_bytes_per_s", self.hardware.hbm_bandwidth_bytes_per_s * self.decode_efficiency)
+        # (window tokens, that group's bytes per token) of each window group: what a decode does
+        # not read of a sequence longer than the window; () for a full-attention model
+        windows = tuple((g.window_tokens, m.kv_group_bytes_per_token(g)) for g in m.kv_groups if g.kind == WINDOW)
+        object.__setattr__(self, "window_groups", windows if type(self) is CostModel else ())
 
     # --- compute -------------------------------------------------------------------------------------
 
@@ -96,6 +104,22 @@ class CostModel:
         )
         times_s = kv_read_bytes / self._kv_bytes_per_s
         times_s += self._weights_s  # w + bytes / bandwidth: the order decode_time_s adds them in
+        return times_s
+
+    def windowed_decode_times_s(self, read_tokens: Sequence[int], num_steps: int) -> np.ndarray:
+        """Decode steps of sequences whose first step reads ``read_tokens`` tokens each (each step
+        one more) on a model with window groups: each window group reads at most its W tokens of a
+        sequence. Element k is step k's time; one step priced alone gives the same bits."""
+        reads = np.asarray(read_tokens, dtype=np.int64)
+        steps = np.arange(num_steps, dtype=np.int64)
+        kv = self.model.kv_bytes_per_token
+        kv_read_bytes = kv * (int(reads.sum()) + len(reads) * steps)
+        for window_tokens, group_bytes_per_token in self.window_groups:
+            # tokens beyond the window, per step: sum over sequences of max(0, read + k - W)
+            beyond = np.maximum(reads[None, :] + steps[:, None] - window_tokens, 0).sum(axis=1)
+            kv_read_bytes = kv_read_bytes - group_bytes_per_token * beyond
+        times_s = kv_read_bytes / self._kv_bytes_per_s
+        times_s += self._weights_s
         return times_s
 
     def decode_kv_time_s(self, kv_read_bytes: float) -> float:

@@ -21,18 +21,40 @@ class SimExecutor:
     def execute(self, plan: StepPlan) -> StepResult:
         cost = self.cost
         overhead_s = cost.step_overhead_s  # a calibration's fixed cost per step (0.0 uncalibrated)
+        windowed = None
+        if cost.window_groups and plan.decodes:
+            # each decode's first step reads its whole context (its num_computed_tokens now)
+            windowed = cost.windowed_decode_times_s([seq.num_computed_tokens for seq in plan.decodes], plan.num_steps)
         if plan.num_steps > 1:
             # a run of quiet decode steps: nothing but decodes, so each step is its decode pass
-            durations_s = cost.decode_times_s(plan.kv_read_tokens, len(plan.decodes), plan.num_steps)
+            if windowed is not None:
+                durations_s = windowed
+            else:
+                durations_s = cost.decode_times_s(plan.kv_read_tokens, len(plan.decodes), plan.num_steps)
             if overhead_s:
                 durations_s = durations_s + overhead_s
             # the clock at every boundary, added in step order: the engine cuts the run at an arrival from it
+            added_s = None
+            if plan.page_mapping is not None:  # vAttention's page mapping, step by step
+                mapping = plan.page_mapping
+                pages = np.concatenate(([mapping.num_pages], plan.span_pages_mapped[: plan.num_steps - 1]))
+                added_s = _map_added_s(pages * mapping.page_map_latency_s, durations_s, mapping.overlapped)
+                durations_s = durations_s + added_s
             clock_s = np.cumsum(np.concatenate(([plan.start_s], durations_s)))
             decode_s = float(np.cumsum(durations_s)[-1])
-            return StepResult(plan.start_s, durations_s, float(clock_s[-1]), decode_s=decode_s, clock_s=clock_s)
+            return StepResult(
+                plan.start_s,
+                durations_s,
+                float(clock_s[-1]),
+                decode_s=decode_s,
+                clock_s=clock_s,
+                page_map_added_s=added_s,
+            )
         chunk_times_s, decode_s = cost.step_times_s(
             [(c.num_new_tokens, c.num_context_tokens) for c in plan.prefills], len(plan.decodes), plan.kv_read_tokens
         )
+        if windowed is not None:
+            decode_s = float(windowed[0])
         prefill_s = sum(chunk_times_s, 0.0)
         recompute_s = sum(
             (t * c.num_recomputed_tokens / c.num_new_tokens for t, c in zip(chunk_times_s, plan.prefills)), 0.0
@@ -40,6 +62,13 @@ class SimExecutor:
         swap_s = sum(map(cost.transfer_time_s, plan.swap_out), 0.0) + sum(map(cost.transfer_time_s, plan.swap_in), 0.0)
         copy_s = sum((cost.copy_time_s(copy.num_bytes) for copy in plan.copies), 0.0)
         duration_s = swap_s + copy_s + prefill_s + decode_s + overhead_s
+        if plan.host_reloads:  # blocking reloads from the host tier: the whole batch waits for them
+            duration_s += sum(map(cost.transfer_time_s, plan.host_reloads), 0.0)
+        added_s = None
+        if plan.page_mapping is not None:  # vAttention's page mapping: after the step's other work
+            mapping = plan.page_mapping
+            added_s = (float(_map_added_s(mapping.map_s, duration_s, mapping.overlapped)),)
+            duration_s += added_s[0]
         return StepResult(
             plan.start_s,
             (duration_s,),
@@ -50,4 +79,12 @@ class SimExecutor:
             swap_s,
             copy_s,
             recompute_s,
+            page_map_added_s=added_s,
         )
+
+
+def _map_added_s(map_s, step_s, overlapped: bool):
+    """What mapping pages adds to a step: all of it on the critical path; mapped ahead in the
+    background (vAttention's overlap with compute), only the part longer than the step's own work.
+    Scalars or arrays alike, element by element."""
+    return np.maximum(map_s - step_s, 0.0) if overlapped else map_s * np.ones_like(step_s)

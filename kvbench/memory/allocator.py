@@ -27,6 +27,7 @@ from kvbench.core.kv import (
     DecodeProjection,
     Footprint,
     KVCopy,
+    PageMapping,
     Refusal,
     SeqShape,
     Transfer,
@@ -43,6 +44,7 @@ __all__ = [
     "Footprint",
     "KVCopy",
     "MemoryLedger",
+    "PageMapping",
     "Refusal",
     "SeqShape",
     "Transfer",
@@ -75,6 +77,9 @@ class AllocatorCapabilities:
     #: prefix, generated tokens included (vLLM hashes every full block), so a request without
     #: prefix hashes still finds its own blocks again after a recompute preemption. Set per instance
     caches_own_blocks: bool = False
+    #: maps physical pages into virtual ranges as sequences grow (vAttention), work that takes
+    #: time: the scheduler puts :meth:`Allocator.drain_page_mapping` in each step plan
+    maps_pages: bool = False
 
 
 class Allocator(ABC):
@@ -198,6 +203,10 @@ class Allocator(ABC):
     def swap_in(self, seq_ids: Sequence[int], keep_free_bytes: int = 0) -> Transfer | None:
         """Bring swapped-out sequences back (``can_swap``); ``None`` (changing nothing) when they do not fit."""
         raise NotImplementedError(f"allocator {self.name!r} cannot swap")
+
+    def drain_page_mapping(self) -> PageMapping:
+        """The pages mapped since the last call (``maps_pages``)."""
+        raise NotImplementedError(f"allocator {self.name!r} maps no pages")
 
     def drain_copies(self) -> list[KVCopy]:
         """The copies made since the last call (the scheduler puts them in the step plan)."""

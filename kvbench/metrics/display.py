@@ -260,7 +260,28 @@ def _prefix_rows(s: Summary) -> list[tuple[str, str]]:
         rows.append(("  re-admitted from cache (tokens, not hits)", _count(_get(s, "prefix_recompute_cached_tokens"))))
     if isinstance(note := s.get("prefix_note"), str) and note:
         rows.append(("  note", note))
+    if "host_cache_bytes" in s:  # a host tier for evicted blocks (allocator.host_cache_bytes > 0)
+        rows.extend(_host_tier_rows(s))
     return rows
+
+
+def _host_tier_rows(s: Summary) -> list[tuple[str, str]]:
+    """The host tier's hits beside the GPU's, its traffic, and the reloads' cost."""
+    with_host = ("prefix_hit_rate_belady_with_host", "prefix_hit_rate_lru_offline_with_host")
+    wait = "host_reload_step_s" if s.get("host_reload") == "blocking" else "host_reload_wait_s"
+    return [
+        (
+            f"  hits in GPU / reloaded from a {format_bytes(_get(s, 'host_cache_bytes'))} host tier (%)",
+            _joined(s, ("prefix_hit_rate_gpu", "prefix_hit_rate_host"), _pct),
+        ),
+        ("  offline with the host tier: Belady / LRU (%)", _joined(s, with_host, _pct)),
+        ("  reloaded / offloaded", _joined(s, ("host_reload_bytes", "host_offload_bytes"), format_bytes)),
+        (
+            f"  {_count(_get(s, 'num_host_reloads'))} {s.get('host_reload')} reloads: link / "
+            f"{'added to steps' if wait == 'host_reload_step_s' else 'waited'} (s)",
+            _joined(s, ("host_reload_s", wait), _fixed(2)),
+        ),
+    ]
 
 
 def _preemption_rows(s: Summary) -> list[tuple[str, str]]:

@@ -83,6 +83,9 @@ FLOAT_STEP_COLUMNS = frozenset(
 #: step-table columns of a real run only (``StepResult.predicted_s`` set): the measured time
 #: (``duration_s`` again, named for what it is) and the cost model's time for the same plan
 MEASURED_COLUMNS: tuple[str, ...] = ("measured_s", "predicted_s")
+#: step-table columns of an allocator that maps pages (``maps_pages``: vAttention), after the
+#: others: pages mapped, the time mapping them took, and what that added to the steps' time
+MAP_COLUMNS: tuple[str, ...] = ("pages_mapped", "page_map_s", "page_map_added_s")
 REFUSAL_COLUMNS = (
     "step",
     "time_s",
@@ -130,6 +133,16 @@ def _add_span(totals: list[float], spans: dict, durations) -> list[float]:
     return np.cumsum(np.column_stack((totals, products)), axis=1)[:, -1].tolist()
 
 
+def _page_map_amounts(plan: StepPlan, result: StepResult) -> tuple[int, float, float]:
+    """A plan's pages mapped, the time mapping them took, and what that added to its steps."""
+    mapping = plan.page_mapping
+    pages = mapping.num_pages
+    if plan.num_steps > 1:
+        pages += int(np.sum(plan.span_pages_mapped))
+    added = result.page_map_added_s
+    return pages, pages * mapping.page_map_latency_s, 0.0 if added is None else _accumulate(0.0, added)
+
+
 #: finished requests held before their rows are stored a column at a time (per-value appends cost
 #: more than the run's own work on each request)
 REQUEST_ROWS_BATCH = 4096
@@ -174,6 +187,7 @@ class Recorder:
         #: request id -> its EVENT_COLUMNS counts, from the plans' preemptions and swaps
         self._events: dict[int, dict[str, int]] = {}
         self._measured = False  # a real run's results carry predictions: MEASURED_COLUMNS are written
+        self._maps = False  # the allocator maps pages: MAP_COLUMNS are written
 
     def record(self, plan: StepPlan, result: StepResult, any_seq_finished: bool) -> None:
         """One plan (a step, or a run of quiet steps) and what the executor said it took."""
@@ -195,6 +209,9 @@ class Recorder:
                 row["predicted_s"] += result.predicted_s
             if self._open_refusal is not None:
                 self._open_refusal[2] += num_steps
+            if plan.page_mapping is not None:
+                for name, value in zip(MAP_COLUMNS, _page_map_amounts(plan, result)):
+                    row[name] += value
             self._add_ledgers(plan, durations)
         else:
             self._flush()
@@ -247,6 +264,7 @@ class Recorder:
         self._store_request_rows()
         sim_wall_s = time.perf_counter() - self._wall_start_s - self._outside_s
         names = list(STEP_COLUMNS) + (list(MEASURED_COLUMNS) if self._measured else [])
+        names += list(MAP_COLUMNS) if self._maps else []
         # copy=False: the frame's columns are the typed arrays' own memory (no second copy at the peak)
         steps = pd.DataFrame({name: _as_numpy(self._columns[name]) for name in names}, columns=names, copy=False)
         self._columns.clear()
@@ -356,6 +374,9 @@ class Recorder:
             self._measured = True
             row["measured_s"] = row["duration_s"]
             row["predicted_s"] = result.predicted_s
+        if plan.page_mapping is not None:
+            self._maps = True
+            row.update(zip(MAP_COLUMNS, _page_map_amounts(plan, result)))
         return row
 
     def _refusal_row(self, plan: StepPlan) -> list | None:
@@ -387,4 +408,7 @@ class Recorder:
         if self._measured:
             for name in MEASURED_COLUMNS:
                 self._columns.setdefault(name, array("d")).append(row[name])
+        if self._maps:
+            for name in MAP_COLUMNS:
+                self._columns.setdefault(name, array("q" if name == "pages_mapped" else "d")).append(row[name])
         self._open = None

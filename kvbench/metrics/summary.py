@@ -271,6 +271,11 @@ def _step_summary(steps: pd.DataFrame, budget_bytes: int, kv_bytes_per_token: in
     out["preemption_cost_s"] = out["swap_s"] + out["recompute_s"]
     out["num_copies"] = int(_col(steps, "num_copies", np.int64).sum())
     out["copy_bytes"] = int(_col(steps, "copy_bytes", np.int64).sum())
+    if "pages_mapped" in steps:  # an allocator that maps pages on demand (vAttention)
+        out["pages_mapped"] = int(_col(steps, "pages_mapped", np.int64).sum())
+        out["page_map_s"] = _fsum(_col(steps, "page_map_s"))
+        out["page_map_added_s"] = _fsum(_col(steps, "page_map_added_s"))
+        out["page_map_added_share"] = out["page_map_added_s"] / total_s if total_s else math.nan
     # the most KV held at any step: token states, and everything allocated to sequences
     out["peak_token_bytes"] = int(_col(steps, "token_bytes_max", np.int64).max()) if len(steps) else 0
     out["peak_allocated_bytes"] = int(_col(steps, "allocated_bytes_max", np.int64).max()) if len(steps) else 0

@@ -181,6 +181,21 @@ _LATENCY = tuple(
 _PREEMPTION = tuple(map(_column, ("num_swap_preemptions", "num_swap_fallbacks", "preemption_cost_s", "recompute_tax")))
 _PREFIX = tuple(map(_column, ("prefix_hit_rate", "prefix_hit_rate_infinite", "prefix_hit_rate_belady", "frac_cached")))
 _SHARING = tuple(map(_column, ("peak_allocated_bytes", "peak_unshared_bytes", "sharing_saving", "peak_shared_blocks")))
+#: a host tier of evicted prefix blocks (allocator.host_cache_bytes): hits per tier, what reloads cost
+_HOST_TIER = tuple(
+    map(
+        _column,
+        (
+            "prefix_hit_rate_gpu",
+            "prefix_hit_rate_host",
+            "prefix_hit_rate_belady_with_host",
+            "host_reload_s",
+            "host_reload_wait_s",
+        ),
+    )
+)
+#: pages mapped on demand (allocator=vattention): how many, and the share of the run they cost
+_PAGE_MAPPING = tuple(map(_column, ("pages_mapped", "page_map_added_share")))
 
 
 def _slo_given(rows: pd.DataFrame) -> bool:
@@ -203,6 +218,11 @@ def _prefix_cached(rows: pd.DataFrame) -> bool:
     )
 
 
+def _any_value(rows: pd.DataFrame, key: str) -> bool:
+    """Whether some job wrote ``key`` (a metric only runs with a feature on write)."""
+    return key in rows and rows[key].notna().any()
+
+
 def _shared(rows: pd.DataFrame) -> bool:
     """Whether some job shared blocks (a fan-out's prompt, a prefix cache's hits)."""
     return bool(pd.to_numeric(rows.get("peak_shared_blocks", pd.Series(dtype=float)), errors="coerce").gt(0).any())
@@ -215,6 +235,8 @@ COLUMN_GROUPS: tuple[tuple[str, tuple[Column, ...], Callable[[pd.DataFrame], boo
     ("preemption", _PREEMPTION, _preempted),
     ("prefix cache", _PREFIX, _prefix_cached),
     ("sharing", _SHARING, _shared),
+    ("host tier", _HOST_TIER, lambda rows: _any_value(rows, "prefix_hit_rate_host")),
+    ("page mapping", _PAGE_MAPPING, lambda rows: _any_value(rows, "pages_mapped")),
 )
 
 

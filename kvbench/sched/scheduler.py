@@ -43,6 +43,7 @@ from kvbench.errors import ConfigError, require
 from kvbench.exec.costmodel import CostModel
 from kvbench.memory.allocator import NO_PROJECTION, Allocator, DecodeProjection, Refusal, SeqShape
 from kvbench.memory.host_pool import HostSwapPool
+from kvbench.sched.host_reload import HostReloads
 from kvbench.sched.preemption import PreemptionContext, PreemptionPolicy
 from kvbench.sched.queue import FcfsQueue, RequestQueue
 
@@ -195,6 +196,13 @@ class Scheduler:
         self._num_eligible = 0
         # victims taken this step from requests that had already run, and the tokens they gave back
         self._num_earlier_victims = self._returned_tokens = 0
+        #: reloads from the allocator's host tier of evicted prefix blocks (None: no host tier)
+        host_cache = getattr(allocator, "host_cache", None)
+        self.host_reloads = (
+            None
+            if host_cache is None
+            else HostReloads(allocator, cost, blocking=getattr(allocator.config, "host_reload", "") == "blocking")
+        )
 
     # --- what the engine calls -------------------------------------------------------------------
 
@@ -242,6 +250,16 @@ class Scheduler:
         group.boundary_s = clock_s
         self.waiting.add(group)
 
+    def wake_s(self) -> float | None:
+        """When a host-tier reload in flight lands, so that the waiting request may be admitted at
+        the next step boundary (the engine ends a run of decode steps there, and an idle engine
+        waits for it); None when none is in flight."""
+        return None if self.host_reloads is None else self.host_reloads.wake_s()
+
+    def _reload_lands_after(self, clock_s: float) -> bool:
+        wake_s = self.wake_s()
+        return wake_s is not None and wake_s > clock_s
+
     def arrival_may_join(self) -> bool:
         """Whether a request arriving now could be admitted ahead of everything waiting: the queue
         is empty, or it lets later arrivals overtake (the engine then ends a quiet run at arrivals)."""
@@ -254,15 +272,21 @@ class Scheduler:
         """Decide the next step."""
         plan = StepPlan(self._step, clock_s)
         self._num_eligible = len(self.running) + len(self.waiting)
+        if self.host_reloads is not None:
+            self.host_reloads.start_step(clock_s, self.waiting.peek() if self.waiting else None)
         self.schedule_step(plan)
         plan.copies.extend(self.allocator.drain_copies())
+        if self.allocator.capabilities.maps_pages:  # vAttention: the pages this step mapped, to be priced
+            plan.page_mapping = self.allocator.drain_page_mapping()
         plan.ledger = self.allocator.ledger(self._head_shape())
         plan.num_shared_blocks = self.allocator.num_shared_blocks()
         plan.shared_bytes_saved = self.allocator.shared_bytes_saved()
         plan.num_running = self.num_running_seqs
         plan.num_waiting = len(self.waiting)
         plan.num_swapped = len(self.swapped)
-        if not (plan.prefills or plan.decodes or plan.samples or plan.swap_in or plan.swap_out or plan.preemptions):
+        if not (
+            plan.prefills or plan.decodes or plan.samples or plan.swap_in or plan.swap_out or plan.preemptions
+        ) and not (plan.host_reloads or self._reload_lands_after(clock_s)):
             raise RuntimeError(  # check_fits makes this unreachable; a broken plugin would loop forever
                 f"scheduler {self.name!r} made no progress at step {self._step} "
                 f"({len(self.running)} running, {len(self.waiting)} waiting, {len(self.swapped)} swapped)"
@@ -326,6 +350,11 @@ class Scheduler:
             seq.num_computed_tokens += num_extra_steps
         plan.num_steps += num_extra_steps
         plan.span_ledgers = {name: values[:num_extra_steps] for name, values in projection.ledgers.items()}
+        if plan.page_mapping is not None:  # the steps' pages were projected; the appends mapped them at once
+            plan.span_pages_mapped = projection.pages_mapped[:num_extra_steps]
+            num_pages = self.allocator.drain_page_mapping().num_pages
+            if num_pages != int(np.sum(plan.span_pages_mapped)):
+                raise RuntimeError(f"allocator {self.allocator.name!r} mapped other pages than it projected")
 
     # --- the policy ------------------------------------------------------------------------------
 
@@ -400,7 +429,16 @@ class Scheduler:
                 if token_budget is not None and (used or whole_only):
                     if used + self._uncached_admission_tokens(group) > token_budget:
                         break
+            reloads = self.host_reloads
+            if reloads is not None:
+                headroom = self.watermark_bytes if self.num_running_seqs else 0
+                shape = group.shape(self._first_allocation_tokens(group))
+                if not reloads.before_admission(plan, group, shape, headroom):
+                    break  # its blocks are on their way from host memory: nobody overtakes it
             tokens = self._admit_group(plan, group, budget)
+            if reloads is not None:
+                hit = self._admission_hit
+                reloads.after_admission(plan, group, tokens is not None, hit[1] if hit and hit[0] is group else 0)
             if tokens is None:
                 break
             self.waiting.pop()

@@ -18,11 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from kvbench.errors import ConfigError, require
+from kvbench.specs.kv_groups import KVGroup, is_hybrid, kv_groups, layer_windows
 from kvbench.specs.names import require_name
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1}
 #: families whose parameters are counted with the gated-MLP (LLaMA) formula
 LLAMA_LIKE = ("llama", "mistral", "qwen3")
+#: families counted with Gemma's formula: the gated MLP, four RMSNorms per layer (around attention
+#: and around the MLP), tied embeddings; Gemma-3 adds a q_norm and a k_norm over each head
+GEMMA_LIKE = ("gemma2", "gemma3_text")
 #: the most GPUs one tensor-parallel group spans here (one node of eight, as the public
 #: measurements kvbench prices steps with were taken)
 MAX_TENSOR_PARALLEL = 8
@@ -85,6 +89,32 @@ FAMILY_DEFAULTS: dict[str, dict[str, int | bool | None]] = {
         "enable_bias": True,
         "layer_norm_elementwise_affine": True,
         "tie_word_embeddings": True,
+    },
+    # Gemma-2 (2B's shape by default): window and full attention layers alternate (kvbench.specs.kv_groups)
+    "gemma2": {
+        "vocab_size": 256000,
+        "hidden_size": 2304,
+        "intermediate_size": 9216,
+        "num_hidden_layers": 26,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "max_position_embeddings": 8192,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+    },
+    # Gemma-3's text decoder (gemma3_text): five window layers per full one by default
+    "gemma3_text": {
+        "vocab_size": 262208,
+        "hidden_size": 2304,
+        "intermediate_size": 9216,
+        "num_hidden_layers": 26,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "max_position_embeddings": 131072,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
     },
 }
 #: families whose transformers config or attention layer refuses a hidden size that the heads do not
@@ -181,6 +211,18 @@ class ModelSpec:
     vocab_size: int = 0
     #: a gated MLP (gate and up projections, LLaMA) rather than two plain ones (OPT)
     gated_mlp: bool = True
+    #: the KV-cache groups (:mod:`kvbench.specs.kv_groups`) of a model with sliding-window layers;
+    #: () for a full-attention model (one full group of every layer)
+    kv_groups: tuple[KVGroup, ...] = ()
+
+    @property
+    def kv_layer_bytes_per_token(self) -> int:
+        """K and V of one token in one layer, on one GPU."""
+        return 2 * self.kv_heads_per_gpu * self.head_dim * self.kv_element_bytes
+
+    def kv_group_bytes_per_token(self, group: KVGroup) -> int:
+        """K and V of one token in the layers of ``group``, on one GPU."""
+        return group.num_layers * self.kv_layer_bytes_per_token
 
     @property
     def kv_element_bytes(self) -> int:
@@ -343,6 +385,16 @@ def count_params(arch: dict[str, Any]) -> int:
             per_layer += 2 * d  # q_norm and k_norm: one RMSNorm weight over head_dim each
         head = 0 if arch["tie_word_embeddings"] else vocab * h
         return vocab * h + head + n_layers * per_layer + h  # embeddings, head, layers, final norm
+    if arch["model_type"] in GEMMA_LIKE:
+        n_heads, n_kv, d = arch["num_attention_heads"], arch["num_key_value_heads"], arch["head_dim"]
+        attn = h * n_heads * d + 2 * h * n_kv * d + n_heads * d * h
+        if arch["attention_bias"]:
+            attn += n_heads * d + 2 * n_kv * d + h
+        per_layer = attn + 3 * h * arch["intermediate_size"] + 4 * h  # four RMSNorm weights
+        if arch["model_type"] == "gemma3_text":
+            per_layer += 2 * d  # q_norm and k_norm
+        head = 0 if arch["tie_word_embeddings"] else vocab * h
+        return vocab * h + head + n_layers * per_layer + h
     if arch["model_type"] == "opt":
         ffn, proj = arch["ffn_dim"], arch["word_embed_proj_dim"]
         bias = 1 if arch["enable_bias"] else 0
@@ -387,5 +439,13 @@ def model_spec(cfg: ModelConfig) -> ModelSpec:
         hidden_size=arch["hidden_size"],
         intermediate_size=arch.get("intermediate_size") or arch.get("ffn_dim") or 0,
         vocab_size=arch.get("vocab_size") or 0,
-        gated_mlp=arch["model_type"] in LLAMA_LIKE,
+        gated_mlp=arch["model_type"] in LLAMA_LIKE + GEMMA_LIKE,
+        kv_groups=_hybrid_groups(cfg, arch),
     )
+
+
+def _hybrid_groups(cfg: ModelConfig, arch: dict[str, Any]) -> tuple[KVGroup, ...]:
+    """The model's KV-cache groups when it has sliding-window layers, else () (full attention)."""
+    fields, where = _read_fields(cfg)
+    groups = kv_groups(layer_windows(fields, arch["model_type"], arch["num_hidden_layers"], where))
+    return groups if is_hybrid(groups) else ()

@@ -20,6 +20,11 @@ they are shared, a refusal changes nothing, a projection equals the steps taken 
 freeing everything gives back exactly the empty cache. :func:`run_operations` and
 :func:`check_invariants` can be used without pytest classes too. Needs pytest and hypothesis.
 
+An allocator with KV-cache groups (sliding-window layers: it has ``kv_groups``, ``page_bytes`` and
+``group_block_tables``, as ``hybrid_paged``) is checked group by group: each group's table ends at
+the sequence's last block, a window group never holds a block wholly outside its window, and a
+block is ``page_bytes`` (one group's block) instead of ``block_size_tokens * kv_bytes_per_token``.
+
 Allocators with a prefix cache (``caches_prefixes``) subclass :class:`CachingAllocatorConformance`
 instead: the same random operations, with requests drawn from a small pool of shared prefixes and
 sometimes allocated a first chunk at a time, and on top: every hit is the longest run of cached
@@ -131,6 +136,55 @@ def check_ledger(alloc: Allocator, next_shape: SeqShape | None = None) -> Memory
     return led
 
 
+def _grouped(alloc: Allocator) -> bool:
+    """Whether ``alloc`` keeps one block table per KV-cache group (a model with window layers)."""
+    return hasattr(alloc, "group_block_tables")
+
+
+def _block_bytes(alloc: Allocator) -> int:
+    return alloc.page_bytes if _grouped(alloc) else alloc.block_size_tokens * alloc.kv_bytes_per_token
+
+
+def check_group_invariants(alloc: Allocator, num_tokens: dict[int, int], final_tokens: dict[int, int]) -> None:
+    """A grouped allocator: per sequence and group, the table ends at the last block, starts at
+    block 0 (full group) or no earlier than the window's first block, holds each block once; a
+    block is in one group only; refcounts are holders; the ledger's allocated bytes are the distinct
+    blocks held, its token bytes between the largest sequence's held slots and all of them."""
+    led = check_ledger(alloc)
+    check_ledger(alloc, PROBE_SHAPE)
+    size, page, slot = alloc.block_size_tokens, alloc.page_bytes, alloc.page_bytes // alloc.block_size_tokens
+    holders: Counter[int] = Counter()
+    group_of: dict[int, int] = {}
+    held_slots = {}
+    for seq_id, n in num_tokens.items():
+        assert alloc.num_tokens(seq_id) == n
+        tables = alloc.group_block_tables(seq_id)
+        assert len(tables) == len(alloc.kv_groups)
+        slots = 0
+        for g, (group, (first, blocks)) in enumerate(zip(alloc.kv_groups, tables)):
+            assert len(set(blocks)) == len(blocks), "a block appears twice in one table"
+            if blocks:
+                assert first + len(blocks) == -(-n // size), "a group's table does not end at the last block"
+            if group.window_tokens:
+                assert first >= max(0, n - group.window_tokens) // size, "a block outside the window is held"
+            else:
+                assert first == 0 and len(blocks) * size >= n, "a full group's table is too short"
+            for block_id in blocks:
+                assert group_of.setdefault(block_id, g) == g, f"block {block_id} is in two groups"
+            slots += sum(min(size, n - index * size) for index in range(first, first + len(blocks)))
+            holders.update(blocks)
+        held_slots[seq_id] = slots
+        assert alloc.block_table(seq_id) == [b for _, blocks in tables for b in blocks]
+    for block_id, num_holders in holders.items():
+        assert block_id >= 0 and alloc.refcount(block_id) == num_holders, f"block {block_id}: refcount != holders"
+    assert len(holders) * page == led.allocated_bytes
+    assert alloc.shared_bytes_saved() == sum(n - 1 for n in holders.values()) * page
+    assert alloc.num_shared_blocks() == sum(n > 1 for n in holders.values())
+    assert max(held_slots.values(), default=0) * slot <= led.token_bytes <= sum(held_slots.values()) * slot
+    future = sum(max(0, final_tokens[s] - n) for s, n in num_tokens.items()) * len(alloc.kv_groups)
+    assert led.reserved_future_bytes <= future * slot
+
+
 def check_invariants(
     alloc: Allocator,
     num_tokens: dict[int, int],
@@ -140,6 +194,9 @@ def check_invariants(
     """Check ``alloc`` against the scheduler's view: ``num_tokens``/``final_tokens`` of each live
     sequence. ``tables_cover_allocation``: every allocated slot is in some block table (false while
     a contiguous family still holds ranges reserved for branches it has not forked)."""
+    if _grouped(alloc):
+        check_group_invariants(alloc, num_tokens, final_tokens)
+        return
     led = check_ledger(alloc)
     check_ledger(alloc, PROBE_SHAPE)
     kv_bytes = alloc.kv_bytes_per_token
@@ -188,7 +245,7 @@ def _snapshot(alloc: Allocator, seq_ids: list[int]) -> tuple:
 
 def _key_map(alloc: Allocator) -> dict:
     """Every block's prefix-cache key -> block (the allocator's cache as seen from outside)."""
-    num_blocks = alloc.budget_bytes // (alloc.block_size_tokens * alloc.kv_bytes_per_token)
+    num_blocks = alloc.budget_bytes // _block_bytes(alloc)
     keys = {}
     for block_id in range(num_blocks):
         key = alloc.block_key(block_id)
@@ -203,12 +260,21 @@ def cache_queue(alloc: Allocator) -> list[tuple[int, tuple | None]]:
     return [(b, alloc.block_key(b)) for b in alloc.cached_block_ids()]
 
 
-def check_cache(alloc: Allocator, num_tokens: dict[int, int], before: list[tuple] | None = None) -> None:
+def check_cache(
+    alloc: Allocator,
+    num_tokens: dict[int, int],
+    before: list[tuple] | None = None,
+    evictions_before: int | None = None,
+) -> None:
     """A caching allocator's evictable blocks: held by nobody, each with a key, each once; and when
     ``before`` (:func:`cache_queue` before the last operation) is given, the queue changed in LRU
     order: blocks that left it were taken back by a hit (now held with the same key) or evicted
-    (the others: their key was dropped, even if the block was reused at once) from its front, the
-    ones that stayed kept their order, and new ones joined at the back."""
+    (the others: their key was dropped, even if the block was reused at once or is back in the
+    queue under another key) from its front, the ones that stayed kept their order, and new ones
+    joined at the back. A grouped allocator's window may give a block back within the operation
+    that evicted it, even under the same key again (its prefix keyed it anew): with
+    ``evictions_before`` (the allocator's ``num_evicted_blocks`` before the operation), up to as many
+    kept-key blocks as were evicted meanwhile may be such ones, from the front of those kept."""
     cached = alloc.cached_block_ids()
     assert len(set(cached)) == len(cached), "a block is in the evictable queue twice"
     held = {b for s in num_tokens for b in alloc.block_table(s)}
@@ -217,12 +283,23 @@ def check_cache(alloc: Allocator, num_tokens: dict[int, int], before: list[tuple
         assert alloc.refcount(block_id) == 0
         assert alloc.block_key(block_id) is not None, f"evictable block {block_id} has no key"
     led = alloc.ledger()
-    assert led.cached_bytes == len(cached) * alloc.block_size_tokens * alloc.kv_bytes_per_token
+    assert led.cached_bytes == len(cached) * _block_bytes(alloc)
     if before is None:
         return
-    now = set(cached)
     key_before = dict(before)
     before = [b for b, _ in before]
+    # a block back in the queue under another key left it too: it was evicted, reused and given
+    # back within the operation (a window group's block in a run of appends or decode steps)
+    in_queue = set(cached)
+    kept = [b for b in before if b in in_queue and alloc.block_key(b) == key_before[b]]
+    requeued = 0
+    if _grouped(alloc) and evictions_before is not None:
+        # back under its own key: evicted blocks are older than every one that stayed, so such
+        # blocks are the front of the kept ones, and the ones that stayed lead the queue
+        evictions = alloc.num_evicted_blocks - evictions_before
+        while requeued < min(evictions, len(kept)) and cached[: len(kept) - requeued] != kept[requeued:]:
+            requeued += 1
+    now = set(kept[requeued:])
     left = [b for b in before if b not in now]
     evicted = [b for b in left if b not in held or alloc.block_key(b) != key_before[b]]
     # hits are taken back before new blocks are taken: the evicted ones are the queue's front once
@@ -249,10 +326,11 @@ def run_operations(
     model.granule_tokens, model.shared_granules = granule_tokens, shared_granules
     for op in operations:
         queue_before = cache_queue(alloc) if caching else None
+        evictions_before = getattr(alloc, "num_evicted_blocks", None)
         _apply(alloc, model, op)
         check_invariants(alloc, model.num_tokens, model.final, not model.spares_outstanding())
         if caching:
-            check_cache(alloc, model.num_tokens, queue_before)
+            check_cache(alloc, model.num_tokens, queue_before, evictions_before)
     for seq_id in model.live():
         alloc.free(seq_id)
     for members in model.swapped.values():  # each family fitted once, so it fits an empty cache
@@ -267,6 +345,17 @@ def run_operations(
     led = check_ledger(alloc)
     assert led.allocated_bytes == 0, "freeing everything left blocks held"
     assert led.free_bytes + led.cached_bytes == empty[0].free_bytes, "a block was lost: free + cached != all"
+    if _grouped(alloc):
+        # the cached blocks are not lost: one-token sequences (a block in every group each) take
+        # them all but fewer than one sequence's blocks
+        num_groups, seq_id = len(alloc.kv_groups), -1
+        while alloc.allocate(seq_id, SeqShape(1, 2, 1)) is not None:
+            seq_id -= 1
+        led = alloc.ledger()
+        assert led.free_bytes + led.cached_bytes < num_groups * alloc.page_bytes, "cached blocks could not be taken"
+        for taken in range(-1, seq_id, -1):
+            alloc.free(taken)
+        return
     # the cached blocks are not lost: one request as large as the pool takes every one of them
     everything = SeqShape(
         led.free_bytes // alloc.kv_bytes_per_token + led.cached_bytes // alloc.kv_bytes_per_token, alloc.budget_bytes, 1
@@ -413,6 +502,12 @@ def _check_hit(alloc: Allocator, seq_id: int, shape: SeqShape, cached: int, keys
     assert cached % size == 0, "a hit is not a whole number of blocks"
     keys = block_keys(shape.prompt_tokens, shape.prefix_hashes, shape.hash_block_tokens, size)
     num_hits = cached // size
+    if _grouped(alloc):  # every group's hit blocks are its cached ones, keyed (group, prefix key)
+        for g, (first, blocks) in enumerate(alloc.group_block_tables(seq_id)):
+            hit = [(g, key) for key in keys[first:num_hits]]
+            assert [keys_before.get(k) for k in hit] == blocks[: len(hit)], "hit blocks are not the cached ones"
+            assert [alloc.block_key(b) for b in blocks[: len(hit)]] == hit
+        return
     table = alloc.block_table(seq_id)
     assert [keys_before.get(k) for k in keys[:num_hits]] == table[:num_hits], "hit blocks are not the cached ones"
     assert [alloc.block_key(b) for b in table[:num_hits]] == keys[:num_hits]
@@ -562,6 +657,8 @@ class AllocatorConformance:
         assert many.append(1, num_appended)
         assert one.ledger(PROBE_SHAPE) == many.ledger(PROBE_SHAPE)
         assert one.num_tokens(1) == many.num_tokens(1) == 21 + num_appended
+        if _grouped(one) and all(g.window_tokens for g in one.kv_groups):
+            return  # every layer windowed: any length fits once the windows do, nothing is too long
         assert not many.append(1, one.max_sequence_tokens(shape))  # all or nothing
         assert one.ledger(PROBE_SHAPE) == many.ledger(PROBE_SHAPE)
 
@@ -624,7 +721,11 @@ class CachingAllocatorConformance(AllocatorConformance):
         alloc.free(1)
         led = check_ledger(alloc)
         assert led.allocated_bytes == 0
-        assert led.cached_bytes == 4 * size * alloc.kv_bytes_per_token  # the four full prompt blocks
+        if _grouped(alloc):  # each group's full prompt blocks it held: a window group's last ones only
+            first = [max(0, prompt - g.window_tokens) // size if g.window_tokens else 0 for g in alloc.kv_groups]
+            assert led.cached_bytes == sum(4 - f for f in first) * alloc.page_bytes
+        else:
+            assert led.cached_bytes == 4 * size * alloc.kv_bytes_per_token  # the four full prompt blocks
         assert led.free_bytes + led.cached_bytes + led.external_bytes == alloc.budget_bytes
         assert alloc.num_cached_tokens(shape) == 4 * size  # capped below the prompt: 4 blocks of 4 full + 1
         assert alloc.allocate(2, shape) == 4 * size

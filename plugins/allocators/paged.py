@@ -37,6 +37,12 @@ Prefix caching (``prefix_caching=true``, vLLM's automatic prefix caching, v1's b
   it. Swapped back in, the family gets fresh private blocks; one re-takes its key only if no
   other block holds that key by then (a block shared across requests is thus never moved for
   another family: each family's swap is its own copy).
+- ``host_cache_bytes > 0`` (a host tier, :mod:`kvbench.memory.host_cache`): an evicted block's key
+  moves to a host LRU instead of vanishing (exclusive tiers: a key is in one or the other), and
+  :meth:`PagedAllocator.reload_from_host`, which the scheduler calls before an admission
+  (:mod:`kvbench.sched.host_reload`), continues a prefix lookup past the GPU-cached blocks through
+  host-resident keys and reloads them into new blocks, pinned until the request is admitted.
+  ``allocate`` itself only ever sees the GPU tier.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ from kvbench.memory.allocator import (
     SeqShape,
     Transfer,
 )
+from kvbench.memory.host_cache import HostBlockCache, HostReload, validate_host_tier
 
 #: a projection this many steps long or shorter is computed step by step in plain integers: below
 #: about this length a dozen numpy calls cost more than the arithmetic they vectorize (the usual
@@ -82,6 +89,14 @@ class PagedConfig:
     #: recompute then finds its own blocks again while they stay cached (counted as recomputation
     #: served from the cache, not as prompt hits). Works without prefix hashes in the workload
     cache_generated_blocks: bool = False
+    #: with prefix_caching: bytes of host (CPU) memory that keep cached blocks the GPU evicts
+    #: (LMCache, vLLM's offloading connector, SGLang HiCache); a later prefix hit on them reloads
+    #: them over the host link. 0: no host tier (evicted blocks are gone)
+    host_cache_bytes: float = 0
+    #: how a reload is paid: overlapped (started when the request is first considered, the request
+    #: admitted once its blocks have arrived, other requests running meanwhile) or blocking (the
+    #: copy is added to the step that admits the request)
+    host_reload: str = "overlapped"
 
     def validate(self) -> None:
         size = self.block_size_tokens
@@ -100,6 +115,7 @@ class PagedConfig:
             self.cache_generated_blocks,
             "use true with allocator.prefix_caching=true, or false",
         )
+        validate_host_tier(self.host_cache_bytes, self.host_reload, self.prefix_caching)
 
 
 class PagedAllocator(Allocator):
@@ -166,6 +182,9 @@ class PagedAllocator(Allocator):
         self._keys_memo: tuple = ((), -1, -1, [])  # the last block_keys call (a refused head is asked every step)
         #: blocks evicted from the prefix cache so far (their keys dropped)
         self.num_evicted_blocks = 0
+        #: the host tier evicted blocks' keys move to (None: no host tier, evicted keys vanish)
+        host_blocks = int(self.config.host_cache_bytes) // self.block_bytes if self._caching else 0
+        self.host_cache = HostBlockCache(host_blocks) if self.config.host_cache_bytes else None
 
     # --- sizing ----------------------------------------------------------------------------------
 
@@ -475,6 +494,8 @@ class PagedAllocator(Allocator):
             if key not in self._cached_block_id:
                 self._cached_block_id[key] = blocks[p]
                 self._block_key[blocks[p]] = key
+                if self.host_cache is not None:  # the tiers are exclusive
+                    self.host_cache.discard(key)
         for seq_id, (keys, pending) in prompt_keys.items():
             self._prompt_keys[seq_id] = keys
             if pending is not None:
@@ -676,6 +697,8 @@ class PagedAllocator(Allocator):
         self._num_fresh -= num_new
         for _ in range(num_blocks - len(taken)):
             block_id, _ = self._evictable.popitem(last=False)  # the least recently used
+            if self.host_cache is not None:  # copied to host memory instead of vanishing
+                self.host_cache.offload(self._block_key[block_id])
             self._drop_key(block_id)
             self.num_evicted_blocks += 1
             taken.append(block_id)
@@ -721,6 +744,56 @@ class PagedAllocator(Allocator):
             hits.append(block_id)
         return hits
 
+    def reload_from_host(self, holder_id: int, shape: SeqShape, keep_free_bytes: int = 0) -> HostReload | None:
+        """The host tier's lookup: walk ``shape``'s keys as :meth:`_hits` does, but past the GPU-cached
+        run continue through keys resident in host memory; reload those into newly taken blocks
+        (keyed again, leaving the host tier) and hold every block of the walk under ``holder_id``
+        (a pin, released with :meth:`free`), so that nothing of the prefix is evicted before the
+        request is admitted and hits it. None (changing nothing) when no walked key is on host or
+        the reloaded and revived blocks, with ``keep_free_bytes``, do not fit."""
+        if holder_id in self._tables:
+            raise ValueError(f"sequence {holder_id} is already allocated")
+        host = self.host_cache
+        if host is None or not len(host):
+            return None
+        keys = self._keys_for(shape)
+        prompt = shape.num_tokens if shape.prompt_tokens is None else shape.prompt_tokens
+        served = shape.num_tokens - 1 if self._cache_generated else min(prompt, shape.num_tokens - 1)
+        cached = self._cached_block_id
+        walk: list[tuple[BlockKey, int | None]] = []
+        for key in keys[: served // self._block_size_tokens]:
+            block_id = cached.get(key)
+            if block_id is None and key not in host:
+                break
+            walk.append((key, block_id))
+        host_indices = tuple(i for i, (_, block_id) in enumerate(walk) if block_id is None)
+        if not host_indices:
+            return None
+        del walk[host_indices[-1] + 1 :]  # GPU blocks past the last host one are not the reload's
+        on_gpu = [block_id for _, block_id in walk if block_id is not None]
+        num_revived = sum(1 for block_id in on_gpu if block_id in self._evictable)
+        if not self._can_take(len(host_indices) + num_revived, keep_free_bytes):
+            return None
+        for index in host_indices:  # out of the host tier first: the evictions below may fill it
+            host.reload(walk[index][0])
+        self._reference(on_gpu)  # before taking blocks: an eviction must not take one of the walk
+        new_blocks = iter(self._take_blocks(len(host_indices)))
+        table = []
+        for key, block_id in walk:
+            if block_id is None:
+                block_id = next(new_blocks)
+                cached[key] = block_id
+                self._block_key[block_id] = key
+            table.append(block_id)
+        num_tokens = len(table) * self._block_size_tokens
+        self._tables[holder_id] = table
+        self._num_tokens[holder_id] = self._final_kv_tokens[holder_id] = num_tokens
+        self._future_tokens[holder_id] = 0
+        # revived and reloaded blocks hold tokens again; live ones are counted already
+        self._num_token_slots += (num_revived + len(host_indices)) * self._block_size_tokens
+        num_bytes = len(host_indices) * self.block_bytes
+        return HostReload(Transfer(num_bytes, 1), host_indices, self._block_size_tokens)
+
     def _reference(self, block_ids: list[int]) -> None:
         """One more holder for each hit block: an evictable one leaves the LRU queue."""
         shared, evictable = self._shared_refs, self._evictable
@@ -760,6 +833,8 @@ class PagedAllocator(Allocator):
             if key not in cached and block_id not in keyed:
                 cached[key] = block_id
                 keyed[block_id] = key
+                if self.host_cache is not None:  # computed again: the GPU copy replaces the host one
+                    self.host_cache.discard(key)
         if end == len(keys):
             del self._pending_keys[seq_id]
         else:

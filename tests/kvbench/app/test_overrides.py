@@ -22,7 +22,7 @@ def error_line(*overrides: str) -> str:
 def test_an_unknown_option_lists_the_group_s_options():
     assert error_line("allocator=pagd") == (
         "allocator='pagd' is not a known allocator; did you mean `paged`? choose one of: "
-        "naive, orca_max, orca_oracle, orca_pow2, paged, paged_cached, per_request"
+        "naive, orca_max, orca_oracle, orca_pow2, paged, paged_cached, per_request, vattention"
     )
 
 
@@ -42,10 +42,22 @@ def test_a_near_miss_option_gets_a_suggestion_and_the_list(override, meant):
     assert meant in line.split("choose one of: ")[1].split(", ")
 
 
+def test_a_key_of_another_option_of_the_group_names_its_owners():
+    # a sweep over allocators crossed with a key only vattention has: each job is composed with its
+    # own allocator's schema, so the paged jobs cannot take it
+    assert error_line("allocator=paged", "allocator.page_size_bytes=65536").startswith(
+        "allocator.page_size_bytes=65536 is not a config key: 'page_size_bytes' is not in allocator (paged); "
+        "it is a key of allocator=vattention: set or sweep it in a command that runs only that one "
+        "(kvbench -m allocator=vattention allocator.page_size_bytes=65536); its keys are: name, block_size_tokens"
+    )
+    line = error_line("allocator=naive", "allocator.block_size_tokens=32")
+    assert "it is a key of allocator=paged and allocator=paged_cached: " in line
+
+
 def test_an_option_far_from_every_name_gets_only_the_list():
     assert error_line("allocator=zzz") == (
         "allocator='zzz' is not a known allocator; choose one of: "
-        "naive, orca_max, orca_oracle, orca_pow2, paged, paged_cached, per_request"
+        "naive, orca_max, orca_oracle, orca_pow2, paged, paged_cached, per_request, vattention"
     )
 
 

@@ -74,7 +74,16 @@ def test_the_first_word_lists_every_subcommand_beside_hydra_s_groups_and_keys():
 def test_groups_options_and_keys_complete_as_hydra_completes_them():
     assert query("kvbench allocator=") == [
         f"allocator={name}"
-        for name in ("naive", "orca_max", "orca_oracle", "orca_pow2", "paged", "paged_cached", "per_request")
+        for name in (
+            "naive",
+            "orca_max",
+            "orca_oracle",
+            "orca_pow2",
+            "paged",
+            "paged_cached",
+            "per_request",
+            "vattention",
+        )
     ]
     assert query("kvbench allocator.bl") == ["allocator.block_size_tokens="]
     # the overrides typed before apply: naive has no block size

@@ -21,7 +21,15 @@ def summaries():
     cached = run([*SMALL, "workload.shared_prefix_tokens=256", "allocator.prefix_caching=true"]).summary
     # prompts sharing less than a block: the summary says why the hit rate is 0
     short = run([*SMALL, "workload.shared_prefix_tokens=8", "allocator.prefix_caching=true"]).summary
-    return plain, swapped, cached, short
+    # a host tier for evicted prefix blocks writes its own keys
+    host = run(
+        [*SMALL, "workload.shared_prefix_tokens=256", "allocator.prefix_caching=true", "allocator.host_cache_bytes=1e9"]
+    ).summary
+    # an allocator that maps pages on demand writes the page-mapping keys
+    vattention = run([*SMALL, "allocator=vattention"]).summary
+    # a model with sliding-window layers writes its KV-cache groups' keys
+    hybrid = run([*SMALL, "model=mistral-7b-v0.1", "model.hf_config.sliding_window=256"]).summary
+    return plain, swapped, cached, short, host, vattention, hybrid
 
 
 def test_every_record_names_a_key_some_run_writes(summaries):

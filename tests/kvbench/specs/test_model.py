@@ -72,7 +72,7 @@ def test_bad_model_inputs_are_one_line_errors(tmp_path):
     with pytest.raises(
         ConfigError,
         match=r"model_type='gpt2' is not one kvbench knows the defaults of: use one of "
-        r"llama, mistral, qwen3, opt, or set model.num_params and give num_hidden_layers, "
+        r"llama, mistral, qwen3, opt, gemma2, gemma3_text, or set model.num_params and give num_hidden_layers, "
         r"num_attention_heads, hidden_size, max_position_embeddings in model.hf_config$",
     ):
         model_spec(ModelConfig(hf_config={"model_type": "gpt2"}))
@@ -132,7 +132,7 @@ def test_a_misspelled_model_type_names_the_type_meant(typo, guess):
     with pytest.raises(
         ConfigError,
         match=rf"model_type='{typo}' is not one kvbench knows the defaults of \(did you mean "
-        rf"'{guess}'\?\): use one of llama, mistral, qwen3, opt",
+        rf"'{guess}'\?\): use one of llama, mistral, qwen3, opt, gemma2, gemma3_text",
     ):
         model_spec(ModelConfig(hf_config={"model_type": typo}))
 
@@ -152,7 +152,7 @@ def test_another_model_type_works_when_its_shape_and_parameters_are_given():
     del shape["max_position_embeddings"]
     with pytest.raises(
         ConfigError,
-        match=r"model_type='qwen2' is not one .*: use one of llama, mistral, qwen3, opt, or "
+        match=r"model_type='qwen2' is not one .*: use one of llama, mistral, qwen3, opt, gemma2, gemma3_text, or "
         r"give max_position_embeddings in model.hf_config$",
     ):
         model_spec(ModelConfig(hf_config={"model_type": "qwen2", **shape}, num_params=7_615_616_512))

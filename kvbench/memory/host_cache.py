@@ -1,0 +1,135 @@
+"""A host (CPU) tier for prefix-cache blocks evicted from GPU memory: an LRU of block keys.
+
+LMCache, vLLM's KV offloading connector, SGLang's HiCache and Mooncake keep KV blocks that the GPU
+cache evicts in host memory and copy them back over the host link (PCIe, or C2C on a Grace
+machine) when a later request's prefix needs them again. kvbench keeps only what decides hits and
+traffic: which block keys (:data:`kvbench.core.prefix.BlockKey`) are resident in host memory, in
+least-recently-used order, within ``capacity_blocks`` host slots of one GPU block's bytes each.
+
+The tier is *exclusive* (a victim cache): a key lives in the GPU cache or here, never in both. A
+block the GPU evicts is written here (a device->host copy); a block reloaded into the GPU leaves
+this tier. GPU and host together then hold up to GPU blocks + host blocks distinct keys, the
+capacity the offline bounds are computed with. Writes happen as evictions happen (write-back,
+as SGLang HiCache's ``write_back`` policy), not when a block is first computed (write-through).
+
+Since any use of a resident key removes it (it is reloaded), the order of insertion is also the
+order of last use: evicting the front is LRU. Every operation is O(1) (an ``OrderedDict``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import NamedTuple
+
+from kvbench.core.kv import Transfer
+from kvbench.core.prefix import BlockKey
+from kvbench.errors import require
+
+
+class HostReload(NamedTuple):
+    """A reload from the host tier: the host->device copy, and which blocks of the prompt it
+    brought back (their indices in the prompt's block order)."""
+
+    transfer: Transfer
+    block_indices: tuple[int, ...]
+    block_size_tokens: int
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.block_indices) * self.block_size_tokens
+
+    def tokens_past(self, position_tokens: int) -> int:
+        """Reloaded token positions at or after ``position_tokens`` (a readmitted request's own lost
+        positions come first; only reloaded positions past them are prefix hits)."""
+        size = self.block_size_tokens
+        return sum(max(0, (i + 1) * size - max(i * size, position_tokens)) for i in self.block_indices)
+
+
+class HostBlockCache:
+    """Block keys resident in host memory, least recently evicted from the GPU first."""
+
+    def __init__(self, capacity_blocks: int) -> None:
+        if capacity_blocks < 0:
+            raise ValueError(f"capacity_blocks must be >= 0, got {capacity_blocks}")
+        self.capacity_blocks = int(capacity_blocks)
+        self._keys: OrderedDict[BlockKey, None] = OrderedDict()
+        #: blocks written to host (device->host copies), over the run
+        self.num_offloaded_blocks = 0
+        #: blocks taken back to the GPU (host->device copies), over the run
+        self.num_reloaded_blocks = 0
+        #: keys dropped from host memory to make room (their KV is gone from both tiers)
+        self.num_evicted_blocks = 0
+        #: keys that left without a copy: the GPU computed the same block again meanwhile
+        self.num_discarded_blocks = 0
+        #: the most host slots held at once
+        self.peak_blocks = 0
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def keys(self) -> list[BlockKey]:
+        """Resident keys, the next to be evicted first (a view for checks)."""
+        return list(self._keys)
+
+    def offload(self, key: BlockKey) -> BlockKey | None:
+        """Write a block the GPU evicts: it becomes the most recent; the least recent key is
+        evicted first when every slot is taken. Returns the evicted key, if any. With no slot at
+        all nothing is written (and nothing counted)."""
+        if self.capacity_blocks == 0:
+            return None
+        if key in self._keys:  # exclusive tiers never offload a resident key; stay correct anyway
+            self._keys.move_to_end(key)
+            return None
+        evicted = None
+        if len(self._keys) >= self.capacity_blocks:
+            evicted, _ = self._keys.popitem(last=False)
+            self.num_evicted_blocks += 1
+        self._keys[key] = None
+        self.num_offloaded_blocks += 1
+        if len(self._keys) > self.peak_blocks:
+            self.peak_blocks = len(self._keys)
+        return evicted
+
+    def reload(self, key: BlockKey) -> None:
+        """Take a resident key back to the GPU (``KeyError`` when it is not resident)."""
+        del self._keys[key]
+        self.num_reloaded_blocks += 1
+
+    def discard(self, key: BlockKey) -> bool:
+        """Forget ``key`` if resident (the GPU holds the same block again): True when it was."""
+        if key in self._keys:
+            del self._keys[key]
+            self.num_discarded_blocks += 1
+            return True
+        return False
+
+
+#: how a reload from the host tier is paid for (``allocator.host_reload``)
+HOST_RELOAD_MODES = ("overlapped", "blocking")
+
+
+def validate_host_tier(host_cache_bytes: float, host_reload: str, prefix_caching: bool) -> None:
+    """The host tier's options, each refused in one line (:class:`kvbench.errors.ConfigError`)."""
+    require(
+        isinstance(host_cache_bytes, (int, float))
+        and not isinstance(host_cache_bytes, bool)
+        and 0 <= host_cache_bytes < 2**63,
+        "allocator.host_cache_bytes",
+        host_cache_bytes,
+        "use a number of bytes >= 0 (0: no host tier)",
+    )
+    require(
+        prefix_caching or not host_cache_bytes,
+        "allocator.host_cache_bytes",
+        host_cache_bytes,
+        "a host tier keeps evicted prefix-cache blocks: use it with allocator.prefix_caching=true, or 0",
+    )
+    require(
+        host_reload in HOST_RELOAD_MODES,
+        "allocator.host_reload",
+        host_reload,
+        f"choose one of {', '.join(HOST_RELOAD_MODES)}",
+    )
