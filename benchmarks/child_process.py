@@ -85,6 +85,10 @@ def measure(
             timer.start()
         try:
             launcher_status = proc.wait()
+        except BaseException:  # Ctrl-C or SIGTERM here: the command's own session gets no signal, so stop it
+            kill()
+            proc.wait()
+            raise
         finally:
             if timer is not None:
                 timer.cancel()

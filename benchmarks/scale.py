@@ -83,6 +83,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import startup
 from child_process import measure
 from side_by_side import (
     ARXIV_LENGTHS,
@@ -113,7 +114,12 @@ from speed_report import (
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-HYDRA_APP = HERE / "minimal_hydra" / "app.py"  #: the Hydra floor startup.py measures too
+#: the start-up floor's commands (startup.py's names) by this report's names
+FLOOR_COMMANDS = {
+    "hydra_app": "minimal_hydra",
+    "kvbench_1_request": "run_1_request",
+    "kvbench_1_request_no_output": "run_1_request_no_output",
+}
 STORM_BLOCKS = 1000  #: the storms' KV pool: 1,000 blocks of 16 tokens
 #: (x1, x16) pairs whose loop-time ratio is a goal
 SIXTEEN_X = {"lecture under preemption (tokens16x)": ("tokens1x", "tokens16x"), "storm16x": ("storm", "storm16x")}
@@ -342,32 +348,21 @@ def paired_runs(scenarios: dict[str, Scenario], args: argparse.Namespace, work: 
     return runs, floors
 
 
-def hydra_floor(repeat: int, work: Path, warm_up: bool = True) -> dict:
-    """A 1-request ``kvbench`` run (its defaults: tables and a figure; and writing nothing) and the
-    minimal Hydra application, in turn, ``repeat`` times after one untimed round; median wall times."""
-    commands = {
-        "hydra_app": [sys.executable, str(HYDRA_APP)],
-        "kvbench_1_request": [*kvbench_command(), "workload.num_requests=1"],
-        "kvbench_1_request_no_output": [*kvbench_command(), "workload.num_requests=1", "output.write=false"],
-    }
-    walls: dict[str, list[float]] = {name: [] for name in commands}
-    rss: dict[str, list[int]] = {name: [] for name in commands}
-    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
-    for number in range(0 if warm_up else 1, repeat + 1):
-        names = list(commands) if number % 2 == 0 else list(reversed(commands))
-        for name in names:
-            run_dir = work / f"{name}-{number}"
-            run = measure([*commands[name], f"hydra.run.dir={run_dir}"], env=env, cwd=str(work)).check(name)
-            shutil.rmtree(run_dir, ignore_errors=True)
-            if number:
-                walls[name].append(run.wall_s)
-                rss[name].append(run.peak_rss_bytes)
+def hydra_floor(repeat: int, work: Path) -> dict:
+    """A 1-request ``kvbench`` run (its defaults: tables and a figure; and writing nothing) against
+    the minimal Hydra application: startup.py's rounds (one untimed, then ``repeat``, every command
+    in turn), and each run's median ratio to the Hydra app in the same round."""
+    measured = startup.measure(list(FLOOR_COMMANDS.values()), repeat, work)
     result = {
-        name: {"wall_s": statistics.median(walls[name]), "walls_s": walls[name], "peak_rss_mb": max(rss[name]) / MB}
-        for name in commands
+        name: {
+            "wall_s": measured[command]["wall_s"],
+            "walls_s": measured[command]["walls_s"],
+            "peak_rss_mb": measured[command]["peak_rss_mib"] * 2**20 / MB,
+        }
+        for name, command in FLOOR_COMMANDS.items()
     }
-    result["ratio"] = result["kvbench_1_request"]["wall_s"] / result["hydra_app"]["wall_s"]
-    result["ratio_no_output"] = result["kvbench_1_request_no_output"]["wall_s"] / result["hydra_app"]["wall_s"]
+    result["ratio"] = measured["run_1_request"]["vs_hydra"]
+    result["ratio_no_output"] = measured["run_1_request_no_output"]["vs_hydra"]
     return result
 
 
@@ -476,8 +471,8 @@ def goals(report: dict) -> list[dict]:
     if hydra:
         value = hydra["ratio"]
         text = (
-            f"{value:.2f}x ({hydra['kvbench_1_request']['wall_s']:.2f} / {hydra['hydra_app']['wall_s']:.2f} s; "
-            f"writing nothing {hydra['ratio_no_output']:.2f}x)"
+            f"{value:.2f}x (median of the rounds' ratios; medians {hydra['kvbench_1_request']['wall_s']:.2f} / "
+            f"{hydra['hydra_app']['wall_s']:.2f} s; writing nothing {hydra['ratio_no_output']:.2f}x)"
         )
         add(
             f"1-request run within {HYDRA_FLOOR_RATIO_GOAL:g}x a minimal Hydra app",
@@ -588,7 +583,7 @@ def markdown(report: dict) -> str:
             "",
             "## Start-up against Hydra's floor",
             "",
-            f"Median of {len(hydra['hydra_app']['walls_s'])} runs each, in turn, after one untimed round:",
+            f"Median of {len(hydra['hydra_app']['walls_s'])} rounds after one untimed round, each running the three in turn:",
             "",
             "| command | wall s | peak RSS MB |",
             "|---|---:|---:|",
@@ -681,7 +676,7 @@ def main(argv: list[str] | None = None) -> dict:
             million = MILLION_SPEC.build(size(MILLION_SPEC), work)
             report["million"] = {"num_requests": size(MILLION_SPEC), **default_outputs_run(million, work)}
             (work / f"{MILLION}_kvbench.csv").unlink(missing_ok=True)
-        report["hydra"] = hydra_floor(args.startup_repeat, work, warm_up=not args.quick)
+        report["hydra"] = hydra_floor(args.startup_repeat, work)
         report["profiles"] = {}
         profiled = [name for name in scenarios if not args.quick or name in QUICK_PROFILES]
         for name in profiled if args.profiler != "none" else ():
@@ -705,7 +700,12 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    from kvbench.commands.signals import exit_interrupted, handle_sigterm
+
+    handle_sigterm()  # SIGTERM unwinds like Ctrl-C: the running simulator is stopped, nothing is written
     try:
         main()
     except RuntimeError as exc:  # a simulator that failed: one line, no traceback
         sys.exit(f"scale: error: {exc}")
+    except KeyboardInterrupt as exc:
+        exit_interrupted(exc, "scale", "no report was written")

@@ -123,7 +123,11 @@ def measure(names: list[str], repeat: int, scratch: Path) -> dict[str, dict]:
                 walls_s[name].append(child.wall_s)
                 rss_mib[name].append(child.peak_rss_bytes / 2**20)
         if round_:
-            print(f"round {round_}: " + ", ".join(f"{n} {walls_s[n][-1]:.2f} s" for n in names), flush=True)
+            print(
+                f"round {round_}: " + ", ".join(f"{n} {walls_s[n][-1]:.2f} s" for n in names),
+                file=sys.stderr,
+                flush=True,
+            )
     base = walls_s[BASELINE]
     return {
         name: {
@@ -262,4 +266,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from kvbench.commands.signals import exit_interrupted, handle_sigterm
+
+    handle_sigterm()  # SIGTERM unwinds like Ctrl-C: the running command is stopped, nothing is written
+    try:
+        main()
+    except KeyboardInterrupt as exc:
+        exit_interrupted(exc, "startup", "no report was written")

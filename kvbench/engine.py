@@ -83,7 +83,7 @@ class Engine:
             while (next_s := arrivals.next_s()) is not None and next_s <= clock_s:
                 scheduler.add(arrivals.pop(), clock_s)
             plan = scheduler.schedule(clock_s)
-            if scheduler.wake_s() is not None and _idle(plan):
+            if scheduler.wake_s() is not None and not plan.has_work:
                 # nothing to compute until a host-tier reload lands: the GPU idles until then
                 clock_s = max(clock_s, scheduler.wake_s())
                 continue
@@ -206,19 +206,6 @@ class _Arrivals:
     def _send(self, request: Request) -> None:
         self._sent.append(SequenceGroup(request, int(self._first_seq_ids[self._num_sent])))
         self._num_sent += 1
-
-
-def _idle(plan: StepPlan) -> bool:
-    """A plan with nothing to compute or move (only a host-tier reload in flight was started)."""
-    return not (
-        plan.prefills
-        or plan.decodes
-        or plan.samples
-        or plan.swap_in
-        or plan.swap_out
-        or plan.preemptions
-        or plan.host_reloads
-    )
 
 
 def _truncate(result: StepResult, num_steps: int) -> StepResult:

@@ -110,6 +110,20 @@ class StepPlan:
     has_beam_search: bool = False
 
     @property
+    def has_work(self) -> bool:
+        """Something to compute or move: a prefill, a decode, a sample, a swap, a preemption or a
+        blocking host-tier reload (a plan without is idle: only a reload in flight can explain it)."""
+        return bool(
+            self.prefills
+            or self.decodes
+            or self.samples
+            or self.swap_in
+            or self.swap_out
+            or self.preemptions
+            or self.host_reloads
+        )
+
+    @property
     def is_quiet(self) -> bool:
         """Decodes only: nothing admitted, prefilled, preempted, forked, copied or moved."""
         return bool(self.decodes) and not (

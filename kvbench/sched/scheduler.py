@@ -284,9 +284,7 @@ class Scheduler:
         plan.num_running = self.num_running_seqs
         plan.num_waiting = len(self.waiting)
         plan.num_swapped = len(self.swapped)
-        if not (
-            plan.prefills or plan.decodes or plan.samples or plan.swap_in or plan.swap_out or plan.preemptions
-        ) and not (plan.host_reloads or self._reload_lands_after(clock_s)):
+        if not plan.has_work and not self._reload_lands_after(clock_s):
             raise RuntimeError(  # check_fits makes this unreachable; a broken plugin would loop forever
                 f"scheduler {self.name!r} made no progress at step {self._step} "
                 f"({len(self.running)} running, {len(self.waiting)} waiting, {len(self.swapped)} swapped)"

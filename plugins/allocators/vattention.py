@@ -71,12 +71,10 @@ MIB = 1024 * KIB
 #: 256 KB need vAttention's modified driver (its UVM-backed smaller pages)
 PAGE_SIZES_BYTES = (64 * KIB, 256 * KIB, 2 * MIB)
 
-#: Seconds to map one physical page into a virtual range. Not a measured number: the CUDA VMM
-#: latencies in the vAttention paper could not be retrieved here, and no GPU was at hand to time
-#: ``cuMemMap`` + ``cuMemSetAccess`` (the calls a mapping needs once physical handles are pooled).
-#: Each is a driver call that edits the GPU's page tables, tens of microseconds in published
-#: driver measurements; 40 us per page is taken as that order of magnitude (so a group of
-#: Llama-2-7B's 64 pages costs 2.56 ms, a quarter of a decode step). Override it with
+#: Seconds to map one physical page into a virtual range. An assumption, not a measurement: the
+#: per-page latencies of the calls a mapping needs once physical handles are pooled (``cuMemMap`` +
+#: ``cuMemSetAccess``) could not be checked here, in the vAttention paper or on a GPU. 40 us is an
+#: assumed order of magnitude; the README shows how the 64 KiB results move with it. Set a measured value with
 #: ``allocator.page_map_latency_s``.
 DEFAULT_PAGE_MAP_LATENCY_S = 40e-6
 

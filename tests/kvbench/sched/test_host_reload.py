@@ -59,7 +59,7 @@ def test_three_requests_reload_the_evicted_prefix_once(toy_run, mode):
     last = run.plans[-1]
     if mode == "blocking":
         assert last.host_reloads == [Transfer(2 * BLOCK_BYTES, 1)]
-        assert r.loc[2, "admitted_s"] == 60.0  # admitted in the step that pays for the copy
+        assert r.loc[2, "admitted_s"] == pytest.approx(60.0)  # admitted in the step that pays for the copy
         assert reloads.blocking_step_s == pytest.approx(TWO_BLOCKS_S) and reloads.reload_wait_s == 0
     else:
         assert last.host_reloads == []
