@@ -118,6 +118,11 @@ def setup(cfg: DictConfig) -> RunSetup:
         allocator = _allocator(cfg, model, budget_bytes)
     kernel = _instantiate("kernel", cfg.kernel)
     if cfg.mode == "real":
+        if model.kv_groups:  # the real kernels attend to every cached token: a window would be ignored
+            raise ConfigError(
+                f"mode=real cannot run {model.name} yet: its sliding-window layers are simulated only "
+                "(use mode=sim, or model.hf_config.sliding_window=null for its full-attention twin)"
+            )
         _check_real_mode_installed()
         reason = type(kernel).unavailable_reason(_real_device())
         if reason:

@@ -303,3 +303,12 @@ def test_real_mode_without_torch_is_one_line_naming_the_extra(tmp_path):
         "kvbench: error: mode=real runs a model with torch and transformers (torch not installed): "
         "pip install 'kvbench[real]', or use mode=sim"
     ]
+
+
+def test_a_sliding_window_model_is_refused_in_real_mode():
+    # the real kernels attend to every cached token: the window would be silently ignored
+    cfg, _ = compose(["mode=real", "model=mistral-7b-v0.1", "kernel=torch", "workload=real_smoke"])
+    with pytest.raises(ConfigError, match="mode=real cannot run mistral-7b-v0.1 yet: its sliding-window layers"):
+        setup(cfg)
+    twin, _ = compose(["model=mistral-7b-v0.1", "model.hf_config.sliding_window=null"])
+    assert setup(twin).model.kv_groups == ()  # the full-attention twin has no groups to refuse
