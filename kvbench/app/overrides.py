@@ -66,9 +66,11 @@ def _not_a_key(exc: BaseException, cause: BaseException) -> str | None:
     place = f"{where} ({name})" if isinstance(name, str) else where or "the top level"
     owners = _options_with_key(where, leaf) if isinstance(name, str) else []
     if owners:  # a key of another option of the group: a sweep over the group cannot set it for all
+        # kvbench's sweeper gives a key to the jobs whose option has it (kvbench/app/sweep_jobs.py)
         guess = (
-            f"it is a key of {' and '.join(f'{where}={o}' for o in owners)}: set or sweep it in a command "
-            f"that runs only {'those' if len(owners) > 1 else 'that one'} (kvbench -m {where}={','.join(owners)} "
+            f"it is a key of {' and '.join(f'{where}={o}' for o in owners)}: set it in a run of "
+            f"{'one of those' if len(owners) > 1 else 'that one'}, or sweep {where} over "
+            f"{'them' if len(owners) > 1 else 'it'} too (kvbench -m {where}={name},{','.join(owners)} "
             f"{where}.{leaf}={typed.partition('=')[2] or '...'});"
         )
     else:

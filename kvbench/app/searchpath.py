@@ -23,7 +23,10 @@ class KvbenchSearchPathPlugin(SearchPathPlugin):
 
 
 def register() -> None:
-    """Make Hydra use kvbench's search-path plugin in this process (idempotent)."""
+    """Make Hydra use kvbench's search-path plugin and know kvbench's sweeper in this process
+    (idempotent; importing the sweeper stores its config option, ``hydra/sweeper=kvbench``)."""
     from hydra.core.plugins import Plugins
+    from hydra_plugins.kvbench_sweeper import KvbenchSweeper
 
     Plugins.instance().register(KvbenchSearchPathPlugin)
+    Plugins.instance().register(KvbenchSweeper)

@@ -22,7 +22,8 @@ from omegaconf import DictConfig
 
 from kvbench.app.progress import Job, current_job, say, set_current_job
 
-#: the sweeper whose split kvbench can count (Hydra's own, the one kvbench uses)
+#: the sweepers whose split kvbench can count: kvbench's own (its default) and Hydra's basic one
+_KVBENCH_SWEEPER = "KvbenchSweeper"
 _BASIC_SWEEPER = "BasicSweeper"
 
 
@@ -34,21 +35,28 @@ def _parse(overrides: list[str]):
 
 def sweep_size(config: DictConfig) -> tuple[int | None, tuple[str, ...]]:
     """How many jobs the sweep of ``config`` (the multirun's config) runs, and the keys it sweeps,
-    as Hydra's basic sweeper splits ``hydra.sweeper.params`` and the command line; (None, ()) when
-    another sweeper runs it or the split cannot be worked out here (a ``glob()`` over options)."""
-    if not str(config.hydra.sweeper.get("_target_", "")).endswith(_BASIC_SWEEPER):
+    as kvbench's sweeper (or Hydra's basic one) splits ``hydra.sweeper.params`` and the command
+    line; (None, ()) when another sweeper runs it or the split cannot be worked out here (a
+    ``glob()`` over options)."""
+    target = str(config.hydra.sweeper.get("_target_", ""))
+    if not target.endswith((_KVBENCH_SWEEPER, _BASIC_SWEEPER)):
         return None, ()
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    from kvbench.app.sweep_jobs import config_option_keys, sweep_jobs
 
     params = config.hydra.sweeper.get("params") or {}
     arguments = [f"{key}={value}" for key, value in params.items()] + list(config.hydra.overrides.task)
     try:
         overrides = _parse(arguments)
-        batches = BasicSweeper.split_arguments(overrides, None)
+        if target.endswith(_KVBENCH_SWEEPER):
+            num_jobs = len(sweep_jobs(overrides, config_option_keys(config)))
+        else:
+            num_jobs = sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))
     except Exception:  # noqa: BLE001 - Hydra's own sweep will say what is wrong; progress just counts less
         return None, ()
     swept = tuple(dict.fromkeys(o.get_key_element() for o in overrides if o.is_sweep_override()))
-    return sum(len(batch) for batch in batches), swept
+    return num_jobs, swept
 
 
 def job_label(task_overrides: list[str], swept: tuple[str, ...]) -> str:

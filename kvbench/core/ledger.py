@@ -26,6 +26,12 @@ class MemoryLedger:
       allocation may take them (evicting the least recently used first), so for admission they
       count as free; they are reported apart so that "free" never hides what a cache keeps. 0 for
       allocators without a prefix cache.
+
+    ``group_bytes`` splits the allocated bytes (token + reserved future + internal) by KV-cache
+    group kind for a model with several groups (hybrid paging of a sliding-window model):
+    ``(("full_group_bytes", b1), ("window_group_bytes", b2))``, in that order, summing to
+    :attr:`allocated_bytes`. Empty for a model whose layers form one group. It is a split of a part,
+    not a part: it is not among :data:`LEDGER_FIELDS`.
     """
 
     budget_bytes: int
@@ -37,6 +43,7 @@ class MemoryLedger:
     #: last, with a default, so that the five-part constructor calls of allocators without a
     #: prefix cache stay valid (they report 0)
     cached_bytes: int = 0
+    group_bytes: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def from_slots(
@@ -50,6 +57,7 @@ class MemoryLedger:
         external_bytes: int,
         free_bytes: int,
         cached_bytes: int = 0,
+        group_bytes: tuple[tuple[str, int], ...] = (),
     ) -> MemoryLedger:
         """Build a ledger from slot counts: allocated slots that hold no token and will never be
         filled are internal fragmentation."""
@@ -61,6 +69,7 @@ class MemoryLedger:
             external_bytes=external_bytes,
             free_bytes=free_bytes,
             cached_bytes=cached_bytes,
+            group_bytes=group_bytes,
         )
 
     @property
@@ -74,4 +83,6 @@ class MemoryLedger:
 
 
 #: the ledger's parts in the order they stack up to the budget (cached last: it sits on top of free)
-LEDGER_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(MemoryLedger) if f.name != "budget_bytes")
+LEDGER_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in fields(MemoryLedger) if f.name not in ("budget_bytes", "group_bytes")
+)

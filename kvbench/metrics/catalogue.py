@@ -235,6 +235,8 @@ METRICS = (
     Metric("sliding_window_tokens", "sliding window (tokens)", "int"),
     Metric("kv_page_bytes", "one block of one KV-cache group", "bytes"),
     Metric("window_slid_bytes", "KV that slid out of a window (not kept)", "bytes"),
+    Metric("frac_full_group", "held by full-attention groups (of the KV budget)", "pct"),
+    Metric("frac_window_group", "held by sliding-window groups (of the KV budget)", "pct"),
     # an allocator that maps physical pages on demand (vAttention); absent for the others
     Metric("pages_mapped", "pages mapped (one layer's K or V each)", "int", "pages\nmapped", "count"),
     Metric("page_map_s", "time mapping pages, overlapped or not (s)", "{:,.3f}"),

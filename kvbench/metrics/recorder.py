@@ -10,6 +10,9 @@ constant by construction. A one-step row holds that step's exact ledger; ``token
 ``allocated_bytes_max`` (token + reserved future + internal) are the largest over the row's steps,
 so peaks stay exact too, and so is ``unshared_bytes_max``: what the same sequences would hold with
 no block shared (allocated bytes plus what sharing saves, which quiet steps never change).
+A model with several KV-cache groups adds the ledger's split of the allocated bytes by group kind
+(``full_group_bytes``, ``window_group_bytes``: :class:`~kvbench.core.ledger.MemoryLedger`'s
+``group_bytes``), after the other columns, means over a span as the ledger's parts are.
 
 Columns are kept as Python lists (one per column), not as a list of row tuples, and become a
 DataFrame once at the end.
@@ -116,11 +119,12 @@ def _accumulate(total: float, values) -> float:
     return float(np.cumsum(np.concatenate(([total], values)))[-1])
 
 
-def _add_span(totals: list[float], spans: dict, durations) -> list[float]:
-    """Each ledger field's total plus its value after each step of a run times that step's time,
-    added one by one in step order (as ``_accumulate`` does for one series). A short projection
-    (lists) is added in plain floats, a long one (arrays) for every field at once; both round alike."""
-    series = [spans[name] for name in LEDGER_FIELDS]
+def _add_span(totals: list[float], spans: dict, durations, names: tuple[str, ...]) -> list[float]:
+    """Each ledger field's total (``names``: the ledger's fields and group parts) plus its value
+    after each step of a run times that step's time, added one by one in step order (as
+    ``_accumulate`` does for one series). A short projection (lists) is added in plain floats, a
+    long one (arrays) for every field at once; both round alike."""
+    series = [spans[name] for name in names]
     if isinstance(series[0], list):
         step_s = durations.tolist() if isinstance(durations, np.ndarray) else list(durations)
         out = []
@@ -131,6 +135,14 @@ def _add_span(totals: list[float], spans: dict, durations) -> list[float]:
         return out
     products = np.stack(series) * durations
     return np.cumsum(np.column_stack((totals, products)), axis=1)[:, -1].tolist()
+
+
+def _ledger_values(ledger) -> list[int]:
+    """A ledger's fields, then its group parts (a model with several KV-cache groups)."""
+    values = [getattr(ledger, name) for name in LEDGER_FIELDS]
+    if ledger.group_bytes:
+        values.extend(value for _, value in ledger.group_bytes)
+    return values
 
 
 def _page_map_amounts(plan: StepPlan, result: StepResult) -> tuple[int, float, float]:
@@ -188,6 +200,10 @@ class Recorder:
         self._events: dict[int, dict[str, int]] = {}
         self._measured = False  # a real run's results carry predictions: MEASURED_COLUMNS are written
         self._maps = False  # the allocator maps pages: MAP_COLUMNS are written
+        #: the ledger's group parts (a model with several KV-cache groups), from the first plan
+        self._group_names: tuple[str, ...] | None = None
+        #: what a span's time-weighted means cover: the ledger's fields, then its group parts
+        self._ledger_names: tuple[str, ...] = LEDGER_FIELDS
 
     def record(self, plan: StepPlan, result: StepResult, any_seq_finished: bool) -> None:
         """One plan (a step, or a run of quiet steps) and what the executor said it took."""
@@ -243,15 +259,13 @@ class Recorder:
         (one vectorized pass over every field: each field's sum is still added step by step)."""
         if self._open_ledger is None:  # the span's first step, added now that it has company
             first, first_s = self._open_first
-            self._open_ledger = [0.0 + getattr(first, name) * first_s for name in LEDGER_FIELDS]
+            self._open_ledger = [0.0 + value * first_s for value in _ledger_values(first)]
             if plan.ledger is first:  # a plan that is a run of steps: its first step was just added
-                self._open_ledger = _add_span(self._open_ledger, plan.span_ledgers, durations[1:])
+                self._open_ledger = _add_span(self._open_ledger, plan.span_ledgers, durations[1:], self._ledger_names)
                 return
-        totals = [
-            total + getattr(plan.ledger, name) * durations[0] for total, name in zip(self._open_ledger, LEDGER_FIELDS)
-        ]
+        totals = [total + value * durations[0] for total, value in zip(self._open_ledger, _ledger_values(plan.ledger))]
         if plan.num_steps > 1:
-            totals = _add_span(totals, plan.span_ledgers, durations[1:])
+            totals = _add_span(totals, plan.span_ledgers, durations[1:], self._ledger_names)
         self._open_ledger = totals
 
     def finish(self, groups: Iterable[SequenceGroup] = ()) -> RunRecord:
@@ -265,6 +279,7 @@ class Recorder:
         sim_wall_s = time.perf_counter() - self._wall_start_s - self._outside_s
         names = list(STEP_COLUMNS) + (list(MEASURED_COLUMNS) if self._measured else [])
         names += list(MAP_COLUMNS) if self._maps else []
+        names += list(self._group_names or ())
         # copy=False: the frame's columns are the typed arrays' own memory (no second copy at the peak)
         steps = pd.DataFrame({name: _as_numpy(self._columns[name]) for name in names}, columns=names, copy=False)
         self._columns.clear()
@@ -370,6 +385,11 @@ class Recorder:
         }
         for name in LEDGER_FIELDS:
             row[name] = getattr(led, name)
+        if led.group_bytes:
+            if self._group_names is None:
+                self._group_names = tuple(name for name, _ in led.group_bytes)
+                self._ledger_names = LEDGER_FIELDS + self._group_names
+            row.update(led.group_bytes)
         if result.predicted_s is not None:
             self._measured = True
             row["measured_s"] = row["duration_s"]
@@ -401,7 +421,7 @@ class Recorder:
         if row is None:
             return
         if row["num_steps"] > 1:  # a span: its ledger is the time-weighted mean over its steps
-            for name, total in zip(LEDGER_FIELDS, self._open_ledger):
+            for name, total in zip(self._ledger_names, self._open_ledger):
                 row[name] = total / row["duration_s"]
         for name in STEP_COLUMNS:
             self._columns[name].append(row[name])
@@ -411,4 +431,7 @@ class Recorder:
         if self._maps:
             for name in MAP_COLUMNS:
                 self._columns.setdefault(name, array("q" if name == "pages_mapped" else "d")).append(row[name])
+        if self._group_names:
+            for name in self._group_names:
+                self._columns.setdefault(name, array("d")).append(row[name])
         self._open = None

@@ -271,6 +271,11 @@ def _step_summary(steps: pd.DataFrame, budget_bytes: int, kv_bytes_per_token: in
     out["preemption_cost_s"] = out["swap_s"] + out["recompute_s"]
     out["num_copies"] = int(_col(steps, "num_copies", np.int64).sum())
     out["copy_bytes"] = int(_col(steps, "copy_bytes", np.int64).sum())
+    for kind in ("full", "window"):  # a model with several KV-cache groups: the held bytes by kind
+        if f"{kind}_group_bytes" in steps:
+            out[f"frac_{kind}_group"] = _weighted_mean(
+                _col(steps, f"{kind}_group_bytes")[period] / budget_bytes, weights
+            )
     if "pages_mapped" in steps:  # an allocator that maps pages on demand (vAttention)
         out["pages_mapped"] = int(_col(steps, "pages_mapped", np.int64).sum())
         out["page_map_s"] = _fsum(_col(steps, "page_map_s"))

@@ -127,12 +127,16 @@ def prefix_hashes(
 
 
 def check_ledger(alloc: Allocator, next_shape: SeqShape | None = None) -> MemoryLedger:
-    """The ledger is non-negative everywhere and its parts sum to the budget."""
+    """The ledger is non-negative everywhere and its parts sum to the budget; its split by KV-cache
+    group (a model with several) is non-negative and sums to its allocated bytes."""
     led = alloc.ledger(next_shape)
     assert led.budget_bytes == alloc.budget_bytes
     for field in LEDGER_FIELDS:
         assert getattr(led, field) >= 0, (field, led)
     assert led.total_bytes == alloc.budget_bytes, led
+    if led.group_bytes:
+        assert all(value >= 0 for _, value in led.group_bytes), led
+        assert sum(value for _, value in led.group_bytes) == led.allocated_bytes, led
     return led
 
 
@@ -178,6 +182,14 @@ def check_group_invariants(alloc: Allocator, num_tokens: dict[int, int], final_t
     for block_id, num_holders in holders.items():
         assert block_id >= 0 and alloc.refcount(block_id) == num_holders, f"block {block_id}: refcount != holders"
     assert len(holders) * page == led.allocated_bytes
+    per_group = Counter(group_of.values())
+    assert alloc.group_bytes() == [per_group[g] * page for g in range(len(alloc.kv_groups))], (
+        "group bytes != held blocks"
+    )
+    by_kind = Counter()
+    for g, group in enumerate(alloc.kv_groups):
+        by_kind[f"{group.kind}_group_bytes"] += per_group[g] * page
+    assert dict(led.group_bytes) == dict(by_kind), "the ledger's group split != each kind's held blocks"
     assert alloc.shared_bytes_saved() == sum(n - 1 for n in holders.values()) * page
     assert alloc.num_shared_blocks() == sum(n > 1 for n in holders.values())
     assert max(held_slots.values(), default=0) * slot <= led.token_bytes <= sum(held_slots.values()) * slot
@@ -260,6 +272,22 @@ def cache_queue(alloc: Allocator) -> list[tuple[int, tuple | None]]:
     return [(b, alloc.block_key(b)) for b in alloc.cached_block_ids()]
 
 
+def check_host_tier(alloc: Allocator) -> None:
+    """An allocator with a host tier for evicted prefix blocks (``host_cache``): its ledger
+    accounts for every byte of the host budget, it holds no more than its slots, and the tiers are
+    exclusive (no key both on the GPU and on host)."""
+    host = getattr(alloc, "host_cache", None)
+    if host is None:
+        return
+    led = alloc.host_ledger()
+    assert led.total_bytes == led.budget_bytes == int(alloc.config.host_cache_bytes), led
+    assert min(getattr(led, field) for field in LEDGER_FIELDS) >= 0, led
+    assert len(host) <= host.capacity_blocks
+    assert led.cached_bytes == len(host) * _block_bytes(alloc), "host bytes != resident blocks"
+    on_gpu = {alloc.block_key(b) for b in range(alloc.num_blocks)} - {None}
+    assert not on_gpu & set(host.keys()), "a key is in both tiers"
+
+
 def check_cache(
     alloc: Allocator,
     num_tokens: dict[int, int],
@@ -284,6 +312,7 @@ def check_cache(
         assert alloc.block_key(block_id) is not None, f"evictable block {block_id} has no key"
     led = alloc.ledger()
     assert led.cached_bytes == len(cached) * _block_bytes(alloc)
+    check_host_tier(alloc)
     if before is None:
         return
     key_before = dict(before)

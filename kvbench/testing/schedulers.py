@@ -115,6 +115,12 @@ def check_run(engine: Engine, requests: list[Request], record: RunRecord) -> Non
     assert np.allclose(total, budget, rtol=1e-12, atol=0), "a step's ledger does not sum to the budget"
     one_step = (steps["num_steps"] == 1).to_numpy()
     assert (total[one_step] == budget).all()
+    groups = [name for name in ("full_group_bytes", "window_group_bytes") if name in steps]
+    if groups:  # a model with several KV-cache groups: the ledger splits the allocated bytes by kind
+        allocated = steps[["token_bytes", "reserved_future_bytes", "internal_bytes"]].sum(axis=1).to_numpy()
+        split = steps[groups].sum(axis=1).to_numpy()
+        assert np.allclose(split, allocated, rtol=1e-12, atol=1.0), "the group split != allocated bytes"
+        assert (split[one_step] == allocated[one_step]).all()
     assert engine.scheduler.allocator.ledger().allocated_bytes == 0, "memory was not given back"
     assert engine.scheduler.host_pool.used_bytes == 0, "swap space was not given back"
 

@@ -102,6 +102,16 @@ class HybridPagedAllocator(Allocator):
         self._free_block_ids: list[int] = []  # given back, taken last in first out
         self._num_fresh = self.num_blocks  # never used: handed out 0, 1, 2, ...
         self._refs: dict[int, int] = {}  # every held block -> its holders
+        #: every block a group took -> that group (kept while the block is cached, for a revival)
+        self._group_of: dict[int, int] = {}
+        #: per group, the blocks it holds (the keys of _refs, split by group): the ledger's group bytes
+        self._held_per_group = [0] * len(groups)
+        #: the ledger's per-group parts: (column name, the groups it sums), full then window groups
+        self._group_columns = tuple(
+            (f"{kind}_group_bytes", tuple(g for g, group in enumerate(groups) if group.kind == kind))
+            for kind in (FULL, WINDOW)
+            if any(group.kind == kind for group in groups)
+        )
         self._tables: dict[int, list[GroupTable]] = {}
         self._num_tokens: dict[int, int] = {}
         self._final_kv_tokens: dict[int, int] = {}
@@ -218,15 +228,14 @@ class HybridPagedAllocator(Allocator):
 
     def group_bytes(self) -> list[int]:
         """Bytes of the blocks each group holds now (a block shared by several sequences once)."""
-        counts = [0] * len(self.kv_groups)
-        seen: set[int] = set()
-        for tables in self._tables.values():
-            for g, (_, blocks) in enumerate(tables):
-                for block_id in blocks:
-                    if block_id not in seen:
-                        seen.add(block_id)
-                        counts[g] += 1
-        return [n * self.page_bytes for n in counts]
+        return [n * self.page_bytes for n in self._held_per_group]
+
+    def _ledger_groups(self, held_per_group: Sequence[int]) -> tuple[tuple[str, int], ...]:
+        """The ledger's per-group parts for these held-block counts: the bytes held by the full
+        groups and by the window groups (together, the ledger's allocated bytes)."""
+        return tuple(
+            (name, sum(held_per_group[g] for g in members) * self.page_bytes) for name, members in self._group_columns
+        )
 
     def ledger(self, next_shape: SeqShape | None = None) -> MemoryLedger:
         num_free = len(self._free_block_ids) + self._num_fresh
@@ -256,6 +265,7 @@ class HybridPagedAllocator(Allocator):
             external_bytes=self._remainder_bytes,
             free_bytes=num_free * self.page_bytes,
             cached_bytes=num_cached * self.page_bytes,
+            group_bytes=self._ledger_groups(self._held_per_group),
         )
 
     def largest_hole_bytes(self) -> int:
@@ -276,8 +286,9 @@ class HybridPagedAllocator(Allocator):
         left = self._num_available() - num_blocks
         return left >= 0 and left * self.page_bytes >= keep_free_bytes
 
-    def _take(self, num_blocks: int) -> list[int]:
-        """Blocks given back first (last in first out), then never-used ones, then evicted cached ones."""
+    def _take(self, num_blocks: int, group: int) -> list[int]:
+        """Blocks for ``group``: given back first (last in first out), then never-used ones, then
+        evicted cached ones."""
         taken = []
         for _ in range(num_blocks):
             if self._free_block_ids:
@@ -291,7 +302,9 @@ class HybridPagedAllocator(Allocator):
                 del self._cached_block_id[key]
                 self.num_evicted_blocks += 1
             self._refs[block_id] = 1
+            self._group_of[block_id] = group
             taken.append(block_id)
+        self._held_per_group[group] += num_blocks
         return taken
 
     def _release(self, block_id: int) -> bool:
@@ -302,6 +315,7 @@ class HybridPagedAllocator(Allocator):
             self._refs[block_id] = holders
             return False
         del self._refs[block_id]
+        self._held_per_group[self._group_of[block_id]] -= 1
         if block_id in self._block_key:
             self._evictable[block_id] = None
         else:
@@ -312,6 +326,7 @@ class HybridPagedAllocator(Allocator):
         if block_id in self._evictable:
             del self._evictable[block_id]
             self._refs[block_id] = 1
+            self._held_per_group[self._group_of[block_id]] += 1
         else:
             self._refs[block_id] += 1
 
@@ -417,7 +432,7 @@ class HybridPagedAllocator(Allocator):
         for g, window in enumerate(self._windows):
             first = self._first_needed(window, n)
             hit_blocks = hits[1][g] if hits is not None else []
-            tables.append((first, hit_blocks + self._take(end - first - len(hit_blocks))))
+            tables.append((first, hit_blocks + self._take(end - first - len(hit_blocks), g)))
         self._tables[seq_id] = tables
         self._num_tokens[seq_id] = n
         self._final_kv_tokens[seq_id] = shape.final_kv_tokens
@@ -473,12 +488,12 @@ class HybridPagedAllocator(Allocator):
             tables[g] = (new_first, blocks)
         for g, (first, blocks) in enumerate(tables):
             if g in copies:
-                (copy_id,) = self._take(1)
+                (copy_id,) = self._take(1, g)
                 self._pending_copies.append(KVCopy(blocks[-1], copy_id, 1, self.page_bytes))
                 self.num_cow_copies += 1
                 self._release(blocks[-1])
                 blocks[-1] = copy_id
-            blocks.extend(self._take(end - max(starts[g], first)))
+            blocks.extend(self._take(end - max(starts[g], first), g))
         self._num_tokens[seq_id] = n
         if self._pending_keys and seq_id in self._pending_keys:
             self._key_blocks(seq_id)
@@ -568,7 +583,8 @@ class HybridPagedAllocator(Allocator):
         if not self._can_take(num_blocks, keep_free_bytes):
             return None
         del self._swapped[family]
-        blocks = self._take(num_blocks)
+        group_of_position = {p: g for _, tables, _, _ in structure for g, (_, b) in enumerate(tables) for p in b}
+        blocks = [self._take(1, group_of_position[p])[0] for p in range(num_blocks)]
         holders = Counter(p for _, tables, _, _ in structure for _, b in tables for p in b)
         for p, n in holders.items():
             self._refs[blocks[p]] = n
@@ -616,11 +632,14 @@ class HybridPagedAllocator(Allocator):
         slot = self.slot_bytes or 1
         truly_free, cached, allocated = len(self._free_block_ids) + self._num_fresh, len(self._evictable), len(refs)
         token_slots, future_slots = led.token_bytes // slot, led.reserved_future_bytes // slot
+        held_per_group = list(self._held_per_group)
         holders: dict[int, int] = {}  # known blocks' holders as the span releases them
         columns: dict[str, list[int]] = {name: [] for name in ("token", "future", "internal", "free", "cached")}
+        group_columns: dict[str, list[int]] = {name: [] for name, _ in self._group_columns}
         for _ in range(max_steps):
             # one step on copies: a step that cannot be taken whole leaves the state as it was
             free_, cached_, alloc_, token_, future_ = truly_free, cached, allocated, token_slots, future_slots
+            held_ = list(held_per_group)
             step_holders = dict(holders)
             new_state = []
             ok = True
@@ -629,7 +648,7 @@ class HybridPagedAllocator(Allocator):
                 end = -(-new_n // size)
                 new_groups = []
                 num_new = 0
-                for window, first, blocks in groups:
+                for g, (window, first, blocks) in enumerate(groups):
                     new_first = max(first, self._first_needed(window, new_n))
                     drop = min(new_first - first, len(blocks))
                     for block_id in blocks[:drop]:
@@ -639,6 +658,7 @@ class HybridPagedAllocator(Allocator):
                         if left:
                             continue
                         alloc_ -= 1
+                        held_[g] -= 1
                         token_ -= size  # a block that left a window is full
                         if block_id is not None and block_id in keyed:
                             cached_ += 1
@@ -648,6 +668,7 @@ class HybridPagedAllocator(Allocator):
                     start = new_first + len(kept)
                     if end > start:
                         num_new += end - start
+                        held_[g] += end - start
                         kept = kept + [None] * (end - start)
                     new_groups.append([window, new_first, kept])
                 if num_new > free_ + cached_:
@@ -665,13 +686,15 @@ class HybridPagedAllocator(Allocator):
                 new_state.append([new_n, final, new_groups])
             if not ok:
                 break
-            state, holders = new_state, step_holders
+            state, holders, held_per_group = new_state, step_holders, held_
             truly_free, cached, allocated, token_slots, future_slots = free_, cached_, alloc_, token_, future_
             columns["token"].append(token_slots * slot)
             columns["future"].append(future_slots * slot)
             columns["internal"].append((allocated * size - token_slots - future_slots) * slot)
             columns["free"].append(truly_free * self.page_bytes)
             columns["cached"].append(cached * self.page_bytes)
+            for name, value in self._ledger_groups(held_per_group):
+                group_columns[name].append(value)
         num_steps = len(columns["token"])
         if not num_steps:
             return NO_PROJECTION
@@ -684,6 +707,7 @@ class HybridPagedAllocator(Allocator):
                 "external_bytes": [led.external_bytes] * num_steps,
                 "free_bytes": columns["free"],
                 "cached_bytes": columns["cached"],
+                **group_columns,
             },
         )
 
@@ -692,12 +716,15 @@ class HybridPagedAllocator(Allocator):
         key an eviction in the span just freed): the steps taken on a copy of the allocator."""
         twin = copy.deepcopy(self)
         columns: dict[str, list[int]] = {name: [] for name in LEDGER_FIELDS}
+        columns.update((name, []) for name, _ in self._group_columns)
         for _ in range(max_steps):
             if not all(twin.append(seq_id, 1) for seq_id in seq_ids) or twin.drain_copies():
                 break
             led = twin.ledger(next_shape)
             for name in LEDGER_FIELDS:
                 columns[name].append(getattr(led, name))
+            for name, value in led.group_bytes:
+                columns[name].append(value)
         num_steps = len(columns["token_bytes"])
         return DecodeProjection(num_steps, columns) if num_steps else NO_PROJECTION
 

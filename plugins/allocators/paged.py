@@ -528,6 +528,24 @@ class PagedAllocator(Allocator):
             cached_bytes=num_cached_blocks * self.block_bytes,
         )
 
+    def host_ledger(self) -> MemoryLedger | None:
+        """The host tier's budget (``host_cache_bytes``) at this instant, every byte accounted for:
+        evicted blocks resident there (cached), empty block slots (free) and the bytes below one
+        block (external); None without a host tier. Nothing on host belongs to a sequence."""
+        host = self.host_cache
+        if host is None:
+            return None
+        budget_bytes = int(self.config.host_cache_bytes)
+        return MemoryLedger(
+            budget_bytes=budget_bytes,
+            token_bytes=0,
+            reserved_future_bytes=0,
+            internal_bytes=0,
+            external_bytes=budget_bytes - host.capacity_blocks * self.block_bytes,
+            free_bytes=(host.capacity_blocks - len(host)) * self.block_bytes,
+            cached_bytes=len(host) * self.block_bytes,
+        )
+
     def largest_hole_bytes(self) -> int:
         """Any available block serves anyone: truly free and evictable cached ones."""
         return self._num_free_blocks() * self.block_bytes

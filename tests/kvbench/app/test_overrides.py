@@ -43,12 +43,12 @@ def test_a_near_miss_option_gets_a_suggestion_and_the_list(override, meant):
 
 
 def test_a_key_of_another_option_of_the_group_names_its_owners():
-    # a sweep over allocators crossed with a key only vattention has: each job is composed with its
-    # own allocator's schema, so the paged jobs cannot take it
+    # a run of paged with a key only vattention has: the line names the owner, and the sweep over
+    # both that gives the key to vattention's jobs only (kvbench's sweeper)
     assert error_line("allocator=paged", "allocator.page_size_bytes=65536").startswith(
         "allocator.page_size_bytes=65536 is not a config key: 'page_size_bytes' is not in allocator (paged); "
-        "it is a key of allocator=vattention: set or sweep it in a command that runs only that one "
-        "(kvbench -m allocator=vattention allocator.page_size_bytes=65536); its keys are: name, block_size_tokens"
+        "it is a key of allocator=vattention: set it in a run of that one, or sweep allocator over it too "
+        "(kvbench -m allocator=paged,vattention allocator.page_size_bytes=65536); its keys are: name, block_size_tokens"
     )
     line = error_line("allocator=naive", "allocator.block_size_tokens=32")
     assert "it is a key of allocator=paged and allocator=paged_cached: " in line

@@ -27,8 +27,10 @@ def summaries():
     ).summary
     # an allocator that maps pages on demand writes the page-mapping keys
     vattention = run([*SMALL, "allocator=vattention"]).summary
-    # a model with sliding-window layers writes its KV-cache groups' keys
-    hybrid = run([*SMALL, "model=mistral-7b-v0.1", "model.hf_config.sliding_window=256"]).summary
+    # a model with sliding-window and full-attention layers writes its KV-cache groups' keys
+    hybrid = run(
+        [*SMALL, "model=gemma3-12b", "model.hf_config.sliding_window=256", "hardware.kv_budget_bytes=5e9"]
+    ).summary
     return plain, swapped, cached, short, host, vattention, hybrid
 
 

@@ -10,6 +10,7 @@ from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
 
 from kvbench.app.config import plugin_config
 from kvbench.core.kv import Transfer
+from kvbench.core.ledger import MemoryLedger
 from kvbench.errors import ConfigError
 from kvbench.memory.allocator import SeqShape
 from kvbench.testing.allocators import CachingAllocatorConformance, check_cache, check_invariants, prefix_hashes
@@ -214,3 +215,17 @@ class TestPagedWithHostTierConforms(CachingAllocatorConformance):
             budget_bytes=budget_bytes,
             kv_bytes_per_token=kv_bytes_per_token,
         )
+
+
+def test_the_host_ledger_accounts_for_every_byte_of_the_host_budget():
+    # 3 host slots of one 16-byte block, and 8 bytes below a block: external on host too
+    alloc = PagedAllocator(
+        PagedConfig(B, prefix_caching=True, host_cache_bytes=3 * B + 8), budget_bytes=4 * B, kv_bytes_per_token=1
+    )
+    assert alloc.host_ledger() == MemoryLedger(3 * B + 8, 0, 0, 0, 8, 3 * B, 0)
+    assert alloc.allocate(1, shape(1, 64, 64)) == 0
+    alloc.free(1)  # its four keyed blocks stay cached on the GPU
+    assert alloc.allocate(2, SeqShape(2 * B, 3 * B, 2 * B)) == 0  # evicts two of them (LRU) to host
+    assert alloc.host_ledger() == MemoryLedger(3 * B + 8, 0, 0, 0, 8, B, 2 * B)
+    check_cache(alloc, {2: 2 * B})
+    assert make(budget_blocks=4, host_blocks=0).host_ledger() is None

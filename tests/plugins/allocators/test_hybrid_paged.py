@@ -3,6 +3,7 @@ every group can serve, and the conformance suites."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -115,6 +116,11 @@ def test_per_group_bytes_sum_to_the_ledger():
     assert alloc.group_bytes() == [p * alloc.page_bytes for p in (15 + 3, 6 + 3, 6 + 3)]
     led = alloc.ledger()
     assert sum(alloc.group_bytes()) == led.allocated_bytes
+    # the ledger's split: the full group's 18 blocks, the two window groups' 9 + 9
+    assert led.group_bytes == (
+        ("full_group_bytes", 18 * alloc.page_bytes),
+        ("window_group_bytes", 18 * alloc.page_bytes),
+    )
     assert led.token_bytes == (60 + 24 + 24 + 3 * 10) * alloc.slot_bytes  # shared tokens once; 60 - 36 = 24
     check_invariants(alloc, {1: 60, 2: 10, 3: 10}, {1: 150, 2: 150, 3: 150})
 
@@ -214,6 +220,13 @@ def test_both_loops_agree_for_a_hybrid_model(model, budget, preemption):
     s = result.summary
     r = result.requests
     assert (r["num_generated"] == r["output_tokens"]).all(), "a request lost tokens"
+    # the steps table splits the held bytes by group kind: they add up to the ledger's allocated bytes
+    steps = result.steps
+    kinds = ["full_group_bytes", "window_group_bytes"] if model == "gemma3-12b" else ["window_group_bytes"]
+    assert [c for c in steps.columns if c.endswith("_group_bytes")] == kinds
+    allocated = steps[["token_bytes", "reserved_future_bytes", "internal_bytes"]].sum(axis=1)
+    assert np.allclose(steps[kinds].sum(axis=1), allocated, rtol=1e-12, atol=1.0)
+    assert (steps["window_group_bytes"] > 0).any()
     assert s["num_window_groups"] >= 1 and s["sliding_window_tokens"] == 256 and s["window_slid_bytes"] > 0
     assert s["num_preemptions"] > 0, "the heavy workload must preempt"
 
