@@ -57,10 +57,16 @@ def test_every_package_of_the_source_tree_is_listed_in_pyproject():
 
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed = set(setuptools["packages"])
+    # each folder installs as the package its deepest package-dir entry names (plugins/ as
+    # kvbench_plugins, plugins/hydra_sweeper/ as hydra_plugins.kvbench_sweeper)
+    folders = sorted(((ROOT / d).resolve(), p) for p, d in setuptools["package-dir"].items())
+
+    def package_of(folder: Path) -> str:
+        root, package = max(((d, p) for d, p in folders if folder.is_relative_to(d)), key=lambda e: len(e[0].parts))
+        return ".".join((package, *folder.relative_to(root).parts))
+
     found = {
-        ".".join(("kvbench_plugins", *init.parent.relative_to(ROOT / "plugins").parts)).rstrip(".")
-        if init.is_relative_to(ROOT / "plugins")
-        else ".".join(init.parent.relative_to(ROOT).parts)
+        package_of(init.parent.resolve())
         for init in [*ROOT.glob("kvbench/**/__init__.py"), *ROOT.glob("plugins/**/__init__.py")]
     }
     assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"

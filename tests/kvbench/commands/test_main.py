@@ -184,11 +184,18 @@ def test_list_values_with_commas_are_one_value(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("allocators", ["naive,paged", "paged,naive"])
+@pytest.mark.parametrize("allocators", ["pagd,paged", "paged,pagd"])
 def test_every_value_of_a_sweep_is_checked_before_any_job_runs(tmp_path, allocators):
-    # naive has no block size: refused whichever allocator comes first, and nothing ran
-    proc = kvbench("-m", f"allocator={allocators}", "allocator.block_size_tokens=32", *SMALL, cwd=tmp_path)
-    assert_one_line_error(proc, "allocator.block_size_tokens=32", "allocator (naive)", "s_max_tokens", status=2)
+    # a misspelled option: refused whichever allocator comes first, and nothing ran
+    proc = kvbench("-m", f"allocator={allocators}", *SMALL, cwd=tmp_path)
+    assert_one_line_error(proc, "allocator='pagd' is not a known allocator", "did you mean `paged`?", status=2)
+    assert not list(tmp_path.rglob("summary.parquet"))
+
+
+def test_a_key_no_swept_allocator_has_is_refused_before_any_job_runs(tmp_path):
+    # per_request and naive lack block_size_tokens, and neither has it: the line names who does
+    proc = kvbench("-m", "allocator=per_request,naive", "allocator.block_size_tokens=32", *SMALL, cwd=tmp_path)
+    assert_one_line_error(proc, "allocator.block_size_tokens=32", "it is a key of allocator=paged", status=2)
     assert not list(tmp_path.rglob("summary.parquet"))
 
 
