@@ -22,6 +22,7 @@ from kvbench.atomic import (
     mark_complete,
     write_file,
     write_frame,
+    write_parquet,
     write_text,
 )
 from kvbench.errors import ConfigError
@@ -73,6 +74,23 @@ def test_frames_round_trip_and_the_marker_comes_last(tmp_path):
         "summary.csv",
         "summary.parquet",
     ]
+
+
+@pytest.mark.parametrize("num_rows", [0, 1, 7, 9])
+def test_parquet_is_written_a_row_group_at_a_time_and_reads_back_the_same_frame(tmp_path, num_rows):
+    import pyarrow.parquet as pq
+
+    frame = pd.DataFrame(
+        {
+            "step": pd.Series(range(num_rows), dtype="int64"),
+            "duration_s": [0.1 * i if i % 3 else float("nan") for i in range(num_rows)],
+            "saturated": [i % 2 == 0 for i in range(num_rows)],
+            "reason": [None if i % 4 == 0 else f"r{i}" for i in range(num_rows)],
+        }
+    )
+    write_parquet(frame, tmp_path / "steps.parquet", row_group_rows=3)
+    assert pq.ParquetFile(tmp_path / "steps.parquet").num_row_groups == max(1, -(-num_rows // 3))
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "steps.parquet"), frame, check_exact=True)
 
 
 def test_bytes_reach_the_disk_before_the_rename_and_the_marker(tmp_path, monkeypatch):
