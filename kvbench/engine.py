@@ -133,7 +133,7 @@ class Engine:
             num_extra = projection.num_steps
             if may_join:  # stop before the step in which the arrival joins
                 starts_s = result.step_starts_s()
-                num_extra = min(num_extra, int(np.searchsorted(starts_s, next_arrival_s, side="left")) - 1)
+                num_extra = min(num_extra, bisect.bisect_left(starts_s, next_arrival_s) - 1)
             if num_extra > 0:
                 scheduler.extend(plan, projection, num_extra)
                 return _truncate(result, plan.num_steps)
@@ -217,7 +217,12 @@ def _truncate(result: StepResult, num_steps: int) -> StepResult:
         clock_s = result.clock_s[: num_steps + 1]
     else:
         clock_s = np.cumsum(np.concatenate(([result.start_s], durations_s)))
-    decode_s = float(np.cumsum(durations_s)[-1])
+    if isinstance(durations_s, tuple):  # a short run, in plain floats: added in step order alike
+        decode_s = durations_s[0]
+        for duration_s in durations_s[1:]:
+            decode_s += duration_s
+    else:
+        decode_s = float(np.cumsum(durations_s)[-1])
     added_s = None if result.page_map_added_s is None else result.page_map_added_s[:num_steps]
     return StepResult(
         result.start_s, durations_s, float(clock_s[-1]), decode_s=decode_s, clock_s=clock_s, page_map_added_s=added_s

@@ -106,6 +106,19 @@ class CostModel:
         times_s += self._weights_s  # w + bytes / bandwidth: the order decode_time_s adds them in
         return times_s
 
+    def decode_times_list_s(self, first_kv_read_tokens: int, num_decodes: int, num_steps: int) -> list[float]:
+        """:meth:`decode_times_s` in plain floats, the same bits step by step (the same integer
+        bytes, divided, then the weights added): for the few steps of a short run, where building
+        numpy arrays costs more than the arithmetic."""
+        kv = self.model.kv_bytes_per_token
+        bytes_per_s, weights_s = self._kv_bytes_per_s, self._weights_s
+        kv_read_bytes, step_bytes = first_kv_read_tokens * kv, num_decodes * kv
+        times_s = []
+        for _ in range(num_steps):
+            times_s.append(kv_read_bytes / bytes_per_s + weights_s)
+            kv_read_bytes += step_bytes
+        return times_s
+
     def windowed_decode_times_s(self, read_tokens: Sequence[int], num_steps: int) -> np.ndarray:
         """Decode steps of sequences whose first step reads ``read_tokens`` tokens each (each step
         one more) on a model with window groups: each window group reads at most its W tokens of a

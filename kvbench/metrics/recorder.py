@@ -116,6 +116,10 @@ def _accumulate(total: float, values) -> float:
     the same steps added one at a time give the same float)."""
     if len(values) == 1:
         return total + float(values[0])
+    if isinstance(values, tuple):  # a short run, in plain floats
+        for value in values:
+            total += value
+        return total
     return float(np.cumsum(np.concatenate(([total], values)))[-1])
 
 
