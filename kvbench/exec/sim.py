@@ -7,7 +7,6 @@ import numpy as np
 from kvbench.core.step import StepPlan, StepResult
 from kvbench.exec.costmodel import CostModel
 
-
 #: a run of at most this many decode steps is priced in plain floats (tuples), a longer one in
 #: numpy arrays: below it, making the arrays costs more than the arithmetic (the bits are the same)
 SHORT_RUN_STEPS = 64

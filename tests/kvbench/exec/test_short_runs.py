@@ -14,7 +14,6 @@ from kvbench.exec.costmodel import CostModel
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelSpec
 
-
 MODEL = ModelSpec(
     "llama2-7b", num_layers=32, num_heads=32, num_kv_heads=32, head_dim=128, dtype_bytes=2, num_params=6_738_415_616
 )
