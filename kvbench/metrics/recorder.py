@@ -21,9 +21,10 @@ DataFrame once at the end.
 from __future__ import annotations
 
 import contextlib
+import operator
 import time
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -141,11 +142,14 @@ def _add_span(totals: list[float], spans: dict, durations, names: tuple[str, ...
     return np.cumsum(np.column_stack((totals, products)), axis=1)[:, -1].tolist()
 
 
-def _ledger_values(ledger) -> list[int]:
+_LEDGER_FIELD_VALUES = operator.attrgetter(*LEDGER_FIELDS)
+
+
+def _ledger_values(ledger) -> tuple[int, ...]:
     """A ledger's fields, then its group parts (a model with several KV-cache groups)."""
-    values = [getattr(ledger, name) for name in LEDGER_FIELDS]
+    values = _LEDGER_FIELD_VALUES(ledger)
     if ledger.group_bytes:
-        values.extend(value for _, value in ledger.group_bytes)
+        values += tuple(value for _, value in ledger.group_bytes)
     return values
 
 
@@ -158,6 +162,10 @@ def _page_map_amounts(plan: StepPlan, result: StepResult) -> tuple[int, float, f
     added = result.page_map_added_s
     return pages, pages * mapping.page_map_latency_s, 0.0 if added is None else _accumulate(0.0, added)
 
+
+#: step-table rows held (as tuples) before they are stored a column at a time: a value appended to
+#: each of 40 typed columns per row cost more than the row's own bookkeeping
+STEP_ROWS_BATCH = 4096
 
 #: finished requests held before their rows are stored a column at a time (per-value appends cost
 #: more than the run's own work on each request)
@@ -198,6 +206,9 @@ class Recorder:
         self._open_first: tuple | None = None  # its first step's (ledger, duration)
         self._open_ledger: dict[str, float] | None = None  # ledger field -> sum of value x step time
         self._open_mergeable = False
+        #: closed rows not yet in the typed columns, and what reads a row's values in column order
+        self._step_rows: list[tuple] = []
+        self._step_row_values: Callable[[dict], tuple] | None = None
         self._open_refusal: list | None = None
         self._wall_start_s = time.perf_counter()
         #: request id -> its EVENT_COLUMNS counts, from the plans' preemptions and swaps
@@ -277,13 +288,12 @@ class Recorder:
         loop's wall time, up to here: building the tables (pandas) comes after, as writing its
         outputs does in other simulators."""
         self._flush()
+        self._store_step_rows()
         for group in groups:
             self.record_request(group)
         self._store_request_rows()
         sim_wall_s = time.perf_counter() - self._wall_start_s - self._outside_s
-        names = list(STEP_COLUMNS) + (list(MEASURED_COLUMNS) if self._measured else [])
-        names += list(MAP_COLUMNS) if self._maps else []
-        names += list(self._group_names or ())
+        names = self._column_names()
         # copy=False: the frame's columns are the typed arrays' own memory (no second copy at the peak)
         steps = pd.DataFrame({name: _as_numpy(self._columns[name]) for name in names}, columns=names, copy=False)
         self._columns.clear()
@@ -427,15 +437,29 @@ class Recorder:
         if row["num_steps"] > 1:  # a span: its ledger is the time-weighted mean over its steps
             for name, total in zip(self._ledger_names, self._open_ledger):
                 row[name] = total / row["duration_s"]
-        for name in STEP_COLUMNS:
-            self._columns[name].append(row[name])
-        if self._measured:
-            for name in MEASURED_COLUMNS:
-                self._columns.setdefault(name, array("d")).append(row[name])
-        if self._maps:
-            for name in MAP_COLUMNS:
-                self._columns.setdefault(name, array("q" if name == "pages_mapped" else "d")).append(row[name])
-        if self._group_names:
-            for name in self._group_names:
-                self._columns.setdefault(name, array("d")).append(row[name])
+        if self._step_row_values is None:  # the first row says which optional columns the run has
+            self._step_row_values = operator.itemgetter(*self._column_names())
+        self._step_rows.append(self._step_row_values(row))
+        if len(self._step_rows) >= STEP_ROWS_BATCH:
+            self._store_step_rows()
         self._open = None
+
+    def _column_names(self) -> list[str]:
+        """The step table's columns: STEP_COLUMNS, then those of a real run, of an allocator that
+        maps pages and of a model with several KV-cache groups (each run has them in every row)."""
+        names = list(STEP_COLUMNS) + (list(MEASURED_COLUMNS) if self._measured else [])
+        names += list(MAP_COLUMNS) if self._maps else []
+        names += list(self._group_names or ())
+        for name in names:
+            if name not in self._columns:
+                self._columns[name] = array("q" if name == "pages_mapped" else "d")
+        return names
+
+    def _store_step_rows(self) -> None:
+        """The held rows into the typed columns, a column at a time."""
+        if not self._step_rows:
+            return
+        columns = [self._columns[name] for name in self._column_names()]
+        for column, values in zip(columns, zip(*self._step_rows)):
+            column.extend(values)
+        self._step_rows.clear()

@@ -243,3 +243,43 @@ class TestPagedWithPrefixCachingConforms(CachingAllocatorConformance):
             budget_bytes=budget_bytes,
             kv_bytes_per_token=kv_bytes_per_token,
         )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    block_size_tokens=st.sampled_from([8, 16]),
+    prompts=st.lists(st.integers(1, 70), min_size=1, max_size=8),
+    forks=st.lists(st.integers(0, 7), max_size=3),
+    num_tokens=st.integers(1, 40),
+    budget_blocks=st.integers(8, 60),
+)
+def test_append_each_is_one_append_per_sequence(block_size_tokens, prompts, forks, num_tokens, budget_blocks):
+    """The inline run of appends (a span of decode steps) leaves the allocator exactly as one
+    ``append`` per sequence in order: tables, ledger, pending copies, and where it runs out."""
+
+    def build() -> tuple[PagedAllocator, list[int]]:
+        alloc = PagedAllocator(
+            PagedConfig(block_size_tokens), budget_bytes=budget_blocks * block_size_tokens, kv_bytes_per_token=1
+        )
+        seq_ids = []
+        for seq_id, prompt in enumerate(prompts):
+            if alloc.allocate(seq_id, SeqShape(prompt, prompt + 80, prompt + 60)) is not None:
+                seq_ids.append(seq_id)
+        for n, parent in enumerate(forks):  # shared (partly filled) last blocks: copies on append
+            if parent in seq_ids:
+                alloc.fork(parent, 100 + n)
+                seq_ids.append(100 + n)
+        return alloc, seq_ids
+
+    each, seq_ids = build()
+    one, _ = build()
+    done_each = each.append_each(seq_ids, num_tokens)
+    done_one = True
+    for seq_id in seq_ids:
+        if not one.append(seq_id, num_tokens):
+            done_one = False
+            break
+    assert done_each == done_one
+    assert each.ledger() == one.ledger()
+    assert {s: each.block_table(s) for s in seq_ids} == {s: one.block_table(s) for s in seq_ids}
+    assert each.drain_copies() == one.drain_copies()
