@@ -14,8 +14,9 @@ A model with several KV-cache groups adds the ledger's split of the allocated by
 (``full_group_bytes``, ``window_group_bytes``: :class:`~kvbench.core.ledger.MemoryLedger`'s
 ``group_bytes``), after the other columns, means over a span as the ledger's parts are.
 
-Columns are kept as Python lists (one per column), not as a list of row tuples, and become a
-DataFrame once at the end.
+Columns are typed arrays (8 bytes a value, not a Python object each). Closed rows wait as tuples
+and are stored a column at a time, a batch of rows at once; the columns become a DataFrame once at
+the end, without a copy.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ class Recorder:
         self._refusals: list[list] = []
         self._open: dict | None = None  # the span being built
         self._open_first: tuple | None = None  # its first step's (ledger, duration)
-        self._open_ledger: dict[str, float] | None = None  # ledger field -> sum of value x step time
+        self._open_ledger: list[float] | None = None  # per ledger name: sum of value x step time
         self._open_mergeable = False
         #: closed rows not yet in the typed columns, and what reads a row's values in column order
         self._step_rows: list[tuple] = []
