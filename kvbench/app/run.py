@@ -292,6 +292,11 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
             cache_dir=cache_dir,
             progress=phase_progress(bool(cfg.progress)),
         )
+        if any(g.window_tokens for g in getattr(s.allocator, "kv_groups", ())):
+            # a sliding-window model: its cache holds a prefix's last window per window group, not
+            # whole-model blocks, so the LRU and Belady bounds of a cache of C whole-model blocks
+            # bound nothing it does; the ceiling (no eviction at all) still bounds its hit rate
+            bounds = {k: v for k, v in bounds.items() if k not in WHOLE_MODEL_BOUNDS}
         summary.update(bounds)
         # a host tier for evicted prefix blocks: its hits, traffic and bounds ({} without one)
         summary.update(
@@ -317,6 +322,10 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
         steps=record.steps,
         refusals=record.refusals,
     )
+
+
+#: the offline bounds at a capacity of whole-model blocks (not reported for a sliding-window model)
+WHOLE_MODEL_BOUNDS = ("prefix_hit_rate_lru_offline", "prefix_hit_rate_belady")
 
 
 def _kv_group_summary(allocator: Allocator) -> dict:

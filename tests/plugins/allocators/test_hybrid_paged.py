@@ -251,3 +251,18 @@ def test_a_window_model_decodes_faster_and_holds_more_than_its_twin():
     # with a 4,096 window a sequence holds about half of that
     assert twin["peak_concurrency"] <= 18 < hybrid["peak_concurrency"]
     assert hybrid["throughput_tokens_per_s"] > twin["throughput_tokens_per_s"]
+
+
+def test_a_window_model_reports_the_prefix_ceiling_only():
+    """The offline LRU and Belady bounds model a cache of whole-model blocks, which a model with
+    window groups does not keep: its run reports the no-eviction ceiling, which still bounds it."""
+    from kvbench.api import run
+
+    common = [*FAST, "workload.num_requests=60", "workload.shared_prefix_tokens=256", "allocator.prefix_caching=true"]
+    # a window longer than the 512-token prompts: the window group holds the shared prefix too
+    hybrid = run([*common, "model=mistral-7b-v0.1", "model.hf_config.sliding_window=1024"]).summary
+    twin = run([*common, "model=mistral-7b-v0.1", "model.hf_config.sliding_window=null"]).summary
+    assert "prefix_hit_rate_belady" in twin and "prefix_hit_rate_lru_offline" in twin
+    assert "prefix_hit_rate_belady" not in hybrid and "prefix_hit_rate_lru_offline" not in hybrid
+    assert hybrid["prefix_hit_rate_infinite"] == twin["prefix_hit_rate_infinite"] > 0
+    assert 0 < hybrid["prefix_hit_rate"] <= hybrid["prefix_hit_rate_infinite"]
