@@ -31,7 +31,7 @@ import numpy as np
 
 from kvbench.core.request import Request, RequestList
 from kvbench.core.sequence import SequenceGroup
-from kvbench.core.step import Executor, StepPlan, StepResult
+from kvbench.core.step import Executor, StepPlan, StepResult, added_in_order
 from kvbench.metrics.recorder import Recorder, RunRecord
 from kvbench.sched.scheduler import Scheduler
 
@@ -217,12 +217,7 @@ def _truncate(result: StepResult, num_steps: int) -> StepResult:
         clock_s = result.clock_s[: num_steps + 1]
     else:
         clock_s = np.cumsum(np.concatenate(([result.start_s], durations_s)))
-    if isinstance(durations_s, tuple):  # a short run, in plain floats: added in step order alike
-        decode_s = durations_s[0]
-        for duration_s in durations_s[1:]:
-            decode_s += duration_s
-    else:
-        decode_s = float(np.cumsum(durations_s)[-1])
+    decode_s = added_in_order(0.0, durations_s)
     added_s = None if result.page_map_added_s is None else result.page_map_added_s[:num_steps]
     return StepResult(
         result.start_s, durations_s, float(clock_s[-1]), decode_s=decode_s, clock_s=clock_s, page_map_added_s=added_s

@@ -47,7 +47,7 @@ def _unparsable(args: Sequence[str]) -> str | None:
     return None
 
 
-def _not_a_key(exc: BaseException, cause: BaseException) -> str | None:
+def _not_a_key(exc: BaseException, cause: BaseException, args: Sequence[str] = ()) -> str | None:
     """``Could not override 'a.b'`` because ``b`` is not a key of ``a``: the keys ``a`` has."""
     from omegaconf import DictConfig
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
@@ -66,11 +66,14 @@ def _not_a_key(exc: BaseException, cause: BaseException) -> str | None:
     place = f"{where} ({name})" if isinstance(name, str) else where or "the top level"
     owners = _options_with_key(where, leaf) if isinstance(name, str) else []
     if owners:  # a key of another option of the group: a sweep over the group cannot set it for all
-        # kvbench's sweeper gives a key to the jobs whose option has it (kvbench/app/sweep_jobs.py)
+        # kvbench's sweeper gives a key to the jobs whose option has it (kvbench/app/sweep_jobs.py);
+        # the option the command line picked (orca_pow2), else its name field (per_request)
+        chosen = [a.partition("=")[2] for a in args if a.partition("=")[0] == where and "," not in a]
+        picked = chosen[-1] if chosen else name
         guess = (
             f"it is a key of {' and '.join(f'{where}={o}' for o in owners)}: set it in a run of "
             f"{'one of those' if len(owners) > 1 else 'that one'}, or sweep {where} over "
-            f"{'them' if len(owners) > 1 else 'it'} too (kvbench -m {where}={name},{','.join(owners)} "
+            f"{'them' if len(owners) > 1 else 'it'} too (kvbench -m {where}={picked},{','.join(owners)} "
             f"{where}.{leaf}={typed.partition('=')[2] or '...'});"
         )
     else:
@@ -127,7 +130,7 @@ def hydra_error_line(exc: BaseException, args: Sequence[str] = ()) -> str:
                 f"choose one of: {', '.join(sorted(exc.options))}"
             )
     if cause is not None:
-        line = _not_a_key(exc, cause)
+        line = _not_a_key(exc, cause, args)
         if line:
             return line
         first = _first_line(exc).removeprefix("Error merging override ")

@@ -188,6 +188,19 @@ class StepResult:
         return np.cumsum(np.concatenate(([self.start_s], self.durations_s[:-1])))
 
 
+def added_in_order(total: float, values) -> float:
+    """``total`` plus ``values`` added one by one, in step order, so that a run of steps added at
+    once and the same steps added one at a time give the same float: plain floats for a tuple (a
+    short run), one cumulative sum for an array."""
+    if len(values) == 1:
+        return total + float(values[0])
+    if isinstance(values, tuple):
+        for value in values:
+            total += value
+        return total
+    return float(np.cumsum(np.concatenate(([total], values)))[-1])
+
+
 class Executor(Protocol):
     """What the engine hands a step plan to: the simulator's cost model (``kvbench.exec.sim``) or
     a GPU running the model (``kvbench.exec.real``). It prices or runs exactly what the plan

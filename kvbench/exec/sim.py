@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvbench.core.step import StepPlan, StepResult
+from kvbench.core.step import StepPlan, StepResult, added_in_order
 from kvbench.exec.costmodel import CostModel
 
 #: a run of at most this many decode steps is priced in plain floats (tuples), a longer one in
@@ -77,10 +77,10 @@ class SimExecutor:
         for duration_s in durations_s:
             clock += duration_s
             clock_s.append(clock)
-        decode_s = durations_s[0]
-        for duration_s in durations_s[1:]:
-            decode_s += duration_s
-        return StepResult(plan.start_s, tuple(durations_s), clock, decode_s=decode_s, clock_s=tuple(clock_s))
+        durations_s = tuple(durations_s)
+        return StepResult(
+            plan.start_s, durations_s, clock, decode_s=added_in_order(0.0, durations_s), clock_s=tuple(clock_s)
+        )
 
     def _priced_step(self, plan: StepPlan, overhead_s: float, windowed) -> StepResult:
         """One step: its transfers, prefill chunks and decode pass."""

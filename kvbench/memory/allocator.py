@@ -173,16 +173,6 @@ class Allocator(ABC):
         :class:`KVCopy`).
         """
 
-    def append_each(self, seq_ids: Sequence[int], num_tokens: int) -> bool:
-        """:meth:`append` ``num_tokens`` to each of ``seq_ids`` in order (a run of decode steps the
-        projection said fits); ``False`` at the first that does not fit, the earlier ones done.
-        An allocator may do it faster than one call each; the result must be the same."""
-        append = self.append
-        for seq_id in seq_ids:
-            if not append(seq_id, num_tokens):
-                return False
-        return True
-
     @abstractmethod
     def truncate(self, seq_id: int, num_tokens: int) -> None:
         """Keep only the first ``num_tokens`` tokens of ``seq_id``, giving back blocks no longer

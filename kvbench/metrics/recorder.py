@@ -33,7 +33,7 @@ import pandas as pd
 
 from kvbench.core.ledger import LEDGER_FIELDS
 from kvbench.core.sequence import EVENT_COLUMNS, FLOAT_GROUP_COLUMNS, GROUP_COLUMNS, REQUEST_COLUMNS, SequenceGroup
-from kvbench.core.step import Mechanism, StepPlan, StepResult
+from kvbench.core.step import Mechanism, StepPlan, StepResult, added_in_order
 
 #: step-table columns besides the ledger's, in order (one source for the table and its readers)
 STEP_COLUMNS: tuple[str, ...] = (
@@ -113,22 +113,10 @@ class RunRecord:
     sim_wall_s: float
 
 
-def _accumulate(total: float, values) -> float:
-    """``total`` plus ``values`` added one by one, in order (so a run of steps added at once and
-    the same steps added one at a time give the same float)."""
-    if len(values) == 1:
-        return total + float(values[0])
-    if isinstance(values, tuple):  # a short run, in plain floats
-        for value in values:
-            total += value
-        return total
-    return float(np.cumsum(np.concatenate(([total], values)))[-1])
-
-
 def _add_span(totals: list[float], spans: dict, durations, names: tuple[str, ...]) -> list[float]:
     """Each ledger field's total (``names``: the ledger's fields and group parts) plus its value
     after each step of a run times that step's time, added one by one in step order (as
-    ``_accumulate`` does for one series). A short projection (lists) is added in plain floats, a
+    ``added_in_order`` does for one series). A short projection (lists) is added in plain floats, a
     long one (arrays) for every field at once; both round alike."""
     series = [spans[name] for name in names]
     if isinstance(series[0], list):
@@ -161,7 +149,7 @@ def _page_map_amounts(plan: StepPlan, result: StepResult) -> tuple[int, float, f
     if plan.num_steps > 1:
         pages += int(np.sum(plan.span_pages_mapped))
     added = result.page_map_added_s
-    return pages, pages * mapping.page_map_latency_s, 0.0 if added is None else _accumulate(0.0, added)
+    return pages, pages * mapping.page_map_latency_s, 0.0 if added is None else added_in_order(0.0, added)
 
 
 #: step-table rows held (as tuples) before they are stored a column at a time: a value appended to
@@ -234,10 +222,10 @@ class Recorder:
             row["num_steps"] += num_steps
             row["num_computed_tokens"] += plan.num_computed_tokens
             row["kv_read_bytes"] += float(kv_read_tokens * self.kv_bytes_per_token)
-            row["duration_s"] = _accumulate(row["duration_s"], durations)
-            row["decode_s"] = _accumulate(row["decode_s"], durations)
+            row["duration_s"] = added_in_order(row["duration_s"], durations)
+            row["decode_s"] = added_in_order(row["decode_s"], durations)
             if result.predicted_s is not None:
-                row["measured_s"] = _accumulate(row["measured_s"], durations)
+                row["measured_s"] = added_in_order(row["measured_s"], durations)
                 row["predicted_s"] += result.predicted_s
             if self._open_refusal is not None:
                 self._open_refusal[2] += num_steps
@@ -366,7 +354,7 @@ class Recorder:
             "step": plan.step,
             "num_steps": plan.num_steps,
             "start_s": plan.start_s,
-            "duration_s": _accumulate(0.0, result.durations_s),
+            "duration_s": added_in_order(0.0, result.durations_s),
             "num_running": plan.num_running,
             "num_decode_seqs": len(plan.decodes),
             "num_prefill_seqs": len({id(c.seq) for c in prefills}) if prefills else 0,

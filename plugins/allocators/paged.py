@@ -322,29 +322,6 @@ class PagedAllocator(Allocator):
             return True
         return self._append_blocks(seq_id, tokens, offset, num_tokens)
 
-    def append_each(self, seq_ids: Sequence[int], num_tokens: int) -> bool:
-        """:meth:`append` for each sequence in order, the hot path (room in an unshared last
-        block) inline: a run of decode steps appends to every sequence of the batch at once."""
-        size = self._block_size_tokens
-        num_tokens_of, tables, shared = self._num_tokens, self._tables, self._shared_refs
-        future_of, pending = self._future_tokens, self._pending_keys
-        for seq_id in seq_ids:
-            tokens = num_tokens_of[seq_id]
-            offset = tokens % size
-            if offset and num_tokens <= size - offset and tables[seq_id][-1] not in shared:
-                num_tokens_of[seq_id] = tokens + num_tokens
-                self._num_token_slots += num_tokens
-                future = future_of[seq_id]
-                if future:
-                    used = future if future < num_tokens else num_tokens
-                    future_of[seq_id] = future - used
-                    self._num_future_slots -= used
-                if pending and seq_id in pending:
-                    self._key_full_blocks(seq_id)
-            elif not self._append_blocks(seq_id, tokens, offset, num_tokens):
-                return False
-        return True
-
     def _append_blocks(self, seq_id: int, tokens: int, offset: int, num_tokens: int) -> bool:
         """``append`` that needs new blocks, and maybe a copy of a shared last block first."""
         size = self._block_size_tokens

@@ -38,6 +38,4 @@ class KvbenchSweeper(BasicSweeper):
     def split_arguments(self, overrides: list, max_batch_size: int | None) -> list[list[list[str]]]:
         assert self.hydra_context is not None
         jobs = sweep_jobs(overrides, repository_option_keys(self.hydra_context.config_loader.repository))
-        if max_batch_size is None:
-            return [jobs]
-        return [jobs[i : i + max_batch_size] for i in range(0, len(jobs), max_batch_size)]
+        return [jobs] if max_batch_size is None else list(self.split_overrides_to_chunks(jobs, max_batch_size))

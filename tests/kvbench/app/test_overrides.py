@@ -52,6 +52,9 @@ def test_a_key_of_another_option_of_the_group_names_its_owners():
     )
     line = error_line("allocator=naive", "allocator.block_size_tokens=32")
     assert "it is a key of allocator=paged and allocator=paged_cached: " in line
+    # the suggested sweep keeps the option the command line picked, not the allocator it names
+    line = error_line("allocator=orca_pow2", "allocator.block_size_tokens=32")
+    assert "(kvbench -m allocator=orca_pow2,paged,paged_cached allocator.block_size_tokens=32)" in line
 
 
 def test_an_option_far_from_every_name_gets_only_the_list():

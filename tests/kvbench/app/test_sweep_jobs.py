@@ -113,6 +113,7 @@ def test_paging_and_vattention_at_two_page_sizes_in_one_command(tmp_path):
         "output.steps=false",
         "output.figures=false",
         "hydra.sweep.dir=sweep",
+        "hydra.sweeper.max_batch_size=2",  # launched in two batches, numbered on across them
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
