@@ -93,6 +93,12 @@ class RequestList(Sequence[Request]):
     def __iter__(self) -> Iterator[Request]:
         return map(self._make, range(len(self)))
 
+    def any_prefix_hashes(self) -> bool:
+        """Whether some request carries prefix hashes (its prompt's content), asked of the
+        workload's column: without making a request object per row."""
+        hashes = self._workload.prefix_hashes
+        return bool(hashes) and any(map(len, hashes))
+
     def distinct_shapes(self) -> list[Request]:
         """One request of each distinct (prompt, branch lengths, S_max): what a check of every
         request's fit needs to look at."""

@@ -60,7 +60,7 @@ from typing import TypeVar
 
 from kvbench.atomic import write_json
 from kvbench.core.prefix import BlockKey, block_keys
-from kvbench.core.request import Request
+from kvbench.core.request import Request, RequestList
 
 #: a next lookup that never comes
 _NEVER = math.inf
@@ -216,6 +216,15 @@ def _shared_prefix_tokens(requests: list[Request]) -> int:
     return max((covered[h] for h, n in holders.items() if n > 1), default=0)
 
 
+def any_prefix_hashes(requests: Sequence[Request]) -> bool:
+    """Whether some request says what its prompt holds (prefix hashes): without it the trace has
+    nothing to bound. A workload's request list answers from its column, without making every
+    request (a 100,000-request trace without prompt content made 300,000 to learn that)."""
+    if isinstance(requests, RequestList):
+        return requests.any_prefix_hashes()
+    return any(r.prefix_hashes for r in requests)
+
+
 def prefix_cache_bounds(
     requests: list[Request], block_size_tokens: int, capacity_blocks: int, *, progress: Progress | None = None
 ) -> dict:
@@ -227,8 +236,10 @@ def prefix_cache_bounds(
     pass over the requests (keys, ceiling, LRU, Belady), each with its total."""
     if block_size_tokens <= 0:
         raise ValueError(f"block_size_tokens must be positive, got {block_size_tokens}")
+    if not any_prefix_hashes(requests):
+        return {}
     total_tokens = sum(r.prompt_tokens for r in requests)
-    if total_tokens <= 0 or not any(r.prefix_hashes for r in requests):
+    if total_tokens <= 0:
         return {}
     phase = progress or _no_progress
     n = len(requests)
@@ -370,7 +381,7 @@ def cached_prefix_cache_bounds(
     machine runs it) as one small JSON file per key, written whole or not at all. A damaged or
     unreadable file is ignored and computed again; a folder that cannot be written only costs the
     next job the computation. JSON keeps every float exactly, so a cached result is bit-identical."""
-    if block_size_tokens <= 0 or not any(r.prefix_hashes for r in requests):
+    if block_size_tokens <= 0 or not any_prefix_hashes(requests):
         return prefix_cache_bounds(requests, block_size_tokens, capacity_blocks)  # an error, or {} at once
     key = bounds_key(requests, block_size_tokens, capacity_blocks)
     if key in _MEMO:

@@ -67,6 +67,17 @@ def test_the_list_makes_exactly_the_requests_every_row_says(columns):
         lazy[5]
 
 
+@pytest.mark.parametrize(
+    "hashes",
+    [None, [(), (), (), (), ()], [(), (), (4, 5), (), ()], [(1, 2), (1,), (), (7,), (1, 2)]],
+    ids=["no_column", "all_empty", "one", "most"],
+)
+def test_whether_any_request_has_prefix_hashes_is_what_the_requests_say(hashes):
+    w = workload(prefix_hashes=hashes, hash_block_tokens=8 if hashes else 0)
+    lazy = requests_from_workload(w)
+    assert lazy.any_prefix_hashes() == any(r.prefix_hashes for r in eager(w, 0))
+
+
 def test_one_request_of_each_shape_the_first_of_it_in_order():
     w = workload()
     shapes = distinct_shapes(requests_from_workload(w))

@@ -243,3 +243,35 @@ class TestPagedWithPrefixCachingConforms(CachingAllocatorConformance):
             budget_bytes=budget_bytes,
             kv_bytes_per_token=kv_bytes_per_token,
         )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    block_size_tokens=st.sampled_from([1, 4, 16, 32]),
+    budget_tokens=st.integers(64, 2048),
+    seqs=st.lists(st.tuples(st.integers(1, 200), st.integers(0, 300)), min_size=1, max_size=12),
+    max_steps=st.integers(1, paged.SHORT_PROJECTION_STEPS),
+)
+def test_short_projection_equals_the_array_projection(block_size_tokens, budget_tokens, seqs, max_steps):
+    """A few steps are projected in plain integers, more in numpy arrays: the same values either
+    way, up to the step where blocks run out, whether new blocks come from given-back or fresh ones."""
+    alloc = make(block_size_tokens, budget_tokens, kv_bytes_per_token=3)
+    seq_ids = []
+    for seq_id, (prompt_tokens, output_tokens) in enumerate(seqs):
+        shape = SeqShape(prompt_tokens, prompt_tokens + output_tokens + 1, prompt_tokens + output_tokens)
+        if alloc.allocate(seq_id, shape) is not None:
+            seq_ids.append(seq_id)
+    for seq_id in seq_ids[: len(seq_ids) // 3]:  # some blocks given back: free ids beside fresh ones
+        alloc.free(seq_id)
+    seq_ids = seq_ids[len(seq_ids) // 3 :]
+    if not seq_ids:
+        return
+    short = alloc.project_decode(seq_ids, max_steps)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(paged, "SHORT_PROJECTION_STEPS", 0)
+        arrays = alloc.project_decode(seq_ids, max_steps)
+    assert short.num_steps == arrays.num_steps
+    assert set(short.ledgers) == set(arrays.ledgers)
+    for name, values in short.ledgers.items():
+        assert isinstance(values, list)
+        assert values == [int(v) for v in arrays.ledgers[name]], name
