@@ -94,7 +94,7 @@ def write_frame(frame: pd.DataFrame, out_dir: Path, name: str, csv_float_format:
 
 def write_csv(frame: pd.DataFrame, path: Path, float_format: str | None = None) -> None:
     """``frame.to_csv(path, index=False, float_format=float_format)``: a table of plain numbers
-    with full-precision floats through kvbench's own writer (the same bytes in about half the
+    with full-precision floats through kvbench's own writer (the same bytes in under half the
     time: :mod:`kvbench.numeric_csv`), anything else through pandas."""
     from kvbench.numeric_csv import write_numeric_csv, writes_numeric_csv
 

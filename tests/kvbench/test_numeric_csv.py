@@ -72,11 +72,12 @@ def test_a_runs_tables_are_written_as_pandas_writes_them(tmp_path):
         pd.DataFrame({"reason": ["no_memory"], "n": [1]}),  # text
         pd.DataFrame({"x": np.array([0.1], dtype=np.float32)}),  # float32 prints its own shortest digits
         pd.DataFrame({"x": pd.array([1, None], dtype="Int64")}),  # pandas' nullable integers
+        pd.DataFrame({"x": pd.array([1.5, None], dtype="Float64")}),  # and nullable floats
         pd.DataFrame({"t": pd.to_datetime(["2026-12-03"])}),
         pd.DataFrame({0: [1.5]}),  # a column name that is not text
         pd.DataFrame(index=range(3)),  # no column
     ],
-    ids=["text", "float32", "nullable", "datetime", "int_name", "no_columns"],
+    ids=["text", "float32", "nullable_int", "nullable_float", "datetime", "int_name", "no_columns"],
 )
 def test_other_tables_are_left_to_pandas(tmp_path, frame):
     assert not writes_numeric_csv(frame)
