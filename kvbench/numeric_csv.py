@@ -49,6 +49,8 @@ def write_numeric_csv(frame: pd.DataFrame, path: Path) -> None:
         csv.writer(out, lineterminator=os.linesep).writerow(frame.columns)
         for start in range(0, len(frame), CHUNK_ROWS):
             texts = [_texts(values[start : start + CHUNK_ROWS]) for values in columns]
+            if len(texts) == 1:  # a row of one empty field (NaN) is quoted, as the csv module quotes it:
+                texts[0] = [text or '""' for text in texts[0]]  # a bare empty line would read as no row
             out.write(os.linesep.join(map(",".join, zip(*texts))))
             out.write(os.linesep)
 

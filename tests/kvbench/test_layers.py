@@ -29,6 +29,7 @@ ORDER = [
     "errors",
     "suggest",
     "textio",
+    "numeric_csv",
     "atomic",
     "provenance",
     "specs",
