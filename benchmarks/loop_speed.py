@@ -32,6 +32,7 @@ from pathlib import Path
 from side_by_side import (
     Scenario,
     arxiv_scenario,
+    compile_kvbench,
     fixed_scenarios,
     kvbench_startup,
     run_kvbench,
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     hidden = {args.vidur_run: "$VIDUR_RUN", str(args.arxiv_lengths): "$ARXIV_LENGTHS"}
     command = " ".join(["python benchmarks/loop_speed.py", *(hidden.get(a, a) for a in argv)])
     report: dict = {"num_requests": args.num_requests, "repeat": args.repeat, "command": command, "scenarios": {}}
+    compile_kvbench()  # kvbench's runs use its bytecode cache, as Vidur's use theirs
     with tempfile.TemporaryDirectory(prefix="kvbench-loop-speed-") as tmp:
         work = Path(tmp)
         scenarios = {s.name: s for s in fixed_scenarios(args.num_requests, args.output_tokens)}

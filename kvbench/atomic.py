@@ -49,17 +49,29 @@ def _fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-@contextmanager
-def _temporary(path: Path) -> Iterator[Path]:
-    """A temporary path beside ``path``, flushed and renamed onto it on success, removed on failure."""
+def temporary_path(path: Path) -> Path:
+    """A new, empty temporary file beside ``path``, to be renamed onto it by :func:`commit` (or
+    removed): a reader takes it for a writer's leftover, never for a result."""
     tmp = path.parent / f"{_TMP_PREFIX}{path.name}.{os.getpid()}.{secrets.token_hex(4)}"
     # created here with the usual permissions (0666 less the umask; mkstemp would make it 0600)
     os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    return tmp
+
+
+def commit(tmp: Path, path: Path) -> None:
+    """Flush the written ``tmp`` to the disk and rename it onto ``path``."""
+    # before the rename: otherwise a crash could leave the final name pointing at no data yet
+    _fsync_path(tmp)
+    os.replace(tmp, path)
+
+
+@contextmanager
+def _temporary(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path``, flushed and renamed onto it on success, removed on failure."""
+    tmp = temporary_path(path)
     try:
         yield tmp
-        # before the rename: otherwise a crash could leave the final name pointing at no data yet
-        _fsync_path(tmp)
-        os.replace(tmp, path)
+        commit(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

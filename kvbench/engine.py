@@ -32,7 +32,7 @@ import numpy as np
 from kvbench.core.request import Request, RequestList
 from kvbench.core.sequence import SequenceGroup
 from kvbench.core.step import Executor, StepPlan, StepResult, added_in_order
-from kvbench.metrics.recorder import Recorder, RunRecord
+from kvbench.metrics.recorder import Recorder, RunRecord, StepSink
 from kvbench.sched.scheduler import Scheduler
 
 #: requests made at a time from the workload (a run holds those in flight and one batch ahead)
@@ -51,6 +51,7 @@ class Engine:
         event_driven: bool = True,
         on_finished: Callable[[int], None] = lambda n: None,
         max_in_flight: int | None = None,
+        step_sink: StepSink | None = None,
     ) -> None:
         if max_in_flight is not None and max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1 or None, got {max_in_flight!r}")
@@ -59,6 +60,7 @@ class Engine:
         self.event_driven = event_driven
         self.on_finished = on_finished  # progress: called with the number of requests just finished
         self.max_in_flight = max_in_flight  # a closed-loop client's requests in flight; None: open loop
+        self.step_sink = step_sink  # where the step table goes a batch of rows at a time; None: kept
 
     def run(self, requests: list[Request]) -> RunRecord:
         # NOTE: the loop creates many small objects that live for the whole run; the cyclic garbage
@@ -74,7 +76,7 @@ class Engine:
     def _run(self, requests: Sequence[Request]) -> RunRecord:
         scheduler = self.scheduler
         scheduler.check_fits(requests)
-        recorder = Recorder(scheduler.allocator.kv_bytes_per_token)
+        recorder = Recorder(scheduler.allocator.kv_bytes_per_token, self.step_sink)
         arrivals = _Arrivals(requests, self.max_in_flight, recorder)
         clock_s, num_finished = 0.0, 0
         while num_finished < len(requests):

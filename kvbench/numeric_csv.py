@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
@@ -45,14 +46,26 @@ def write_numeric_csv(frame: pd.DataFrame, path: Path) -> None:
     """``frame.to_csv(path, index=False)``'s bytes (``writes_numeric_csv(frame)`` must hold)."""
     columns = [frame.iloc[:, i].to_numpy() for i in range(frame.shape[1])]
     with open(path, "w", encoding="utf-8", newline="") as out:
-        # the header as pandas writes it: its csv writer, minimal quoting, the platform's line end
-        csv.writer(out, lineterminator=os.linesep).writerow(frame.columns)
-        for start in range(0, len(frame), CHUNK_ROWS):
-            texts = [_texts(values[start : start + CHUNK_ROWS]) for values in columns]
-            if len(texts) == 1:  # a row of one empty field (NaN) is quoted, as the csv module quotes it:
-                texts[0] = [text or '""' for text in texts[0]]  # a bare empty line would read as no row
-            out.write(os.linesep.join(map(",".join, zip(*texts))))
-            out.write(os.linesep)
+        write_header(out, frame.columns)
+        write_rows(out, columns)
+
+
+def write_header(out: TextIO, names: Iterable[str]) -> None:
+    """The header line as pandas writes it: its csv writer, minimal quoting, the platform's line end
+    (``out`` opened with ``newline=""``)."""
+    csv.writer(out, lineterminator=os.linesep).writerow(names)
+
+
+def write_rows(out: TextIO, columns: Sequence[np.ndarray]) -> None:
+    """The rows of ``columns`` (numpy arrays of one length, each float64, integer or bool) as
+    ``to_csv`` writes them after its header: a table written a batch of rows at a time is the
+    same file as the whole table written at once."""
+    for start in range(0, len(columns[0]), CHUNK_ROWS):
+        texts = [_texts(values[start : start + CHUNK_ROWS]) for values in columns]
+        if len(texts) == 1:  # a row of one empty field (NaN) is quoted, as the csv module quotes it:
+            texts[0] = [text or '""' for text in texts[0]]  # a bare empty line would read as no row
+        out.write(os.linesep.join(map(",".join, zip(*texts))))
+        out.write(os.linesep)
 
 
 def _texts(values: np.ndarray) -> list[str]:

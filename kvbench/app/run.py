@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -24,7 +26,8 @@ from kvbench.app.config import (
     to_dataclass,
 )
 from kvbench.app.progress import current_job, phase_progress, progress_bar
-from kvbench.core.request import requests_from_workload
+from kvbench.core.request import Request, requests_from_workload
+from kvbench.core.step import Executor
 from kvbench.engine import Engine
 from kvbench.errors import ConfigError, require
 from kvbench.exec.costmodel import CostModel
@@ -33,8 +36,11 @@ from kvbench.memory.allocator import Allocator
 from kvbench.memory.host_pool import HostSwapPool
 from kvbench.metrics.host_tier import host_tier_summary
 from kvbench.metrics.prefix_bounds import cached_prefix_cache_bounds
+from kvbench.metrics.recorder import RunRecord
+from kvbench.metrics.step_totals import StepTotals
 from kvbench.metrics.summary import SloConfig, summarize
 from kvbench.output.results import RunResult
+from kvbench.output.step_files import StepFiles
 from kvbench.plugins import lookup, registry
 from kvbench.provenance import provenance
 from kvbench.sched.scheduler import Scheduler
@@ -42,6 +48,7 @@ from kvbench.specs.calibration import DecodeEfficiency, calibration_digest, load
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
 from kvbench.workload.arrivals import check_arrival_span
+from kvbench.workload.source import Workload
 
 #: a subfolder of a sweep's folder, where its jobs keep what they compute once for all of them (the
 #: comparison reads only the numbered job folders)
@@ -219,8 +226,12 @@ def labels(cfg: DictConfig, s: RunSetup, choices: dict | None = None) -> dict:
     }
 
 
-def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
-    """Run the config (already composed by Hydra or by :func:`kvbench.api.compose`) and summarize it."""
+def execute(cfg: DictConfig, choices: dict | None = None, steps_dir: Path | None = None) -> RunResult:
+    """Run the config (already composed by Hydra or by :func:`kvbench.api.compose`) and summarize it.
+
+    ``steps_dir``: write the step table to ``steps.parquet`` and ``steps.csv`` there while the run
+    goes, and add up its summary as the rows pass, instead of holding it (a long run's table is most
+    of its memory); the result's ``steps`` is then None and its ``steps_file`` the Parquet file."""
     s = setup(cfg)
     workload = s.workload_source.generate(np.random.default_rng(int(cfg.seed)))
     check_arrival_span(workload.arrival_s, "raise workload.rate_per_s or workload.rate_scale, or replay fewer requests")
@@ -228,18 +239,53 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
     requests = requests_from_workload(workload, int(cfg.seed))
     real = cfg.mode == "real"
     executor = _real_executor(s, requests, int(cfg.seed)) if real else SimExecutor(s.cost)
-    with progress_bar(
-        workload.num_requests, "running" if real else "simulating", enabled=bool(cfg.progress), unit="requests"
-    ) as advance:
-        # a real step's tokens depend on the previous step's: real mode takes steps one by one
-        engine = Engine(
-            s.scheduler,
-            executor,
-            event_driven=bool(cfg.event_driven) and not real,
-            on_finished=advance,
-            max_in_flight=workload.max_concurrency,
-        )
-        record = engine.run(requests)
+    step_totals = step_files = step_sink = None
+    if steps_dir is not None:
+        step_totals = StepTotals(s.budget_bytes, s.model.kv_bytes_per_token)
+        step_files = StepFiles(steps_dir)
+
+        def step_sink(batch: dict[str, np.ndarray]) -> None:
+            step_files(batch)
+            step_totals.add(batch)
+
+    try:
+        with progress_bar(
+            workload.num_requests, "running" if real else "simulating", enabled=bool(cfg.progress), unit="requests"
+        ) as advance:
+            # a real step's tokens depend on the previous step's: real mode takes steps one by one
+            engine = Engine(
+                s.scheduler,
+                executor,
+                event_driven=bool(cfg.event_driven) and not real,
+                on_finished=advance,
+                max_in_flight=workload.max_concurrency,
+                step_sink=step_sink,
+            )
+            record = engine.run(requests)
+        result = _result(cfg, s, choices, workload, requests, executor, record, step_totals)
+    except BaseException:
+        if step_files is not None:  # a run that failed or was interrupted leaves no step table
+            step_files.discard()
+        raise
+    if step_files is not None:  # the run is over and summarized: its step table takes its names
+        step_files.commit()
+        result.steps_file = step_files.parquet_path
+    return result
+
+
+def _result(
+    cfg: DictConfig,
+    s: RunSetup,
+    choices: dict | None,
+    workload: Workload,
+    requests: Sequence[Request],
+    executor: Executor,
+    record: RunRecord,
+    step_totals: StepTotals | None,
+) -> RunResult:
+    """The run's summary and tables, from what its loop recorded (``step_totals``: its step table's
+    sums, when the table went to its files)."""
+    real = cfg.mode == "real"
     if real:
         from kvbench.exec.real import prediction_error
 
@@ -264,7 +310,7 @@ def execute(cfg: DictConfig, choices: dict | None = None) -> RunResult:
     summary.update(
         summarize(
             record.requests,
-            record.steps,
+            record.steps if step_totals is None else step_totals,
             budget_bytes=s.budget_bytes,
             kv_bytes_per_token=s.model.kv_bytes_per_token,
             slo=s.slo,

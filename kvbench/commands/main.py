@@ -178,6 +178,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     from kvbench.app.run import execute  # after Hydra has parsed: `kvbench --help` stays fast
     from kvbench.output.report import print_summary
     from kvbench.output.results import write_failure, write_run
+    from kvbench.output.step_files import StepFilesError
 
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
@@ -203,12 +204,20 @@ def _hydra_main(cfg: DictConfig) -> None:
     if multirun and _already_complete(out_dir, cfg, f"{hc.job.num} ({label})"):
         print(f"kvbench: job {hc.job.num} ({label}) already complete in {out_dir}: skipped", file=sys.stderr)
         return
+    # the step table goes to its files as the run goes (a long run's table is most of its memory)
+    steps_dir = out_dir if cfg.output.write and cfg.output.steps else None
     try:
-        result = execute(cfg, dict(hc.runtime.choices))
+        result = execute(cfg, dict(hc.runtime.choices), steps_dir=steps_dir)
     except ConfigError as exc:
         from kvbench.app.overrides import with_suggestion
 
         fail(with_suggestion(str(exc)))  # `preemption.victim='newst'`: did you mean `newest`?
+        return
+    except StepFilesError as exc:  # the step table, written as the run goes: a full disk, a folder removed
+        fail(
+            f"could not write the results to {out_dir}: {exc.strerror or exc}; "
+            "free space or write elsewhere with hydra.run.dir=<folder>"
+        )
         return
     result.summary["job"] = label
     if cfg.output.write:

@@ -16,7 +16,10 @@ A model with several KV-cache groups adds the ledger's split of the allocated by
 
 Columns are typed arrays (8 bytes a value, not a Python object each). Closed rows wait as tuples
 and are stored a column at a time, a batch of rows at once; the columns become a DataFrame once at
-the end, without a copy.
+the end, without a copy. Given a ``step_sink``, the recorder keeps no step table at all: each batch
+of rows goes to the sink as numpy columns (a run that streams its table to its files, and adds up
+its summary as the rows pass: :class:`~kvbench.metrics.step_totals.StepTotals`), so that a long
+run holds its live requests, not its millions of rows.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from kvbench.atomic import PARQUET_ROW_GROUP_ROWS
 from kvbench.core.ledger import LEDGER_FIELDS
 from kvbench.core.sequence import EVENT_COLUMNS, FLOAT_GROUP_COLUMNS, GROUP_COLUMNS, REQUEST_COLUMNS, SequenceGroup
 from kvbench.core.step import Mechanism, StepPlan, StepResult, added_in_order
@@ -105,10 +109,11 @@ REFUSAL_COLUMNS = (
 
 @dataclass
 class RunRecord:
-    """What one run produced: per-request, per-span and per-refusal tables, and its wall time."""
+    """What one run produced: per-request, per-span and per-refusal tables, and its wall time
+    (``steps`` is None when the step table went to a ``step_sink``)."""
 
     requests: pd.DataFrame
-    steps: pd.DataFrame
+    steps: pd.DataFrame | None
     refusals: pd.DataFrame
     sim_wall_s: float
 
@@ -152,9 +157,10 @@ def _page_map_amounts(plan: StepPlan, result: StepResult) -> tuple[int, float, f
     return pages, pages * mapping.page_map_latency_s, 0.0 if added is None else added_in_order(0.0, added)
 
 
-#: step-table rows held (as tuples) before they are stored a column at a time: a value appended to
-#: each of 40 typed columns per row cost more than the row's own bookkeeping
-STEP_ROWS_BATCH = 4096
+#: step-table rows held (as tuples) before they are stored a column at a time (a value appended to
+#: each of 40 typed columns per row cost more than the row's own bookkeeping) or sent to the step
+#: sink: a Parquet row group's rows, so that a table streamed a batch at a time is the same file
+STEP_ROWS_BATCH = PARQUET_ROW_GROUP_ROWS
 
 #: finished requests held before their rows are stored a column at a time (per-value appends cost
 #: more than the run's own work on each request)
@@ -172,6 +178,13 @@ def _typed_column(name: str) -> array:
     return array("b" if name == "saturated" else "d" if name in FLOAT_STEP_COLUMNS else "q")
 
 
+#: a typed column's numpy type
+_NUMPY_TYPES = {"b": np.bool_, "d": np.float64, "q": np.int64}
+
+#: a batch of step-table rows as columns: a column name -> its values, in the table's column order
+StepSink = Callable[[dict[str, np.ndarray]], None]
+
+
 def _as_numpy(values: array) -> np.ndarray:
     if values.typecode == "b":
         return np.frombuffer(values, dtype=np.int8).astype(bool) if len(values) else np.array([], dtype=bool)
@@ -183,8 +196,11 @@ def _as_numpy(values: array) -> np.ndarray:
 
 
 class Recorder:
-    def __init__(self, kv_bytes_per_token: int) -> None:
+    def __init__(self, kv_bytes_per_token: int, step_sink: StepSink | None = None) -> None:
         self.kv_bytes_per_token = kv_bytes_per_token
+        #: where each batch of step rows goes instead of the table (None: the recorder keeps it)
+        self._step_sink = step_sink
+        self._batches_sunk = 0
         self._columns: dict[str, array] = {name: _typed_column(name) for name in STEP_COLUMNS}
         #: the request table, a column per GROUP_COLUMNS name, one row per finished request (finish order)
         self._request_columns: dict[str, array] = {name: array(_group_type(name)) for name in GROUP_COLUMNS}
@@ -278,13 +294,19 @@ class Recorder:
         outputs does in other simulators."""
         self._flush()
         self._store_step_rows()
+        if self._step_sink is not None and not self._batches_sunk:  # no row: the sink still learns the columns
+            self._sink_step_rows([])
         for group in groups:
             self.record_request(group)
         self._store_request_rows()
         sim_wall_s = time.perf_counter() - self._wall_start_s - self._outside_s
         names = self._column_names()
         # copy=False: the frame's columns are the typed arrays' own memory (no second copy at the peak)
-        steps = pd.DataFrame({name: _as_numpy(self._columns[name]) for name in names}, columns=names, copy=False)
+        steps = (
+            pd.DataFrame({name: _as_numpy(self._columns[name]) for name in names}, columns=names, copy=False)
+            if self._step_sink is None
+            else None
+        )
         self._columns.clear()
         refusals = pd.DataFrame(self._refusals, columns=list(REFUSAL_COLUMNS))
         rows = self._request_columns
@@ -445,10 +467,27 @@ class Recorder:
         return names
 
     def _store_step_rows(self) -> None:
-        """The held rows into the typed columns, a column at a time."""
+        """The held rows into the typed columns, a column at a time (or to the step sink)."""
         if not self._step_rows:
             return
-        columns = [self._columns[name] for name in self._column_names()]
-        for column, values in zip(columns, zip(*self._step_rows)):
-            column.extend(values)
+        if self._step_sink is not None:
+            self._sink_step_rows(self._step_rows)
+        else:
+            columns = [self._columns[name] for name in self._column_names()]
+            for column, values in zip(columns, zip(*self._step_rows)):
+                column.extend(values)
         self._step_rows.clear()
+
+    def _sink_step_rows(self, rows: list[tuple]) -> None:
+        """``rows`` to the step sink as numpy columns of the table's types. What the sink does with
+        them (writing files, adding up the summary) is not the loop's: its time is left out of
+        ``sim_wall_s``, as building the tables is."""
+        names = self._column_names()
+        values = zip(*rows) if rows else [()] * len(names)
+        batch = {
+            name: np.array(column, dtype=_NUMPY_TYPES[self._columns[name].typecode])
+            for name, column in zip(names, values)
+        }
+        with self.outside_loop():
+            self._step_sink(batch)
+        self._batches_sunk += 1

@@ -14,14 +14,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from kvbench.core.ledger import LEDGER_FIELDS
 from kvbench.metrics.slo_config import SloConfig  # re-exported: it lived here
+from kvbench.metrics.step_totals import StepTotals
 
 PERCENTILES = (50, 90, 99)
-#: the ledger parts held by sequences, block-granular: what a serving engine's usage gauge counts
-#: as used (vLLM: 1 - free blocks / all blocks, where cached-but-evictable blocks count as free).
-#: The other parts (external, free, and cached when the allocator caches prefixes) are not held.
-ALLOCATED_FIELDS = ("token_bytes", "reserved_future_bytes", "internal_bytes")
 
 
 Summary = dict[str, float | int | str]
@@ -29,7 +25,7 @@ Summary = dict[str, float | int | str]
 
 def summarize(
     requests: pd.DataFrame,
-    steps: pd.DataFrame,
+    steps: pd.DataFrame | StepTotals,
     *,
     budget_bytes: int,
     kv_bytes_per_token: int,
@@ -71,7 +67,7 @@ def summarize(
     span's ledger columns are its time-weighted means): concurrency is ``num_running``;
     utilization is ``token_bytes / budget_bytes``, KV slots holding a token (``utilization_mean``
     over the whole run, ``utilization_saturated`` while memory binds); ``block_utilization_*`` is
-    the same over the blocks allocated to sequences (the :data:`ALLOCATED_FIELDS`: tokens,
+    the same over the blocks allocated to sequences (the :data:`~kvbench.metrics.step_totals.ALLOCATED_FIELDS`: tokens,
     reserved future and internal fragmentation), the figure a serving engine's usage gauge shows;
     the difference is slots booked but not (yet) holding a token. ``min_concurrency_saturated`` is the fewest
     sequences running while memory binds (the sustained floor beside the peak). "Saturated" steps
@@ -92,7 +88,9 @@ def summarize(
     Empty inputs give zero counts and NaN statistics, never an exception.
 
     :param requests: one row per request, the engine's request table.
-    :param steps: one row per span of steps, the recorder's step table.
+    :param steps: one row per span of steps, the recorder's step table, or its
+        :class:`~kvbench.metrics.step_totals.StepTotals` (a run that streamed the table to its
+        files): the same numbers, to the last bit.
     :param budget_bytes: the KV-cache budget the ledgers are fractions of.
     :param kv_bytes_per_token: KV bytes of one token, to express tail waste in bytes.
     :param slo: latency objectives; ``None`` fields are not applied.
@@ -101,7 +99,11 @@ def summarize(
     """
     summary: Summary = {}
     summary.update(_request_summary(requests, slo))
-    summary.update(_step_summary(steps, budget_bytes, kv_bytes_per_token))
+    if not isinstance(steps, StepTotals):  # a held table: added up in one batch
+        totals = StepTotals(budget_bytes, kv_bytes_per_token)
+        totals.add({name: steps[name].to_numpy() for name in steps.columns})
+        steps = totals
+    summary.update(steps.summary())
     if max_concurrency is not None:
         # only a closed loop has a concurrency to hold (and open-loop summaries keep their keys)
         done = requests[_col(requests, "finish_s") >= 0]
@@ -120,12 +122,6 @@ def _fsum(values: np.ndarray) -> float:
     order that depends on the CPU's SIMD width and the BLAS kernel chosen at run time, which moves
     the last bits from one machine to another; an exactly rounded sum is the same everywhere."""
     return math.fsum(values.tolist())
-
-
-def _weighted_mean(values: np.ndarray, weights: np.ndarray) -> float:
-    # each product is exactly rounded by IEEE 754 and the sums by fsum: machine-independent
-    total = _fsum(weights)
-    return _fsum(values * weights) / total if total > 0 else math.nan
 
 
 def _mean(values: np.ndarray) -> float:
@@ -222,72 +218,4 @@ def _prefix_summary(requests: pd.DataFrame, was_admitted: np.ndarray) -> Summary
         out["prefix_hit_rate"] = cached_tokens / prompt_tokens if prompt_tokens else math.nan
     if "recompute_cached_tokens" in requests:
         out["prefix_recompute_cached_tokens"] = int(_col(requests, "recompute_cached_tokens", np.int64).sum())
-    return out
-
-
-def _step_summary(steps: pd.DataFrame, budget_bytes: int, kv_bytes_per_token: int) -> Summary:
-    duration_s = _col(steps, "duration_s")
-    num_running = _col(steps, "num_running")
-    is_saturated = steps["saturated"].to_numpy(dtype=bool)
-    saturated_s = _fsum(duration_s[is_saturated])
-    total_s = _fsum(duration_s)
-    utilization = _col(steps, "token_bytes") / budget_bytes
-    block_utilization = sum(_col(steps, field) for field in ALLOCATED_FIELDS) / budget_bytes
-
-    # The breakdown is meant for the saturated regime; a run that never got there still gets one.
-    period = is_saturated if saturated_s > 0 else np.ones(len(steps), dtype=bool)
-    weights = duration_s[period]
-    out: Summary = {
-        "num_steps": int(_col(steps, "num_steps", np.int64).sum()),
-        "peak_concurrency": int(num_running.max()) if len(steps) else 0,
-        "mean_concurrency": _weighted_mean(num_running, duration_s),
-        "mean_concurrency_saturated": _weighted_mean(num_running[is_saturated], duration_s[is_saturated]),
-        # the sustained floor: what memory holds while it binds (the peak can be an over-admission
-        # transient that preemption then cuts back); NaN, like the other "(sat.)" figures, when
-        # memory never binds
-        "min_concurrency_saturated": int(num_running[is_saturated].min()) if is_saturated.any() else math.nan,
-        "utilization_mean": _weighted_mean(utilization, duration_s),
-        "utilization_saturated": _weighted_mean(utilization[is_saturated], duration_s[is_saturated]),
-        "block_utilization_mean": _weighted_mean(block_utilization, duration_s),
-        "block_utilization_saturated": _weighted_mean(block_utilization[is_saturated], duration_s[is_saturated]),
-        "saturated_s": saturated_s,
-        "saturated_fraction": saturated_s / total_s if total_s > 0 else math.nan,
-        "breakdown_period": "saturated" if saturated_s > 0 else "all",
-    }
-    for field in LEDGER_FIELDS:
-        out[f"frac_{field.removesuffix('_bytes')}"] = _weighted_mean(_col(steps, field)[period] / budget_bytes, weights)
-
-    # Steps with nothing running have no per-sequence tail; leave them out rather than divide by 0.
-    has_seqs = num_running[period] > 0
-    tail_tokens_all = (_col(steps, "reserved_future_bytes") + _col(steps, "internal_bytes")) / kv_bytes_per_token
-    tail_per_seq = tail_tokens_all[period][has_seqs] / num_running[period][has_seqs]
-    tail_tokens = _weighted_mean(tail_per_seq, weights[has_seqs])
-    out["mean_tail_waste_tokens_per_seq"] = tail_tokens
-    out["mean_tail_waste_bytes_per_seq"] = tail_tokens * kv_bytes_per_token
-    # Achieved KV read bandwidth over the time steps took (the kernel's share of the roofline).
-    out["kv_read_bytes_per_s"] = _rate(_fsum(_col(steps, "kv_read_bytes")), total_s)
-    for key in ("swap_s", "recompute_s", "copy_s", "prefill_s", "decode_s"):
-        out[key] = _fsum(_col(steps, key))
-    out["preemption_cost_s"] = out["swap_s"] + out["recompute_s"]
-    out["num_copies"] = int(_col(steps, "num_copies", np.int64).sum())
-    out["copy_bytes"] = int(_col(steps, "copy_bytes", np.int64).sum())
-    for kind in ("full", "window"):  # a model with several KV-cache groups: the held bytes by kind
-        if f"{kind}_group_bytes" in steps:
-            out[f"frac_{kind}_group"] = _weighted_mean(
-                _col(steps, f"{kind}_group_bytes")[period] / budget_bytes, weights
-            )
-    if "pages_mapped" in steps:  # an allocator that maps pages on demand (vAttention)
-        out["pages_mapped"] = int(_col(steps, "pages_mapped", np.int64).sum())
-        out["page_map_s"] = _fsum(_col(steps, "page_map_s"))
-        out["page_map_added_s"] = _fsum(_col(steps, "page_map_added_s"))
-        out["page_map_added_share"] = out["page_map_added_s"] / total_s if total_s else math.nan
-    # the most KV held at any step: token states, and everything allocated to sequences
-    out["peak_token_bytes"] = int(_col(steps, "token_bytes_max", np.int64).max()) if len(steps) else 0
-    out["peak_allocated_bytes"] = int(_col(steps, "allocated_bytes_max", np.int64).max()) if len(steps) else 0
-    # sharing (copy-on-write fan-out, prefix-cache hits): what the same sequences would hold with
-    # no block shared, at its peak, and how many times the allocated peak that is
-    out["peak_shared_blocks"] = int(_col(steps, "num_shared_blocks", np.int64).max()) if len(steps) else 0
-    out["peak_unshared_bytes"] = int(_col(steps, "unshared_bytes_max", np.int64).max()) if len(steps) else 0
-    peak_allocated_bytes = out["peak_allocated_bytes"]
-    out["sharing_saving"] = out["peak_unshared_bytes"] / peak_allocated_bytes if peak_allocated_bytes else math.nan
     return out

@@ -15,6 +15,9 @@ from kvbench.metrics.catalogue import ledger_parts, metric
 #: from the catalogue
 LEDGER = tuple((f"{m.key.removeprefix('frac_')}_bytes", m.legend, m.colour) for m in ledger_parts())
 MAX_POINTS = 4000
+#: the step-table columns each figure draws (all a table streamed to its file is read back for)
+TIMELINE_STEP_COLUMNS = ("start_s", "duration_s", "num_running", *LEDGER_FIELDS)
+CACHE_STEP_COLUMNS = ("start_s", "duration_s", "cached_bytes")
 #: the offline bounds drawn over the cumulative hit rate: (summary key, legend, line style)
 _BOUNDS = tuple(
     (key, metric(key).legend, style)
@@ -62,10 +65,16 @@ def ledger_stack(steps: pd.DataFrame) -> list[tuple[str, str, str]]:
     return stack
 
 
+def thinning(num_rows: int) -> int:
+    """Every how many rows of a step table the memory timeline draws: at most about
+    :data:`MAX_POINTS` points, evenly spaced, keep the file small (the Parquet table has every row)."""
+    return int(np.ceil(num_rows / MAX_POINTS)) if num_rows > MAX_POINTS else 1
+
+
 def _thinned(frame: pd.DataFrame) -> pd.DataFrame:
-    """At most about :data:`MAX_POINTS` rows, evenly spaced: keeps the file small (the Parquet table
-    has every row)."""
-    return frame.iloc[:: int(np.ceil(len(frame) / MAX_POINTS))] if len(frame) > MAX_POINTS else frame
+    """Every :func:`thinning`-th row (a table already thinned stays as it is)."""
+    every = thinning(len(frame))
+    return frame.iloc[::every] if every > 1 else frame
 
 
 def _title(summary: dict) -> str:

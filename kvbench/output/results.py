@@ -9,7 +9,7 @@ and never read as a result.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 from kvbench.atomic import COMPLETE, check_complete, clear_incomplete, mark_complete, write_frame, write_json
 from kvbench.errors import ConfigError
 from kvbench.output.run_json import run_json
+from kvbench.output.step_files import STEP_FILES, read_step_columns, step_file_rows
 from kvbench.textio import read_json_object
 
 TABLES = ("summary", "requests", "steps", "refusals")
@@ -43,24 +44,47 @@ RESULT_FILES = (
 
 @dataclass
 class RunResult:
-    """One job's outputs. ``summary`` is one row; ``out_dir`` is set once written."""
+    """One job's outputs. ``summary`` is one row; ``out_dir`` is set once written.
+
+    ``steps`` is None when the run wrote its step table to its folder as it went
+    (``steps_file``: its ``steps.parquet``; :meth:`step_table` reads it back)."""
 
     config: dict[str, Any]
     summary: dict[str, Any]
     requests: pd.DataFrame
-    steps: pd.DataFrame
+    steps: pd.DataFrame | None
     refusals: pd.DataFrame
     out_dir: Path | None = None
+    steps_file: Path | None = None
 
     def summary_frame(self) -> pd.DataFrame:
         return pd.DataFrame([self.summary])
 
+    def step_table(self, columns: Sequence[str] | None = None, every: int = 1) -> pd.DataFrame:
+        """The step table, held or read back from its file (``columns``: at least those of them it
+        has, and every ``every``-th row from the first; a table read back has only those)."""
+        if self.steps is not None:
+            return self.steps.iloc[::every] if every > 1 else self.steps
+        if self.steps_file is None:
+            raise ValueError("this run kept no step table (no steps and no steps_file)")
+        return read_step_columns(self.steps_file, columns, every)
 
-def clear_run(out_dir: Path) -> None:
-    """Remove what an earlier (finished, failed or interrupted) run left in ``out_dir``."""
+    def num_step_rows(self) -> int:
+        """The step table's rows, held or in its file."""
+        if self.steps is not None:
+            return len(self.steps)
+        if self.steps_file is None:
+            raise ValueError("this run kept no step table (no steps and no steps_file)")
+        return step_file_rows(self.steps_file)
+
+
+def clear_run(out_dir: Path, keep: Collection[str] = ()) -> None:
+    """Remove what an earlier (finished, failed or interrupted) run left in ``out_dir``, but the
+    files named in ``keep`` (this run's own, written as it went)."""
     clear_incomplete(out_dir)
     for name in RESULT_FILES:
-        (out_dir / name).unlink(missing_ok=True)
+        if name not in keep:
+            (out_dir / name).unlink(missing_ok=True)
 
 
 #: how writing shows progress: ``progress(total, description)`` is a context manager that yields
@@ -77,16 +101,19 @@ def write_run(
 ) -> Path:
     """Write the run's tables as Parquet and CSV, its summary as JSON, its resolved config and its
     memory figure, then the ``COMPLETE`` marker that makes the folder a result. ``progress`` counts
-    the files (a second or more on a long trace: the steps table, the figures)."""
+    the files (a second or more on a long trace: the steps table, the figures). A step table the
+    run already wrote to ``out_dir`` as it went (``result.steps_file``) is kept as it is."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    clear_run(out_dir)
+    streamed = result.steps is None and result.steps_file is not None and result.steps_file.parent == out_dir
+    clear_run(out_dir, keep=STEP_FILES if streamed else ())
     frames = {"summary": result.summary_frame(), "requests": result.requests, "refusals": result.refusals}
-    if steps:
-        frames["steps"] = result.steps
-    plotted = figures and len(result.steps) > 0
+    if steps and not streamed:  # (a table streamed to another folder is read back to be copied)
+        frames["steps"] = result.step_table()
+    num_rows = result.num_step_rows() if figures else 0
+    plotted = num_rows > 0
     # two files per table, the two JSON files, and the memory and prefix-cache figures
     num_files = 2 * len(frames) + 2 + (2 if plotted else 0)
-    written = []
+    written = list(STEP_FILES) if streamed else []
     with (progress or _no_progress)(num_files, "writing results") as advance:
         for name, frame in frames.items():
             write_frame(frame, out_dir, name)
@@ -97,13 +124,25 @@ def write_run(
         written += [SUMMARY_JSON, "config.json"]
         advance(2)
         if plotted:
-            from kvbench.output.figures import plot_memory_timeline, plot_prefix_cache
+            from kvbench.output.figures import (
+                CACHE_STEP_COLUMNS,
+                TIMELINE_STEP_COLUMNS,
+                plot_memory_timeline,
+                plot_prefix_cache,
+                thinning,
+            )
 
-            plot_memory_timeline(result.steps, result.summary, out_dir / "memory.png")
+            # a table streamed to its file is read back for what each figure draws, no more
+            timeline = result.step_table(TIMELINE_STEP_COLUMNS, every=thinning(num_rows))
+            plot_memory_timeline(timeline, result.summary, out_dir / "memory.png")
+            del timeline
             written.append("memory.png")
             advance(1)
             # hit rate over time and cached bytes: only when the run cached prefixes or could have
-            if plot_prefix_cache(result.requests, result.steps, result.summary, out_dir / "prefix_cache.png"):
+            cache = result.step_table(CACHE_STEP_COLUMNS) if "cached_prompt_tokens" in result.requests else None
+            if cache is not None and plot_prefix_cache(
+                result.requests, cache, result.summary, out_dir / "prefix_cache.png"
+            ):
                 written.append("prefix_cache.png")
             advance(1)
     mark_complete(out_dir, written)

@@ -15,8 +15,9 @@ from locks import held_lock
 
 SMALL = ["workload.num_requests=30", "wandb.mode=disabled", "progress=false"]
 
-# Runs kvbench with the table writer wrapped: when it reaches the named table of the given job
-# folder, it does what a user, the kernel or a full disk would do mid-write.
+# Runs kvbench with the table writers wrapped: when it reaches the named table of the given job
+# folder, it does what a user, the kernel or a full disk would do mid-write (the step table is
+# written during the run, the others after it).
 PRELUDE = """
 import os, signal, sys
 from pathlib import Path
@@ -34,6 +35,16 @@ def write_frame(frame, out_dir, name):
         os.kill(os.getpid(), getattr(signal, action))
     return real(frame, out_dir, name)
 results.write_frame = write_frame
+# the step table is written while the run goes, a batch of rows at a time
+import kvbench.output.step_files as step_files
+real_batch = step_files.StepFiles._write
+def write_batch(self, batch):
+    if table == "steps" and (job == "*" or Path(self.out_dir).name == job):
+        if action == "enospc":
+            raise OSError(28, "No space left on device")
+        os.kill(os.getpid(), getattr(signal, action))
+    return real_batch(self, batch)
+step_files.StepFiles._write = write_batch
 from kvbench.commands.main import main
 main()
 """
@@ -53,7 +64,7 @@ def notices(proc: subprocess.CompletedProcess) -> list[str]:
 def test_a_sweep_killed_mid_write_is_flagged_then_resumed(tmp_path):
     sweep = tmp_path / "sweep"
     args = ["-m", "allocator=naive,paged", f"hydra.sweep.dir={sweep}", *SMALL]
-    killed = run(*args, cwd=tmp_path, fault=("SIGKILL", "steps", "1"))
+    killed = run(*args, cwd=tmp_path, fault=("SIGKILL", "refusals", "1"))
     assert killed.returncode == -9
     # job 1 died between its summary table and its marker: its summary is on disk, and whole
     assert (sweep / "1" / "summary.parquet").is_file() and not (sweep / "1" / "COMPLETE").exists()
@@ -95,6 +106,17 @@ def test_a_full_disk_is_one_line_and_leaves_no_result(tmp_path):
     [line] = notices(proc)
     assert line.startswith("kvbench: error: could not write the results to") and "No space left on device" in line
     assert not (tmp_path / "run" / "COMPLETE").exists() and not list((tmp_path / "run").glob(".tmp-*"))
+
+
+def test_a_signal_while_the_step_table_is_written_leaves_no_temporary_file(tmp_path):
+    """The step table is written during the run: a signal there ends it with one line, and the
+    table's temporary files go with it."""
+    proc = run(f"hydra.run.dir={tmp_path / 'run'}", *SMALL, cwd=tmp_path, fault=("SIGTERM", "steps", "*"))
+    assert proc.returncode == 143
+    [line] = notices(proc)
+    assert line.startswith("kvbench: interrupted by SIGTERM")
+    assert not (tmp_path / "run" / "COMPLETE").exists() and not list((tmp_path / "run").glob(".tmp-*"))
+    assert not (tmp_path / "run" / "steps.parquet").exists()
 
 
 def test_a_second_run_into_a_folder_being_written_is_refused(tmp_path):

@@ -1,0 +1,144 @@
+"""The step table written to its files while the run goes, a batch of rows at a time.
+
+A run of a million requests makes millions of step rows (about 300 bytes each): held until the
+end, the table alone would be most of the run's memory. :class:`StepFiles` is the recorder's step
+sink instead: each batch of rows is appended to ``steps.parquet`` (one row group per batch) and
+``steps.csv`` under temporary names, and :meth:`StepFiles.commit` renames both into place when the
+run has finished. The files are the very bytes that writing the whole table at the end gives
+(:func:`kvbench.atomic.write_frame`: the recorder's batches are the Parquet writer's row groups,
+and the CSV is the same text row by row); the tests compare them.
+
+Readers (the figures) take only the columns they need back from the Parquet file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kvbench.atomic import PARQUET_ROW_GROUP_ROWS, commit, temporary_path
+from kvbench.numeric_csv import write_header, write_rows, writes_numeric_csv
+
+#: the files a streamed step table is written to, in a run's folder
+STEP_FILES = ("steps.parquet", "steps.csv")
+
+
+class StepFilesError(OSError):
+    """Writing the step table's files failed (a full disk, a folder removed under the run)."""
+
+
+class StepFiles:
+    """``steps.parquet`` and ``steps.csv`` in ``out_dir``, written a batch of rows at a time.
+
+    Call it with each batch (a column name -> numpy values mapping, every column in table order),
+    then :meth:`commit` once the run is over, or :meth:`discard` if it failed: until ``commit``
+    only temporary files exist, which readers never take for a result."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir
+        self.num_rows = 0
+        self._parquet_tmp: Path | None = None
+        self._csv_tmp: Path | None = None
+        self._writer = None  # pyarrow's ParquetWriter, opened with the first batch
+        self._schema = None
+        self._csv = None
+
+    @property
+    def parquet_path(self) -> Path:
+        return self.out_dir / STEP_FILES[0]
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> None:
+        try:
+            self._write(batch)
+        except OSError as exc:
+            raise StepFilesError(exc.errno, exc.strerror or str(exc)) from exc
+
+    def _write(self, batch: dict[str, np.ndarray]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        frame = pd.DataFrame(batch, copy=False)
+        if self._writer is None:
+            if not writes_numeric_csv(frame):  # (the recorder's columns are all numbers)
+                raise TypeError(f"a step table holds numbers only, got dtypes {dict(frame.dtypes)}")
+            self._parquet_tmp = temporary_path(self.out_dir / STEP_FILES[0])
+            self._csv_tmp = temporary_path(self.out_dir / STEP_FILES[1])
+            # the schema a whole-table write gives: pandas' metadata names no index, and no row count
+            self._schema = pa.Schema.from_pandas(frame, preserve_index=False)
+            self._writer = pq.ParquetWriter(self._parquet_tmp, self._schema)
+            self._csv = open(self._csv_tmp, "w", encoding="utf-8", newline="")  # noqa: SIM115 (closed in commit/discard)
+            write_header(self._csv, frame.columns)
+        # (an empty batch, a run with no step, is an empty row group, as the whole empty table writes)
+        table = pa.Table.from_pandas(frame, schema=self._schema, preserve_index=False)
+        self._writer.write_table(table, row_group_size=PARQUET_ROW_GROUP_ROWS)
+        write_rows(self._csv, [frame.iloc[:, i].to_numpy() for i in range(frame.shape[1])])
+        self.num_rows += len(frame)
+
+    def commit(self) -> None:
+        """Close both files and rename them into place (the run is over)."""
+        if self._writer is None:
+            raise RuntimeError("StepFiles.commit: no batch was written (the recorder sends one even for no row)")
+        try:
+            self._close()
+            commit(self._parquet_tmp, self.out_dir / STEP_FILES[0])
+            commit(self._csv_tmp, self.out_dir / STEP_FILES[1])
+        except OSError as exc:
+            self.discard()
+            raise StepFilesError(exc.errno, exc.strerror or str(exc)) from exc
+
+    def discard(self) -> None:
+        """Close and remove the temporary files (the run failed: no table)."""
+        try:
+            self._close()
+        finally:
+            for tmp in (self._parquet_tmp, self._csv_tmp):
+                if tmp is not None:
+                    tmp.unlink(missing_ok=True)
+
+    def _close(self) -> None:
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            try:
+                writer.close()
+            finally:
+                self._csv.close()
+
+
+def step_file_rows(path: Path) -> int:
+    """The rows of a step table's Parquet file (from its footer: nothing else is read)."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows
+
+
+def read_step_columns(path: Path, columns: Sequence[str] | None = None, every: int = 1) -> pd.DataFrame:
+    """The columns of a step table's Parquet file that it has, of ``columns`` (None: all), in that
+    order; with ``every=k`` only rows 0, k, 2k, ... (what a figure draws of a long run).
+
+    Read a row group at a time into arrays made for the result: ``pandas.read_parquet`` held about
+    5x the columns' bytes at its peak (Arrow's buffers, then pandas' copy), which set a run's peak."""
+    import pyarrow.parquet as pq
+
+    if every < 1:
+        raise ValueError(f"every must be >= 1, got {every}")
+    file = pq.ParquetFile(path, pre_buffer=False)
+    schema = file.schema_arrow
+    names = list(schema.names) if columns is None else [name for name in columns if name in schema.names]
+    num_rows = file.metadata.num_rows
+    kept = -(-num_rows // every)  # rows 0, every, 2 every, ... below num_rows
+    out = {name: np.empty(kept, dtype=schema.field(name).type.to_pandas_dtype()) for name in names}
+    first = 0  # the file's row at which the row group starts
+    for group in range(file.num_row_groups):
+        size = file.metadata.row_group(group).num_rows
+        offset = -first % every  # the group's first kept row
+        if offset < size:
+            table = file.read_row_group(group, columns=names, use_threads=False)
+            at = (first + offset) // every
+            for name in names:
+                values = table.column(name).to_numpy()[offset::every]
+                out[name][at : at + len(values)] = values
+        first += size
+    return pd.DataFrame(out, columns=names, copy=False)

@@ -1,0 +1,100 @@
+"""The step table written as the run goes: the same bytes as the whole table written at the end,
+temporary until committed, removed when the run fails."""
+
+from __future__ import annotations
+
+import errno
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvbench.atomic import PARQUET_ROW_GROUP_ROWS, write_frame
+from kvbench.metrics.recorder import STEP_ROWS_BATCH
+from kvbench.output.step_files import STEP_FILES, StepFiles, StepFilesError, read_step_columns, step_file_rows
+
+
+def table(num_rows: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame(
+        {
+            "step": np.arange(num_rows, dtype=np.int64),
+            "start_s": np.cumsum(rng.exponential(0.01, num_rows)),
+            "saturated": rng.random(num_rows) < 0.3,
+            "token_bytes": rng.integers(0, 1 << 40, num_rows).astype(np.float64) / 3,
+            "num_running": rng.integers(0, 300, num_rows),
+        }
+    )
+    frame.loc[frame.index[::97], "token_bytes"] = np.nan  # NaN as pandas writes it: empty in the CSV
+    return frame
+
+
+def batches(frame: pd.DataFrame, size: int):
+    for start in range(0, max(len(frame), 1), size):
+        part = frame.iloc[start : start + size]
+        yield {name: part[name].to_numpy() for name in frame.columns}
+
+
+def test_the_recorders_batches_are_the_parquet_writers_row_groups():
+    assert STEP_ROWS_BATCH == PARQUET_ROW_GROUP_ROWS  # else the streamed file is laid out differently
+
+
+@pytest.mark.parametrize("num_rows", [0, 1, PARQUET_ROW_GROUP_ROWS, 2 * PARQUET_ROW_GROUP_ROWS + 5])
+def test_streamed_files_are_the_bytes_of_the_whole_table(tmp_path, num_rows):
+    frame = table(num_rows)
+    whole, streamed = tmp_path / "whole", tmp_path / "streamed"
+    whole.mkdir()
+    streamed.mkdir()
+    write_frame(frame, whole, "steps")
+    files = StepFiles(streamed)
+    for batch in batches(frame, STEP_ROWS_BATCH):
+        files(batch)
+        assert not (streamed / "steps.parquet").exists()  # temporary until the run is over
+    files.commit()
+    for name in STEP_FILES:
+        assert (streamed / name).read_bytes() == (whole / name).read_bytes(), name
+    assert sorted(p.name for p in streamed.iterdir()) == sorted(STEP_FILES)  # no temporary file left
+    pd.testing.assert_frame_equal(pd.read_parquet(streamed / "steps.parquet"), frame)
+
+
+def test_only_the_columns_asked_for_are_read_back(tmp_path):
+    files = StepFiles(tmp_path)
+    for batch in batches(table(10), 4):
+        files(batch)
+    files.commit()
+    read = read_step_columns(tmp_path / "steps.parquet", ["num_running", "no_such_column", "start_s"])
+    assert list(read.columns) == ["num_running", "start_s"] and len(read) == 10
+
+
+@pytest.mark.parametrize("every", [1, 2, 5, 4096, 5000, 9000])
+def test_every_kth_row_is_read_back_across_row_groups(tmp_path, every):
+    frame = table(2 * PARQUET_ROW_GROUP_ROWS + 7)
+    files = StepFiles(tmp_path)
+    for batch in batches(frame, STEP_ROWS_BATCH):
+        files(batch)
+    files.commit()
+    assert step_file_rows(tmp_path / "steps.parquet") == len(frame)
+    read = read_step_columns(tmp_path / "steps.parquet", ["saturated", "token_bytes", "step"], every=every)
+    expected = frame[["saturated", "token_bytes", "step"]].iloc[::every].reset_index(drop=True)
+    pd.testing.assert_frame_equal(read, expected)
+    pd.testing.assert_frame_equal(read_step_columns(tmp_path / "steps.parquet"), frame)
+
+
+def test_a_failed_run_leaves_no_file(tmp_path):
+    files = StepFiles(tmp_path)
+    files(next(batches(table(5), 5)))
+    assert len(list(tmp_path.glob(".tmp-*"))) == 2
+    files.discard()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_that_cannot_be_written_is_a_step_files_error(tmp_path):
+    files = StepFiles(tmp_path / "gone")
+    with pytest.raises(StepFilesError) as raised:
+        files(next(batches(table(5), 5)))
+    assert raised.value.errno == errno.ENOENT and isinstance(raised.value, OSError)
+
+
+def test_commit_before_any_batch_is_a_bug(tmp_path):
+    with pytest.raises(RuntimeError, match="no batch"):
+        StepFiles(tmp_path).commit()
