@@ -24,8 +24,6 @@ ALLOCATED_FIELDS = ("token_bytes", "reserved_future_bytes", "internal_bytes")
 TIME_TOTALS = ("swap_s", "recompute_s", "copy_s", "prefill_s", "decode_s")
 #: the KV-cache group kinds a model with several groups reports (``<kind>_group_bytes`` columns)
 GROUP_KINDS = ("full", "window")
-#: each period the memory breakdown may be averaged over: steps where memory binds, or every step
-PERIODS = ("saturated", "all")
 
 
 class ExactSum:
@@ -116,13 +114,15 @@ class StepTotals:
         block_utilization = sum(col(field) for field in ALLOCATED_FIELDS) / budget
         tail_tokens = (col("reserved_future_bytes") + col("internal_bytes")) / self.kv_bytes_per_token
         has_seqs = num_running > 0
-        # per step, the tail waste per running sequence (steps with nothing running have none)
+        # per step with sequences running (the others have no tail), the tail waste per sequence
         tail_per_seq = tail_tokens[has_seqs] / num_running[has_seqs]
+        tail_s = duration_s[has_seqs]
         shares = {field: col(field) / budget for field in LEDGER_FIELDS}
         shares.update({f"{kind}_group": col(f"{kind}_group_bytes") / budget for kind in self._groups})
-        for period, rows_in in (("saturated", saturated), ("all", None)):
+        # each period's rows, of the table and of the steps with sequences (None: all of them)
+        for period, period_rows, tail_rows in (("saturated", saturated, saturated[has_seqs]), ("all", None, None)):
 
-            def pick(values: np.ndarray, mask=rows_in) -> np.ndarray:
+            def pick(values: np.ndarray, mask: np.ndarray | None = period_rows) -> np.ndarray:
                 return values if mask is None else values[mask]
 
             weights = pick(duration_s)
@@ -132,10 +132,9 @@ class StepTotals:
             self._sum(f"block_utilization/{period}", pick(block_utilization) * weights)
             for name, share in shares.items():
                 self._sum(f"{name}/{period}", pick(share) * weights)
-            tail_rows = has_seqs if rows_in is None else saturated[has_seqs]
-            tail_s = duration_s[has_seqs][tail_rows] if rows_in is not None else duration_s[has_seqs]
-            self._sum(f"tail_s/{period}", tail_s)
-            self._sum(f"tail/{period}", (tail_per_seq[tail_rows] if rows_in is not None else tail_per_seq) * tail_s)
+            tail_weights = pick(tail_s, tail_rows)
+            self._sum(f"tail_s/{period}", tail_weights)
+            self._sum(f"tail/{period}", pick(tail_per_seq, tail_rows) * tail_weights)
         for name in ("kv_read_bytes", *TIME_TOTALS):
             self._sum(name, col(name))
         ints = ["num_copies", "copy_bytes"] + (["pages_mapped"] if self._maps_pages else [])

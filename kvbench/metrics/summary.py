@@ -67,9 +67,10 @@ def summarize(
     span's ledger columns are its time-weighted means): concurrency is ``num_running``;
     utilization is ``token_bytes / budget_bytes``, KV slots holding a token (``utilization_mean``
     over the whole run, ``utilization_saturated`` while memory binds); ``block_utilization_*`` is
-    the same over the blocks allocated to sequences (the :data:`~kvbench.metrics.step_totals.ALLOCATED_FIELDS`: tokens,
-    reserved future and internal fragmentation), the figure a serving engine's usage gauge shows;
-    the difference is slots booked but not (yet) holding a token. ``min_concurrency_saturated`` is the fewest
+    the same over the blocks allocated to sequences
+    (:data:`~kvbench.metrics.step_totals.ALLOCATED_FIELDS`: tokens, reserved future and internal
+    fragmentation), the figure a serving engine's usage gauge shows; the difference is slots booked
+    but not (yet) holding a token. ``min_concurrency_saturated`` is the fewest
     sequences running while memory binds (the sustained floor beside the peak). "Saturated" steps
     are those where memory binds:
     the allocator refused the head of the waiting queue, or a running request had to be preempted

@@ -67,7 +67,8 @@ def ledger_stack(steps: pd.DataFrame) -> list[tuple[str, str, str]]:
 
 def thinning(num_rows: int) -> int:
     """Every how many rows of a step table the memory timeline draws: at most about
-    :data:`MAX_POINTS` points, evenly spaced, keep the file small (the Parquet table has every row)."""
+    :data:`MAX_POINTS` points, evenly spaced, keep the figure's file small (the Parquet table has
+    every row)."""
     return int(np.ceil(num_rows / MAX_POINTS)) if num_rows > MAX_POINTS else 1
 
 
