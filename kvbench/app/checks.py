@@ -27,23 +27,29 @@ def check_seed(seed) -> None:
 #: the peak RSS of a whole ``kvbench`` run (simulation, Parquet, CSV and figures written; W&B
 #: disabled) between two sizes, divided by the difference, measured by
 #: ``benchmarks/memory_per_request.py`` (benchmarks/results/memory_per_request.md; x86-64 Linux,
-#: Python 3.11, numpy 2, pandas 3), each rounded up by about a quarter for what other versions and
-#: other workloads of the kind may add:
+#: Python 3.11), each rounded up by about a quarter for what other versions and other workloads of
+#: the kind may add:
 MEMORY_BYTES_PER_REQUEST = {
-    #: a generated workload: workload=sharegpt_like (Poisson arrivals, the most steps), 4,340 B;
-    #: lecture_chat (all at once) 1,776 B
+    #: a generated workload: workload=sharegpt_like (Poisson arrivals, the most steps) 4,340 B,
+    #: lecture_chat (all at once) 1,776 B, while the step table was held (2026-12-01). Streamed to
+    #: its files since 2026-12-03, they measure 223 and 851 B between 20,000 and 100,000 requests,
+    #: but the slope grows with the run (a million arXiv-length requests took 748 MB, about 570 B
+    #: each: the request table, 184 B a request, is copied once when the run ends), so the constant
+    #: stays until the slope is measured at a million
     "synthetic": 5_500,
-    #: a replayed trace file, its rows parsed, then simulated: the Azure 2023 trace, 4,006 B
+    #: a replayed trace file, its rows parsed, then simulated: the Azure 2023 trace, 4,006 B while
+    #: the step table was held, 331 B since (kept for the same reason)
     "trace": 5_000,
     #: a generated workload with a shared prefix under prefix caching (lecture_chat with 256 shared
-    #: tokens): the prefix hashes, the cache's block keys and the offline hit-rate bounds, 12,325 B
-    "prefix_cached": 15_500,
+    #: tokens): the prefix hashes, the cache's block keys and the offline hit-rate bounds, 12,663 B
+    #: (12,325 B on 2026-12-01)
+    "prefix_cached": 16_000,
     #: a Mooncake trace (hash ids, prompts of about 12,000 tokens) under prefix caching: the same
-    #: costs per block of prompt, so far more per request: 112,194 B
-    "prefix_cached_trace": 140_000,
+    #: costs per block of prompt, so far more per request: 128,228 B (112,194 B on 2026-12-01)
+    "prefix_cached_trace": 160_000,
 }
-#: and per branch beyond a request's first (workload.num_branches=4: 2,647 B per request, 871 B
-#: above one branch, 290 B per extra branch)
+#: and per branch beyond a request's first (workload.num_branches=4: 1,027 B per request, 176 B
+#: above one branch, 59 B per extra branch; 290 B while the step table was held)
 MEMORY_BYTES_PER_EXTRA_BRANCH = 400
 #: what a kvbench process holds before its first request (Python, numpy, pandas, pyarrow, Hydra,
 #: matplotlib: about 170 MB at a run's start; torch is not imported in mode=sim)
