@@ -33,9 +33,9 @@ MEMORY_BYTES_PER_REQUEST = {
     #: a generated workload: workload=sharegpt_like (Poisson arrivals, the most steps) 4,340 B,
     #: lecture_chat (all at once) 1,776 B, while the step table was held (2026-12-01). Streamed to
     #: its files since 2026-12-03, they measure 223 and 851 B between 20,000 and 100,000 requests,
-    #: but the slope grows with the run (a million arXiv-length requests took 748 MB, about 570 B
-    #: each: the request table, 184 B a request, is copied once when the run ends), so the constant
-    #: stays until the slope is measured at a million
+    #: but the slope grows with the run (a million arXiv-length requests took 602 MB, about 420 B
+    #: each beyond a 1-request run's 179 MB: the request table alone is 184 B a request), so the
+    #: constant stays until the slope is measured at a million
     "synthetic": 5_500,
     #: a replayed trace file, its rows parsed, then simulated: the Azure 2023 trace, 4,006 B while
     #: the step table was held, 331 B since (kept for the same reason)

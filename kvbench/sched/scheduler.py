@@ -759,6 +759,11 @@ class Scheduler:
         beams = group.held_seqs()
         if len(beams) < 2:
             return
+        if len({beam.num_computed_tokens for beam in beams}) > 1:
+            # a step's token budget can leave the beams at different lengths (chunked steps schedule
+            # a group's branches in turn): a beam replaced by a copy of a shorter or longer one would
+            # hold a cache that is not its length, so beams out of step are not reshuffled
+            return
         rng = group.beam_rng
         replaced = rng.random(len(beams)) < group.request.beam_fork_probability
         others = rng.integers(0, len(beams) - 1, size=len(beams))
