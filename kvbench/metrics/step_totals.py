@@ -110,7 +110,6 @@ class StepTotals:
             self.min_running_saturated = (
                 low if self.min_running_saturated is None else min(self.min_running_saturated, low)
             )
-        utilization = col("token_bytes") / budget
         block_utilization = sum(col(field) for field in ALLOCATED_FIELDS) / budget
         tail_tokens = (col("reserved_future_bytes") + col("internal_bytes")) / self.kv_bytes_per_token
         has_seqs = num_running > 0
@@ -128,7 +127,6 @@ class StepTotals:
             weights = pick(duration_s)
             self._sum(f"duration_s/{period}", weights)
             self._sum(f"running/{period}", pick(num_running) * weights)
-            self._sum(f"utilization/{period}", pick(utilization) * weights)
             self._sum(f"block_utilization/{period}", pick(block_utilization) * weights)
             for name, share in shares.items():
                 self._sum(f"{name}/{period}", pick(share) * weights)
@@ -173,8 +171,9 @@ class StepTotals:
             "min_concurrency_saturated": (
                 int(self.min_running_saturated) if self.min_running_saturated is not None else math.nan
             ),
-            "utilization_mean": self._mean("utilization", "all"),
-            "utilization_saturated": self._mean("utilization", "saturated"),
+            # utilization is the token states' share of the budget: the ledger's token_bytes share
+            "utilization_mean": self._mean("token_bytes", "all"),
+            "utilization_saturated": self._mean("token_bytes", "saturated"),
             "block_utilization_mean": self._mean("block_utilization", "all"),
             "block_utilization_saturated": self._mean("block_utilization", "saturated"),
             "saturated_s": saturated_s,

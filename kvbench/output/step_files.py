@@ -39,7 +39,6 @@ class StepFiles:
 
     def __init__(self, out_dir: Path) -> None:
         self.out_dir = out_dir
-        self.num_rows = 0
         self._parquet_tmp: Path | None = None
         self._csv_tmp: Path | None = None
         self._writer = None  # pyarrow's ParquetWriter, opened with the first batch
@@ -75,7 +74,6 @@ class StepFiles:
         table = pa.Table.from_pandas(frame, schema=self._schema, preserve_index=False)
         self._writer.write_table(table, row_group_size=PARQUET_ROW_GROUP_ROWS)
         write_rows(self._csv, [frame.iloc[:, i].to_numpy() for i in range(frame.shape[1])])
-        self.num_rows += len(frame)
 
     def commit(self) -> None:
         """Close both files and rename them into place (the run is over)."""

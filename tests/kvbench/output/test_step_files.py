@@ -35,10 +35,6 @@ def batches(frame: pd.DataFrame, size: int):
         yield {name: part[name].to_numpy() for name in frame.columns}
 
 
-def test_the_recorders_batches_are_the_parquet_writers_row_groups():
-    assert STEP_ROWS_BATCH == PARQUET_ROW_GROUP_ROWS  # else the streamed file is laid out differently
-
-
 @pytest.mark.parametrize("num_rows", [0, 1, PARQUET_ROW_GROUP_ROWS, 2 * PARQUET_ROW_GROUP_ROWS + 5])
 def test_streamed_files_are_the_bytes_of_the_whole_table(tmp_path, num_rows):
     frame = table(num_rows)
