@@ -3,6 +3,8 @@ is one line and 128 + the signal's number, like one that arrives later."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from kvbench_cli import kvbench
 
@@ -31,3 +33,23 @@ def test_an_interrupt_during_the_imports_is_one_line(tmp_path, signame, status):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines == [f"kvbench: interrupted by {signame}; nothing was written"], proc.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_the_command_gives_arrow_the_c_library_allocator(monkeypatch, capsys):
+    # (pyarrow's mimalloc pool keeps freed memory: a long run's peak was higher with it)
+    from kvbench.commands import entry
+
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    monkeypatch.setattr("sys.argv", ["kvbench", "--version"])
+    entry.main()
+    assert os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "system"
+    assert capsys.readouterr().out.startswith("kvbench")
+
+
+def test_a_users_own_arrow_allocator_is_kept(monkeypatch):
+    from kvbench.commands import entry
+
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
+    monkeypatch.setattr("sys.argv", ["kvbench", "--version"])
+    entry.main()
+    assert os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "jemalloc"
