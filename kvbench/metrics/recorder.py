@@ -95,6 +95,20 @@ MEASURED_COLUMNS: tuple[str, ...] = ("measured_s", "predicted_s")
 #: step-table columns of an allocator that maps pages (``maps_pages``: vAttention), after the
 #: others: pages mapped, the time mapping them took, and what that added to the steps' time
 MAP_COLUMNS: tuple[str, ...] = ("pages_mapped", "page_map_s", "page_map_added_s")
+#: a step row's positions (rows are lists in STEP_COLUMNS order, then a run's optional columns):
+#: the values a merge adds to or a span's means replace, by position (a dict per row, read back
+#: by name, cost more than the rest of the row's bookkeeping)
+_AT = {name: i for i, name in enumerate(STEP_COLUMNS)}
+_NUM_STEPS, _DURATION, _DECODE, _KV_READ, _COMPUTED = (
+    _AT[name] for name in ("num_steps", "duration_s", "decode_s", "kv_read_bytes", "num_computed_tokens")
+)
+_TOKEN_MAX, _ALLOCATED_MAX, _SHARED_BLOCKS, _UNSHARED_MAX = (
+    _AT[name] for name in ("token_bytes_max", "allocated_bytes_max", "num_shared_blocks", "unshared_bytes_max")
+)
+_LEDGER_AT = tuple(_AT[name] for name in LEDGER_FIELDS)
+#: where a real run's MEASURED_COLUMNS start (they come first after STEP_COLUMNS)
+_MEASURED_AT = len(STEP_COLUMNS)
+
 REFUSAL_COLUMNS = (
     "step",
     "time_s",
@@ -207,13 +221,14 @@ class Recorder:
         self._finished: list[SequenceGroup] = []  # the latest finished requests, before their rows are stored
         self._outside_s = 0.0  # time in the loop spent building its inputs and tables (outside_loop)
         self._refusals: list[list] = []
-        self._open: dict | None = None  # the span being built
+        self._open: list | None = None  # the span being built: its row's values in column order
+        self._open_signature: tuple | None = None  # its plans' batch (a merge needs the same)
         self._open_first: tuple | None = None  # its first step's (ledger, duration)
         self._open_ledger: list[float] | None = None  # per ledger name: sum of value x step time
         self._open_mergeable = False
-        #: closed rows not yet in the typed columns, and what reads a row's values in column order
-        self._step_rows: list[tuple] = []
-        self._step_row_values: Callable[[dict], tuple] | None = None
+        #: closed rows not yet in the typed columns, and how many values each holds (from the first)
+        self._step_rows: list[list] = []
+        self._num_columns: int | None = None
         self._open_refusal: list | None = None
         self._wall_start_s = time.perf_counter()
         #: request id -> its EVENT_COLUMNS counts, from the plans' preemptions and swaps
@@ -224,6 +239,9 @@ class Recorder:
         self._group_names: tuple[str, ...] | None = None
         #: what a span's time-weighted means cover: the ledger's fields, then its group parts
         self._ledger_names: tuple[str, ...] = LEDGER_FIELDS
+        #: and where they go in its row
+        self._ledger_at: tuple[int, ...] = _LEDGER_AT
+        self._map_at = _MEASURED_AT  # where MAP_COLUMNS start: after a real run's MEASURED_COLUMNS
 
     def record(self, plan: StepPlan, result: StepResult, any_seq_finished: bool) -> None:
         """One plan (a step, or a run of quiet steps) and what the executor said it took."""
@@ -233,33 +251,34 @@ class Recorder:
         num_steps = plan.num_steps
         kv_read_tokens = num_steps * plan.kv_read_tokens + len(plan.decodes) * num_steps * (num_steps - 1) // 2
         quiet = plan.is_quiet
+        led = plan.ledger
+        token_max, allocated_max = led.token_bytes, led.allocated_bytes
         row = self._open
-        if row is not None and quiet and self._open_mergeable and plan.signature == row["signature"]:
-            row["num_steps"] += num_steps
-            row["num_computed_tokens"] += plan.num_computed_tokens
-            row["kv_read_bytes"] += float(kv_read_tokens * self.kv_bytes_per_token)
-            row["duration_s"] = added_in_order(row["duration_s"], durations)
-            row["decode_s"] = added_in_order(row["decode_s"], durations)
+        if row is not None and quiet and self._open_mergeable and plan.signature == self._open_signature:
+            row[_NUM_STEPS] += num_steps
+            row[_COMPUTED] += plan.num_computed_tokens
+            row[_KV_READ] += float(kv_read_tokens * self.kv_bytes_per_token)
+            row[_DURATION] = added_in_order(row[_DURATION], durations)
+            row[_DECODE] = added_in_order(row[_DECODE], durations)
             if result.predicted_s is not None:
-                row["measured_s"] = added_in_order(row["measured_s"], durations)
-                row["predicted_s"] += result.predicted_s
+                row[_MEASURED_AT] = added_in_order(row[_MEASURED_AT], durations)
+                row[_MEASURED_AT + 1] += result.predicted_s
             if self._open_refusal is not None:
                 self._open_refusal[2] += num_steps
             if plan.page_mapping is not None:
-                for name, value in zip(MAP_COLUMNS, _page_map_amounts(plan, result)):
-                    row[name] += value
+                for i, value in enumerate(_page_map_amounts(plan, result), self._map_at):
+                    row[i] += value
             self._add_ledgers(plan, durations)
         else:
             self._flush()
-            row = self._open = self._row(plan, result, kv_read_tokens)
+            row = self._open = self._row(plan, result, kv_read_tokens, allocated_max)
+            self._open_signature = plan.signature
             self._open_refusal = self._refusal_row(plan)
-            self._open_first = (plan.ledger, durations[0])
+            self._open_first = (led, durations[0])
             self._open_ledger = None
             if num_steps > 1:
                 self._add_ledgers(plan, durations)
         self._open_mergeable = quiet and not any_seq_finished
-        led = plan.ledger
-        token_max, allocated_max = led.token_bytes, led.allocated_bytes
         if num_steps > 1:
             spans = plan.span_ledgers
             token, future, internal = spans["token_bytes"], spans["reserved_future_bytes"], spans["internal_bytes"]
@@ -269,10 +288,14 @@ class Recorder:
             else:
                 token_max = max(token_max, int(token.max()))
                 allocated_max = max(allocated_max, int((token + future + internal).max()))
-        row["token_bytes_max"] = max(row["token_bytes_max"], token_max)
-        row["allocated_bytes_max"] = max(row["allocated_bytes_max"], allocated_max)
-        row["num_shared_blocks"] = max(row["num_shared_blocks"], plan.num_shared_blocks)
-        row["unshared_bytes_max"] = max(row["unshared_bytes_max"], allocated_max + plan.shared_bytes_saved)
+        if token_max > row[_TOKEN_MAX]:
+            row[_TOKEN_MAX] = token_max
+        if allocated_max > row[_ALLOCATED_MAX]:
+            row[_ALLOCATED_MAX] = allocated_max
+        if plan.num_shared_blocks > row[_SHARED_BLOCKS]:
+            row[_SHARED_BLOCKS] = plan.num_shared_blocks
+        if allocated_max + plan.shared_bytes_saved > row[_UNSHARED_MAX]:
+            row[_UNSHARED_MAX] = allocated_max + plan.shared_bytes_saved
 
     def _add_ledgers(self, plan: StepPlan, durations) -> None:
         """Add the plan's steps to the open span's sums of ledger value x step time, in step order
@@ -371,59 +394,61 @@ class Recorder:
 
     # --- internals -------------------------------------------------------------------------------
 
-    def _row(self, plan: StepPlan, result: StepResult, kv_read_tokens: int) -> dict:
+    def _row(self, plan: StepPlan, result: StepResult, kv_read_tokens: int, allocated_bytes: int) -> list:
+        """A new row's values in column order (``allocated_bytes``: the plan's ledger's)."""
         preemptions, prefills, copies = plan.preemptions, plan.prefills, plan.copies
         led = plan.ledger
-        row = {
-            "step": plan.step,
-            "num_steps": plan.num_steps,
-            "start_s": plan.start_s,
-            "duration_s": added_in_order(0.0, result.durations_s),
-            "num_running": plan.num_running,
-            "num_decode_seqs": len(plan.decodes),
-            "num_prefill_seqs": len({id(c.seq) for c in prefills}) if prefills else 0,
-            "num_prefill_tokens": plan.num_prefill_tokens,
-            "num_waiting": plan.num_waiting,
-            "num_swapped": plan.num_swapped,
-            "saturated": plan.refusal is not None or bool(preemptions),
-            "num_preemptions": len(preemptions),
-            "num_swap_preemptions": sum(p.mechanism == Mechanism.SWAP for p in preemptions) if preemptions else 0,
-            "num_swap_fallbacks": sum(p.fell_back for p in preemptions) if preemptions else 0,
-            "num_forks": len(plan.forks),
-            "num_copies": len(copies),
-            "copy_bytes": sum(c.num_bytes for c in copies) if copies else 0,
-            "swap_out_bytes": sum(t.num_bytes for t in plan.swap_out) if plan.swap_out else 0,
-            "swap_in_bytes": sum(t.num_bytes for t in plan.swap_in) if plan.swap_in else 0,
-            "prefill_s": result.prefill_s,
-            "decode_s": result.decode_s,
-            "swap_s": result.swap_s,
-            "copy_s": result.copy_s,
-            "recompute_s": result.recompute_s,
+        duration_s = added_in_order(0.0, result.durations_s)
+        row = [
+            plan.step,
+            plan.num_steps,
+            plan.start_s,
+            duration_s,
+            plan.num_running,
+            len(plan.decodes),
+            len({id(c.seq) for c in prefills}) if prefills else 0,  # num_prefill_seqs
+            plan.num_prefill_tokens,
+            plan.num_waiting,
+            plan.num_swapped,
+            plan.refusal is not None or bool(preemptions),  # saturated
+            len(preemptions),
+            sum(p.mechanism == Mechanism.SWAP for p in preemptions) if preemptions else 0,
+            sum(p.fell_back for p in preemptions) if preemptions else 0,
+            len(plan.forks),
+            len(copies),
+            sum(c.num_bytes for c in copies) if copies else 0,
+            sum(t.num_bytes for t in plan.swap_out) if plan.swap_out else 0,
+            sum(t.num_bytes for t in plan.swap_in) if plan.swap_in else 0,
+            result.prefill_s,
+            result.decode_s,
+            result.swap_s,
+            result.copy_s,
+            result.recompute_s,
             # a float: a long run reads more than int64 holds (10^8 decode steps of a large batch);
             # exact as long as the total stays below 2^53 bytes
-            "kv_read_bytes": float(kv_read_tokens * self.kv_bytes_per_token),
-            "num_computed_tokens": plan.num_computed_tokens,
-            "num_recomputed_tokens": sum(c.num_recomputed_tokens for c in prefills) if prefills else 0,
-            "token_bytes_max": led.token_bytes,
-            "allocated_bytes_max": led.allocated_bytes,
-            "num_shared_blocks": plan.num_shared_blocks,
-            "unshared_bytes_max": led.allocated_bytes + plan.shared_bytes_saved,
-            "signature": plan.signature,
-        }
-        for name in LEDGER_FIELDS:
-            row[name] = getattr(led, name)
+            float(kv_read_tokens * self.kv_bytes_per_token),
+            plan.num_computed_tokens,
+            sum(c.num_recomputed_tokens for c in prefills) if prefills else 0,
+            *_LEDGER_FIELD_VALUES(led),
+            led.token_bytes,  # token_bytes_max
+            allocated_bytes,  # allocated_bytes_max
+            plan.num_shared_blocks,
+            allocated_bytes + plan.shared_bytes_saved,  # unshared_bytes_max
+        ]
+        # a run's optional columns, in _column_names' order (every row of a run has the same)
+        if result.predicted_s is not None:
+            self._measured = True
+            self._map_at = _MEASURED_AT + len(MEASURED_COLUMNS)
+            row += (duration_s, result.predicted_s)
+        if plan.page_mapping is not None:
+            self._maps = True
+            row += _page_map_amounts(plan, result)
         if led.group_bytes:
             if self._group_names is None:
                 self._group_names = tuple(name for name, _ in led.group_bytes)
                 self._ledger_names = LEDGER_FIELDS + self._group_names
-            row.update(led.group_bytes)
-        if result.predicted_s is not None:
-            self._measured = True
-            row["measured_s"] = row["duration_s"]
-            row["predicted_s"] = result.predicted_s
-        if plan.page_mapping is not None:
-            self._maps = True
-            row.update(zip(MAP_COLUMNS, _page_map_amounts(plan, result)))
+                self._ledger_at = _LEDGER_AT + tuple(range(len(row), len(row) + len(self._group_names)))
+            row += (value for _, value in led.group_bytes)
         return row
 
     def _refusal_row(self, plan: StepPlan) -> list | None:
@@ -447,12 +472,15 @@ class Recorder:
         row = self._open
         if row is None:
             return
-        if row["num_steps"] > 1:  # a span: its ledger is the time-weighted mean over its steps
-            for name, total in zip(self._ledger_names, self._open_ledger):
-                row[name] = total / row["duration_s"]
-        if self._step_row_values is None:  # the first row says which optional columns the run has
-            self._step_row_values = operator.itemgetter(*self._column_names())
-        self._step_rows.append(self._step_row_values(row))
+        if row[_NUM_STEPS] > 1:  # a span: its ledger is the time-weighted mean over its steps
+            duration_s = row[_DURATION]
+            for i, total in zip(self._ledger_at, self._open_ledger):
+                row[i] = total / duration_s
+        if self._num_columns is None:  # the first row says which optional columns the run has
+            self._num_columns = len(self._column_names())
+        if len(row) != self._num_columns:  # a plugin's plans changed shape mid-run
+            raise RuntimeError(f"a step row has {len(row)} values, the run's first had {self._num_columns}")
+        self._step_rows.append(row)
         if len(self._step_rows) >= STEP_ROWS_BATCH:
             self._store_step_rows()
         self._open = None
@@ -480,7 +508,7 @@ class Recorder:
                 column.extend(values)
         self._step_rows.clear()
 
-    def _sink_step_rows(self, rows: list[tuple]) -> None:
+    def _sink_step_rows(self, rows: list[list]) -> None:
         """``rows`` to the step sink as numpy columns of the table's types. What the sink does with
         them (writing files, adding up the summary) is not the loop's: its time is left out of
         ``sim_wall_s``, as building the tables is."""
