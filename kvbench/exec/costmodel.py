@@ -54,6 +54,7 @@ class CostModel:
         # hoisted constants: these run once per simulated step
         # per GPU: tensor parallelism splits the weights and the heads (the roofline prices no all-reduce)
         m = self.model
+        object.__setattr__(self, "_kv_bytes_per_token", m.kv_bytes_per_token)  # (a property of three)
         object.__setattr__(self, "_linear_flops", 2.0 * m.num_params / m.tp)
         object.__setattr__(self, "_quadratic_flops", 4.0 * m.num_layers * m.heads_per_gpu * m.head_dim)
         flops_per_s = (
@@ -90,12 +91,12 @@ class CostModel:
 
     def decode_time_s(self, kv_read_tokens: int) -> float:
         """Time of one decode step whose sequences hold ``kv_read_tokens`` KV slots in total."""
-        return self._weights_s + kv_read_tokens * self.model.kv_bytes_per_token / self._kv_bytes_per_s
+        return self._weights_s + kv_read_tokens * self._kv_bytes_per_token / self._kv_bytes_per_s
 
     def decode_times_s(self, first_kv_read_tokens: int, num_decodes: int, num_steps: int) -> np.ndarray:
         """``num_steps`` consecutive decode steps of the same ``num_decodes`` sequences: each step
         reads one more slot per sequence. Element k equals ``decode_time_s`` of step k exactly."""
-        kv = self.model.kv_bytes_per_token
+        kv = self._kv_bytes_per_token
         if num_decodes == 0:
             return np.full(num_steps, self.decode_time_s(first_kv_read_tokens))
         # the bytes each step reads, (first + n * k) x kv, as one integer progression
@@ -110,7 +111,7 @@ class CostModel:
         """:meth:`decode_times_s` in plain floats, the same bits step by step (the same integer
         bytes, divided, then the weights added): for the few steps of a short run, where building
         numpy arrays costs more than the arithmetic."""
-        kv = self.model.kv_bytes_per_token
+        kv = self._kv_bytes_per_token
         bytes_per_s, weights_s = self._kv_bytes_per_s, self._weights_s
         kv_read_bytes, step_bytes = first_kv_read_tokens * kv, num_decodes * kv
         times_s = []

@@ -342,8 +342,9 @@ class Scheduler:
 
     def extend(self, plan: StepPlan, projection: DecodeProjection, num_extra_steps: int) -> None:
         """Make a quiet plan stand for ``num_extra_steps`` more decode steps (``decode_span`` said they fit)."""
+        append = self.allocator.append
         for seq in plan.decodes:
-            if not self.allocator.append(seq.seq_id, num_extra_steps):
+            if not append(seq.seq_id, num_extra_steps):
                 raise RuntimeError(f"allocator {self.allocator.name!r} refused a step its projection allowed")
             seq.num_computed_tokens += num_extra_steps
         plan.num_steps += num_extra_steps
