@@ -10,8 +10,8 @@ import sys
 
 #: Arrow's allocator for the tables a run writes: the C library's. pyarrow's default (mimalloc
 #: here) keeps the memory it freed for reuse, which a short process never needs back: a
-#: 100,000-request run with its default outputs peaked 11 MB higher with it. A user's own setting
-#: wins; read when pyarrow is first imported, so it is set before anything imports it.
+#: 100,000-request run with its default outputs peaked at 220,384 KiB with it, 208,992 KiB without.
+#: A user's own setting wins; pyarrow reads it when first imported, so it is set before any import.
 ARROW_MEMORY_POOL = "system"
 
 

@@ -14,7 +14,7 @@ A model with several KV-cache groups adds the ledger's split of the allocated by
 (``full_group_bytes``, ``window_group_bytes``: :class:`~kvbench.core.ledger.MemoryLedger`'s
 ``group_bytes``), after the other columns, means over a span as the ledger's parts are.
 
-Columns are typed arrays (8 bytes a value, not a Python object each). Closed rows wait as tuples
+Columns are typed arrays (8 bytes a value, not a Python object each). Closed rows wait as lists
 and are stored a column at a time, a batch of rows at once; the columns become a DataFrame once at
 the end, without a copy. Given a ``step_sink``, the recorder keeps no step table at all: each batch
 of rows goes to the sink as numpy columns (a run that streams its table to its files, and adds up
@@ -171,7 +171,7 @@ def _page_map_amounts(plan: StepPlan, result: StepResult) -> tuple[int, float, f
     return pages, pages * mapping.page_map_latency_s, 0.0 if added is None else added_in_order(0.0, added)
 
 
-#: step-table rows held (as tuples) before they are stored a column at a time (a value appended to
+#: step-table rows held (as lists) before they are stored a column at a time (a value appended to
 #: each of 40 typed columns per row cost more than the row's own bookkeeping) or sent to the step
 #: sink: a Parquet row group's rows, so that a table streamed a batch at a time is the same file
 STEP_ROWS_BATCH = PARQUET_ROW_GROUP_ROWS
