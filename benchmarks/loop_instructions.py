@@ -1,0 +1,186 @@
+"""The simulator's loop in two versions of kvbench, counted in machine instructions: a comparison
+that a busy machine cannot blur.
+
+    python benchmarks/loop_instructions.py                       # the change under test against what came before
+    python benchmarks/loop_instructions.py --base 031b30f --head HEAD --config arrivals --config events
+
+On the 2-core machines kvbench is developed on, one run of the same loop takes 20 % more or less
+wall time from one minute to the next; the speed gate (``speed_gate.py``) cancels that with the
+median of 20 paired runs and still moves by about 4 % between two gates. Valgrind's instruction
+count does not move at all: the same code on the same work executes the same instructions. It is
+no wall time (a cache miss costs more than an add), but a change that removes work shows as
+fewer instructions, to the instruction, and the same change counted twice gives the same number.
+
+Each side (``--base``, ``--head``: commits, or by default those ``speed_gate.py`` picks) runs each
+of the speed gate's configs (``--config``, default ``arrivals``) twice under
+``valgrind --tool=cachegrind --cache-sim=no``, each a process of its own: once up to the loop
+(imports, Hydra's compose, the plugins, the requests), once with the loop (``Engine.run``, and the
+tables it builds at the end). The loop's count is the difference. Both trees are compiled first, so
+that no module's compilation is counted. Both sides must simulate the same
+steps and tokens, or the comparison is refused. A run of the ``arrivals`` config takes about a
+minute under valgrind, most of it the imports: four runs per config.
+
+Exit status: 0 counted, 2 cannot compare (no valgrind, no git, an unknown commit, different work).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from source_trees import TreeError, child_env, export_commit, export_worktree, import_path
+from speed_gate import CONFIGS, default_revisions
+
+#: one run of a config, up to (``setup``) or through (``loop``) the loop; prints its work as JSON
+CHILD = """
+import json, sys
+import numpy as np
+from kvbench.api import compose
+from kvbench.app.run import setup
+from kvbench.core.request import requests_from_workload
+from kvbench.engine import Engine
+from kvbench.exec.sim import SimExecutor
+mode, overrides = sys.argv[1], json.loads(sys.argv[2])
+cfg, _ = compose(overrides)
+s = setup(cfg)
+requests = requests_from_workload(s.workload_source.generate(np.random.default_rng(int(cfg.seed))), int(cfg.seed))
+engine = Engine(s.scheduler, SimExecutor(s.cost), event_driven=bool(cfg.event_driven))
+if mode == "loop":
+    record = engine.run(requests)
+    print(json.dumps([int(record.steps["num_steps"].sum()), len(record.steps), len(record.requests)]))
+else:
+    print(json.dumps(None))
+"""
+#: what makes two runs of the same code count the same instructions (to about a thousand in 3.4
+#: billion): one thread for OpenBLAS, OpenMP and Arrow, whose idle workers spin a varying while
+#: (valgrind runs one thread at a time), the C library's allocator for Arrow (mimalloc's background
+#: work), and a fixed hash seed (string hashes and set order vary per process)
+COUNTED_ENV = {
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "ARROW_DEFAULT_MEMORY_POOL": "system",
+    "PYTHONHASHSEED": "0",
+}
+#: cachegrind's total, as it prints it on stderr ("==123== I refs:      6,374,700,436")
+I_REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
+
+
+class NotComparable(RuntimeError):
+    """The two sides cannot be counted against each other: one line saying why."""
+
+
+def count(tree: Path, mode: str, overrides: list[str]) -> tuple[int, list | None]:
+    """(instructions, the run's work) of one run of ``tree``'s kvbench under valgrind."""
+    argv = [
+        "valgrind",
+        "--tool=cachegrind",
+        "--cache-sim=no",
+        "--cachegrind-out-file=/dev/null",
+        sys.executable,
+        "-c",
+        CHILD,
+        mode,
+        json.dumps(overrides),
+    ]
+    env = child_env(tree, COUNTED_ENV)
+    done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, check=False)
+    match = I_REFS.search(done.stderr)
+    if done.returncode != 0 or match is None:
+        lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("==")]
+        raise NotComparable(f"kvbench in {tree} failed under valgrind: {lines[-1] if lines else done.returncode}")
+    return int(match.group(1).replace(",", "")), json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def loop_instructions(tree: Path, overrides: list[str]) -> tuple[int, list]:
+    """(instructions of the loop alone, its work: steps, step rows, requests)."""
+    through, work = count(tree, "loop", overrides)
+    before, _ = count(tree, "setup", overrides)
+    return through - before, work
+
+
+def compile_tree(tree: Path) -> None:
+    """Compile the tree's modules where its child processes import them from: a module compiled
+    on its first import would count in whichever run imports it first (the loop's, for one
+    imported late), and the children write no bytecode."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(import_path(tree))], check=True, capture_output=True)
+
+
+def compare(base: Path, head: Path, configs: list[str], progress=None) -> list[dict]:
+    for tree in (base, head):
+        compile_tree(tree)
+    rows = []
+    for name in configs:
+        base_n, base_work = loop_instructions(base, CONFIGS[name])
+        head_n, head_work = loop_instructions(head, CONFIGS[name])
+        if base_work != head_work:
+            raise NotComparable(
+                f"{name}: the two versions simulate different work (steps, step rows, requests: base "
+                f"{base_work}, head {head_work}); count them again once the change is the base"
+            )
+        rows.append({"config": name, "base": base_n, "head": head_n, "steps": base_work[0], "rows": base_work[1]})
+        if progress is not None:
+            progress(f"{name}: head/base {head_n / base_n:.4f}")
+    return rows
+
+
+def report(rows: list[dict], base_name: str, head_name: str) -> str:
+    lines = [
+        f"loop instructions (valgrind): head {head_name} against base {base_name}",
+        "",
+        "| config | steps | step rows | base instructions | head instructions | head / base |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['config']} | {r['steps']:,} | {r['rows']:,} | {r['base']:,} | {r['head']:,} | {r['head'] / r['base']:.4f} |"
+        for r in rows
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python benchmarks/loop_instructions.py", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--base", help="the reference commit (default: HEAD or HEAD~1, as speed_gate.py picks)")
+    parser.add_argument("--head", help="the commit under test (default: the working tree, or HEAD)")
+    parser.add_argument(
+        "--config",
+        action="append",
+        choices=sorted(CONFIGS),
+        help="a speed-gate config to count (repeatable; default: arrivals)",
+    )
+    args = parser.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        print("loop instructions: error: valgrind is not installed (apt install valgrind)", file=sys.stderr)
+        return 2
+    base_rev, head_rev = (args.base, args.head) if args.base else default_revisions()
+    try:
+        with tempfile.TemporaryDirectory(prefix="kvbench-instructions-") as tmp:
+            base_tree, head_tree = Path(tmp) / "base", Path(tmp) / "head"
+            base_name = f"{base_rev} ({export_commit(base_rev, base_tree)[:10]})"
+            if head_rev is None:
+                export_worktree(head_tree)
+                head_name = "the working tree"
+            else:
+                head_name = f"{head_rev} ({export_commit(head_rev, head_tree)[:10]})"
+            rows = compare(
+                base_tree, head_tree, args.config or ["arrivals"], progress=lambda m: print(f"  {m}", file=sys.stderr)
+            )
+    except (TreeError, NotComparable) as exc:
+        print(f"loop instructions: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("loop instructions: interrupted", file=sys.stderr)
+        return 130
+    print(report(rows, base_name, head_name))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
