@@ -34,7 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from source_trees import TreeError, child_env, export_commit, export_worktree, import_path
+from source_trees import TreeError, child_env, export_pair, import_path
 from speed_gate import CONFIGS, default_revisions
 
 #: one run of a config, up to (``setup``) or through (``loop``) the loop; prints its work as JSON
@@ -94,7 +94,10 @@ def count(tree: Path, mode: str, overrides: list[str]) -> tuple[int, list | None
     if done.returncode != 0 or match is None:
         lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("==")]
         raise NotComparable(f"kvbench in {tree} failed under valgrind: {lines[-1] if lines else done.returncode}")
-    return int(match.group(1).replace(",", "")), json.loads(done.stdout.strip().splitlines()[-1])
+    output = done.stdout.strip().splitlines()
+    if not output:
+        raise NotComparable(f"kvbench in {tree} printed nothing under valgrind")
+    return int(match.group(1).replace(",", "")), json.loads(output[-1])
 
 
 def loop_instructions(tree: Path, overrides: list[str]) -> tuple[int, list]:
@@ -108,7 +111,12 @@ def compile_tree(tree: Path) -> None:
     """Compile the tree's modules where its child processes import them from: a module compiled
     on its first import would count in whichever run imports it first (the loop's, for one
     imported late), and the children write no bytecode."""
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(import_path(tree))], check=True, capture_output=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(import_path(tree))], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        lines = (done.stdout + done.stderr).strip().splitlines()
+        raise NotComparable(f"the kvbench in {tree} does not compile: {lines[-1] if lines else done.returncode}")
 
 
 def compare(base: Path, head: Path, configs: list[str], progress=None) -> list[dict]:
@@ -156,19 +164,16 @@ def main(argv: list[str]) -> int:
         help="a speed-gate config to count (repeatable; default: arrivals)",
     )
     args = parser.parse_args(argv)
+    if args.head and not args.base:  # (the default head goes with the default base only)
+        print("loop instructions: error: give --base with --head", file=sys.stderr)
+        return 2
     if shutil.which("valgrind") is None:
         print("loop instructions: error: valgrind is not installed (apt install valgrind)", file=sys.stderr)
         return 2
     base_rev, head_rev = (args.base, args.head) if args.base else default_revisions()
     try:
         with tempfile.TemporaryDirectory(prefix="kvbench-instructions-") as tmp:
-            base_tree, head_tree = Path(tmp) / "base", Path(tmp) / "head"
-            base_name = f"{base_rev} ({export_commit(base_rev, base_tree)[:10]})"
-            if head_rev is None:
-                export_worktree(head_tree)
-                head_name = "the working tree"
-            else:
-                head_name = f"{head_rev} ({export_commit(head_rev, head_tree)[:10]})"
+            base_tree, base_name, head_tree, head_name = export_pair(base_rev, head_rev, Path(tmp))
             rows = compare(
                 base_tree, head_tree, args.config or ["arrivals"], progress=lambda m: print(f"  {m}", file=sys.stderr)
             )

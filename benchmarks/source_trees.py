@@ -64,6 +64,20 @@ def export_worktree(dest: Path) -> None:
             shutil.copy2(source, dest / name)
 
 
+def export_pair(base_rev: str, head_rev: str | None, dest: Path) -> tuple[Path, str, Path, str]:
+    """Export two versions under ``dest`` for a comparison: ``base_rev`` and ``head_rev`` (None: the
+    working tree, committed or not). Returns (base tree, its name, head tree, its name), a commit
+    named by its revision and short hash."""
+    base_tree, head_tree = dest / "base", dest / "head"
+    base_name = f"{base_rev} ({export_commit(base_rev, base_tree)[:10]})"
+    if head_rev is None:
+        export_worktree(head_tree)
+        head_name = "the working tree"
+    else:
+        head_name = f"{head_rev} ({export_commit(head_rev, head_tree)[:10]})"
+    return base_tree, base_name, head_tree, head_name
+
+
 def uncommitted_source_change() -> bool:
     """Whether kvbench's code (package, plugins, configs) in the working tree differs from HEAD."""
     paths = ("--", "kvbench", "plugins", "conf")

@@ -37,7 +37,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from source_trees import TreeError, child_env, export_commit, export_worktree, uncommitted_source_change
+from source_trees import TreeError, child_env, export_pair, uncommitted_source_change
 
 #: the largest head / base loop-time ratio that passes. An unchanged build measured 0.95-1.07 on a
 #: 2-core machine kept busy by another process (docs/ci.md); 1.15 leaves room for a noisier machine
@@ -231,14 +231,7 @@ def run_gate(
         if base_tree is None or head_tree is None:
             if base_rev is None:
                 base_rev, head_rev = default_revisions()
-            base_tree = Path(tmp) / "base"
-            base_name = f"{base_rev} ({export_commit(base_rev, base_tree)[:10]})"
-            head_tree = Path(tmp) / "head"
-            if head_rev is None:
-                export_worktree(head_tree)
-                head_name = "the working tree"
-            else:
-                head_name = f"{head_rev} ({export_commit(head_rev, head_tree)[:10]})"
+            base_tree, base_name, head_tree, head_name = export_pair(base_rev, head_rev, Path(tmp))
         else:
             base_name, head_name = str(base_tree), str(head_tree)
         verdicts = compare_trees(

@@ -41,3 +41,8 @@ def test_different_work_is_not_compared(monkeypatch, tmp_path):
     monkeypatch.setattr(loop_instructions, "loop_instructions", lambda tree, overrides: (100, work[tree.name]))
     with pytest.raises(loop_instructions.NotComparable, match="simulate different work"):
         loop_instructions.compare(tmp_path / "base", tmp_path / "head", ["arrivals"])
+
+
+def test_a_head_without_a_base_is_refused(capsys):
+    assert loop_instructions.main(["--head", "HEAD"]) == 2
+    assert capsys.readouterr().err.strip() == "loop instructions: error: give --base with --head"
