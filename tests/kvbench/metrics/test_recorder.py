@@ -7,9 +7,9 @@ from toy import request
 
 from kvbench.core.ledger import LEDGER_FIELDS, MemoryLedger
 from kvbench.core.sequence import SequenceGroup
-from kvbench.core.step import AdmissionRefusal, StepPlan, StepResult
-from kvbench.memory.allocator import KVCopy, Refusal
-from kvbench.metrics.recorder import Recorder
+from kvbench.core.step import AdmissionRefusal, Mechanism, Preemption, PrefillChunk, StepPlan, StepResult
+from kvbench.memory.allocator import KVCopy, Refusal, Transfer
+from kvbench.metrics.recorder import STEP_COLUMNS, Recorder
 
 BUDGET = 1000
 
@@ -115,3 +115,84 @@ def test_the_step_table_keeps_one_schema_in_machine_numbers():
         expected = "bool" if name == "saturated" else "float64" if name in FLOAT_STEP_COLUMNS else "int64"
         assert str(steps[name].dtype) == expected, name
     assert steps["token_bytes"].tolist() == [100.0] and steps["saturated"].tolist() == [False]
+
+
+def test_every_step_column_holds_its_own_value():
+    """One hand-built step whose every column has a value no other column has: a row's values are
+    kept by position, so a column written in another's place would show here."""
+    swapped, recomputed = SequenceGroup(request(5, 64, 8), 50), SequenceGroup(request(6, 64, 8), 60)
+    first, second = SequenceGroup(request(7, 64, 8), 70).seqs[0], SequenceGroup(request(8, 64, 8), 80).seqs[0]
+    led = MemoryLedger(10_000, 1_100, 1_300, 1_700, 1_900, 2_300, 2_900)
+    plan = StepPlan(
+        7,
+        1.5,
+        # three chunks of two sequences: 41 new tokens, 5 of them recomputed
+        prefills=[PrefillChunk(first, 11, 0, 2), PrefillChunk(first, 13, 11, 3), PrefillChunk(second, 17, 0, 0)],
+        decodes=[object(), object(), object()],
+        kv_read_tokens=19,
+        forks=[(object(), object())] * 4,
+        copies=[KVCopy(0, 1, 1, 37)],
+        swap_out=[Transfer(41, 1)],
+        swap_in=[Transfer(43, 1)],
+        swap_in_request_ids=[9],
+        preemptions=[
+            Preemption(swapped, 64, Mechanism.SWAP, False, 41),
+            Preemption(recomputed, 64, Mechanism.RECOMPUTE, True),
+        ],
+        ledger=led,
+        num_shared_blocks=47,
+        shared_bytes_saved=53,
+        num_running=23,
+        num_waiting=29,
+        num_swapped=31,
+    )
+    result = StepResult(
+        1.5, (1.25,), 2.75, prefill_s=0.125, decode_s=0.25, swap_s=0.375, copy_s=0.5, recompute_s=0.0625
+    )
+    recorder = Recorder(kv_bytes_per_token=2)
+    recorder.record(plan, result, any_seq_finished=False)
+    row = recorder.finish([]).steps.iloc[0].to_dict()
+
+    allocated = 1_100 + 1_300 + 1_700
+    expected = {
+        "step": 7,
+        "num_steps": 1,
+        "start_s": 1.5,
+        "duration_s": 1.25,
+        "num_running": 23,
+        "num_decode_seqs": 3,
+        "num_prefill_seqs": 2,
+        "num_prefill_tokens": 41,
+        "num_waiting": 29,
+        "num_swapped": 31,
+        "saturated": True,
+        "num_preemptions": 2,
+        "num_swap_preemptions": 1,
+        "num_swap_fallbacks": 1,
+        "num_forks": 4,
+        "num_copies": 1,
+        "copy_bytes": 37,
+        "swap_out_bytes": 41,
+        "swap_in_bytes": 43,
+        "prefill_s": 0.125,
+        "decode_s": 0.25,
+        "swap_s": 0.375,
+        "copy_s": 0.5,
+        "recompute_s": 0.0625,
+        "kv_read_bytes": 38.0,  # 19 slots x 2 bytes
+        "num_computed_tokens": 41 + 3,  # the prefills' new tokens and one per decode
+        "num_recomputed_tokens": 5,
+        "token_bytes": 1_100,
+        "reserved_future_bytes": 1_300,
+        "internal_bytes": 1_700,
+        "external_bytes": 1_900,
+        "free_bytes": 2_300,
+        "cached_bytes": 2_900,
+        "token_bytes_max": 1_100,
+        "allocated_bytes_max": allocated,
+        "num_shared_blocks": 47,
+        "unshared_bytes_max": allocated + 53,
+    }
+    assert set(expected) == set(STEP_COLUMNS)  # a new column is added here too
+    assert list(row) == list(STEP_COLUMNS)
+    assert row == expected
