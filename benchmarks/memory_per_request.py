@@ -3,6 +3,7 @@ the memory check (``kvbench/app/checks.py``) that refuses a run before it exhaus
 
     python benchmarks/memory_per_request.py            # every kind; about 10 minutes on 2 cores
     python benchmarks/memory_per_request.py --only trace_azure
+    python benchmarks/memory_per_request.py --only trace_azure --sizes 200000 1000000
 
 Each kind runs the real ``kvbench`` command in a fresh process at two sizes, N1 and N2 requests
 (results, tables and figures written as by default; W&B disabled, since its offline run is a
@@ -11,7 +12,10 @@ divided by N2 - N1, is the cost of one more request. Trace kinds replay a trace 
 a packaged one (times shifted by its span, Mooncake's hash ids offset per copy so that every copy
 is new content), so that the parse of the file is measured too.
 
-Results: ``benchmarks/results/memory_per_request.{json,md}``. Exit status 0, 2 on bad usage.
+Results: ``benchmarks/results/memory_per_request.{json,md}``; with ``--sizes N1 N2`` (the same two
+sizes for every kind run) ``memory_per_request-N1-N2.{json,md}`` instead, so that a slope measured
+far from the default sizes never replaces the table the memory check quotes. Exit status 0, 2 on
+bad usage.
 """
 
 from __future__ import annotations
@@ -148,10 +152,10 @@ def peak_rss_bytes(overrides: list[str], work: Path) -> int:
     return int(lines[-1].split()[1]) * 1024
 
 
-def measure(kind: Kind) -> dict:
+def measure(kind: Kind, sizes: tuple[int, int] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="kvbench-memory-") as tmp:
         work = Path(tmp)
-        n1, n2 = kind.sizes
+        n1, n2 = sizes or kind.sizes
         rss1 = peak_rss_bytes(kind.overrides(n1, work), work)
         rss2 = peak_rss_bytes(kind.overrides(n2, work), work)
     per = (rss2 - rss1) / (n2 - n1)
@@ -172,10 +176,12 @@ def measure(kind: Kind) -> dict:
 
 
 def markdown(rows: list[dict]) -> str:
+    # the commands that measured the rows (a run with --only adds to the rows an earlier one kept)
+    commands = dict.fromkeys(r.get("command", "python benchmarks/memory_per_request.py") for r in rows)
     lines = [
         "# Memory per simulated request",
         "",
-        f"`python benchmarks/memory_per_request.py` ({os.uname().machine}, Python {sys.version.split()[0]}): growth of "
+        f"{', '.join(f'`{c}`' for c in commands)} ({os.uname().machine}, Python {sys.version.split()[0]}): growth of "
         "the peak resident set of a whole `kvbench` run between N1 and N2 requests, over N2 - N1.",
         "",
         "| kind | workload | N1 | N2 | peak RSS at N1 | peak RSS at N2 | bytes per request |",
@@ -194,16 +200,23 @@ def main(argv: list[str]) -> int:
         prog="python benchmarks/memory_per_request.py", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--only", action="append", choices=[k.name for k in KINDS], help="one kind (repeatable)")
+    parser.add_argument(
+        "--sizes", nargs=2, type=int, metavar=("N1", "N2"), help="the two run sizes for every kind (N1 < N2)"
+    )
     args = parser.parse_args(argv)
-    path = RESULTS / "memory_per_request.json"
+    if args.sizes is not None and not 1 <= args.sizes[0] < args.sizes[1]:
+        parser.error(f"--sizes needs 1 <= N1 < N2, got {args.sizes[0]} {args.sizes[1]}")
+    stem = "memory_per_request" if args.sizes is None else "memory_per_request-{}-{}".format(*args.sizes)
+    path = RESULTS / f"{stem}.json"
     rows = {r["kind"]: r for r in json.loads(path.read_text())} if path.is_file() else {}
+    command = " ".join(["python benchmarks/memory_per_request.py", *argv])
     for kind in KINDS:
         if not args.only or kind.name in args.only:
-            rows[kind.name] = measure(kind)
+            rows[kind.name] = {**measure(kind, None if args.sizes is None else tuple(args.sizes)), "command": command}
     ordered = [rows[k.name] for k in KINDS if k.name in rows]
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(ordered, indent=1) + "\n")
-    (RESULTS / "memory_per_request.md").write_text(markdown(ordered))
+    (RESULTS / f"{stem}.md").write_text(markdown(ordered))
     print(markdown(ordered))
     return 0
 

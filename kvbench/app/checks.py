@@ -26,20 +26,21 @@ def check_seed(seed) -> None:
 #: kvbench's resident memory per simulated request, in bytes, by kind of workload: the growth of
 #: the peak RSS of a whole ``kvbench`` run (simulation, Parquet, CSV and figures written; W&B
 #: disabled) between two sizes, divided by the difference, measured by
-#: ``benchmarks/memory_per_request.py`` (benchmarks/results/memory_per_request.md; x86-64 Linux,
+#: ``benchmarks/memory_per_request.py`` (benchmarks/results/memory_per_request.md, and
+#: memory_per_request-200000-1000000.md for the sizes a million-request run reaches; x86-64 Linux,
 #: Python 3.11), each rounded up by about a quarter for what other versions and other workloads of
 #: the kind may add:
 MEMORY_BYTES_PER_REQUEST = {
-    #: a generated workload: workload=sharegpt_like (Poisson arrivals, the most steps) 4,340 B,
-    #: lecture_chat (all at once) 1,776 B, while the step table was held (2026-12-01). Streamed to
-    #: its files since 2026-12-03, they measure 223 and 851 B between 20,000 and 100,000 requests,
-    #: but the slope grows with the run (a million arXiv-length requests took 602 MB, about 420 B
-    #: each beyond a 1-request run's 179 MB: the request table alone is 184 B a request), so the
-    #: constant stays until the slope is measured at a million
-    "synthetic": 5_500,
-    #: a replayed trace file, its rows parsed, then simulated: the Azure 2023 trace, 4,006 B while
-    #: the step table was held, 331 B since (kept for the same reason)
-    "trace": 5_000,
+    #: a generated workload. Between 200,000 and 1,000,000 requests (2026-12-03, the step table
+    #: streamed to its files): lecture_chat with every request at t = 0, 923 B (343 MB -> 1,081 MB:
+    #: every request waits in the queue at once), sharegpt_like at Poisson rate 417 B. Between
+    #: 20,000 and 100,000 they measured 851 and 223 B; 1,776 and 4,340 B while the step table was
+    #: held (2026-12-01)
+    "synthetic": 1_200,
+    #: a replayed trace file, its rows parsed, then simulated: the Azure 2023 trace 393 B between
+    #: 200,000 and 1,000,000 requests (331 B between 20,000 and 100,000). A trace may be replayed
+    #: all at once too, so it takes the generated workload's bound
+    "trace": 1_200,
     #: a generated workload with a shared prefix under prefix caching (lecture_chat with 256 shared
     #: tokens): the prefix hashes, the cache's block keys and the offline hit-rate bounds, 12,663 B
     #: (12,325 B on 2026-12-01)
