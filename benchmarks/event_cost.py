@@ -136,11 +136,16 @@ def instructions(mode: str, config: list[str]) -> tuple[int, object]:
     return int(match.group(1).replace(",", "")), json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def plain_run(config: list[str]) -> dict:
+    """A plain run's turns, decodes per turn summed, steps, requests and lines per function."""
+    return json.loads(_run([sys.executable, "-c", TURNS_CHILD, json.dumps(config)], "the plain run").stdout)
+
+
 def measure(batch: int, num_requests: int) -> dict:
     config = overrides(batch, num_requests)
     # first the plain run: it also compiles every module the loop imports, so that no compilation
     # is counted under valgrind
-    plain = json.loads(_run([sys.executable, "-c", TURNS_CHILD, json.dumps(config)], "the plain run").stdout)
+    plain = plain_run(config)
     through, work = instructions("loop", config)
     before, _ = instructions("setup", config)
     if work != [plain["steps"], work[1], plain["requests"]]:

@@ -76,3 +76,14 @@ def test_a_run_that_fails_is_one_line_and_exit_2(monkeypatch, capsys):
     monkeypatch.setattr(event_cost, "measure", failing)
     assert event_cost.main(["--batch", "4", "--batch", "8"]) == 2
     assert capsys.readouterr().err.strip() == "event cost: error: the plain run failed: ConfigError: no such GPU"
+
+
+def test_the_plain_run_counts_turns_decodes_and_the_loops_lines():
+    """The child that counts turns runs the real loop (a few requests, a cap of 2)."""
+    plain = event_cost.plain_run(event_cost.overrides(2, 6))
+    assert plain["requests"] == 6
+    # at most 2 sequences decode in a turn, and a request's prefill is a turn of its own
+    assert 0 < plain["decodes"] <= 2 * plain["turns"]
+    assert plain["turns"] >= 6 and plain["steps"] >= plain["turns"]
+    assert plain["lines"]["engine.py:Engine._run"] > 0
+    assert any(name.startswith("paged.py:PagedAllocator.") for name in plain["lines"])  # plugins are traced too
