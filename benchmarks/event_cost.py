@@ -6,14 +6,14 @@ instructions: how much of an event is a pass over the batch, and how much a cons
 
 A *turn* is one pass of the engine's loop: the scheduler decides a step, the executor prices it (or
 a run of quiet decode steps, advanced at once), the scheduler applies it and the recorder writes it
-down. Issue 22 asks that every turn cost O(1) in the batch. To see how far the loop is from that,
-each batch cap B runs the same requests (the packaged arXiv-summarization lengths, all at t = 0,
-vLLM v0's prefill-first scheduling, paged blocks of 16, a KV budget no batch fills, so nothing is
-preempted) with ``scheduler.max_num_seqs=B``: each finish admits the next request, so about B
-sequences run at every turn and the turns' kinds stay the same (an admission's prefill, a run of
-decodes that ends at a finish). The loop's instructions are counted under valgrind as
+down. The aim is a turn that costs O(1) in the batch (docs/engine.md). To see how far the loop is
+from that, each batch cap B runs the same requests (the packaged arXiv-summarization lengths, all
+at t = 0, vLLM v0's prefill-first scheduling, paged blocks of 16, a KV budget no batch fills, so
+nothing is preempted) with ``scheduler.max_num_seqs=B``: each finish admits the next request, so
+about B sequences run at every turn and the turns' kinds stay the same (an admission's prefill, a
+run of decodes that ends at a finish). The loop's instructions are counted under valgrind as
 ``loop_instructions.py`` counts them (the run through the loop minus the run up to it, in one
-thread, a fixed hash seed); a plain run of the same config counts the turns and the sequences each
+thread, a fixed hash seed); a plain run of the same config counts the turns, the sequences each
 turn decodes (the x axis) and, with a trace of line events, the lines of kvbench's code each
 function executes per turn.
 
