@@ -118,8 +118,9 @@ def test_the_step_table_keeps_one_schema_in_machine_numbers():
 
 
 def test_every_step_column_holds_its_own_value():
-    """One hand-built step whose every column has a value no other column has: a row's values are
-    kept by position, so a column written in another's place would show here."""
+    """One hand-built step with a value in every column, distinct wherever one step allows (a few
+    small counts repeat, and a one-step row's maxima are its ledger's): a row's values are kept by
+    position, so a column written in another's place would show here."""
     swapped, recomputed = SequenceGroup(request(5, 64, 8), 50), SequenceGroup(request(6, 64, 8), 60)
     first, second = SequenceGroup(request(7, 64, 8), 70).seqs[0], SequenceGroup(request(8, 64, 8), 80).seqs[0]
     led = MemoryLedger(10_000, 1_100, 1_300, 1_700, 1_900, 2_300, 2_900)
@@ -132,11 +133,11 @@ def test_every_step_column_holds_its_own_value():
         kv_read_tokens=19,
         forks=[(object(), object())] * 4,
         copies=[KVCopy(0, 1, 1, 37)],
-        swap_out=[Transfer(41, 1)],
+        swap_out=[Transfer(59, 1)],
         swap_in=[Transfer(43, 1)],
         swap_in_request_ids=[9],
         preemptions=[
-            Preemption(swapped, 64, Mechanism.SWAP, False, 41),
+            Preemption(swapped, 64, Mechanism.SWAP, False, 59),
             Preemption(recomputed, 64, Mechanism.RECOMPUTE, True),
         ],
         ledger=led,
@@ -172,7 +173,7 @@ def test_every_step_column_holds_its_own_value():
         "num_forks": 4,
         "num_copies": 1,
         "copy_bytes": 37,
-        "swap_out_bytes": 41,
+        "swap_out_bytes": 59,
         "swap_in_bytes": 43,
         "prefill_s": 0.125,
         "decode_s": 0.25,
