@@ -35,7 +35,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from loop_instructions import CHILD, COUNTED_ENV, I_REFS
+from loop_instructions import COUNTED_ENV, PRELUDE, NotComparable, count_with
 from speed_gate import BASE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,19 +57,10 @@ TOP_GROWERS = 8
 #: a plain run of a config: its turns, the sequences each turn decodes, and the lines of kvbench's
 #: code each function executes (a trace of line events, exact where a profiler's times are not; a
 #: comprehension is a function of its own, named by its qualified name)
-TURNS_CHILD = """
-import json, sys
+TURNS_CHILD = (
+    PRELUDE
+    + """
 from collections import Counter
-import numpy as np
-from kvbench.api import compose
-from kvbench.app.run import setup
-from kvbench.core.request import requests_from_workload
-from kvbench.engine import Engine
-from kvbench.exec.sim import SimExecutor
-cfg, _ = compose(json.loads(sys.argv[1]))
-s = setup(cfg)
-requests = requests_from_workload(s.workload_source.generate(np.random.default_rng(int(cfg.seed))), int(cfg.seed))
-engine = Engine(s.scheduler, SimExecutor(s.cost), event_driven=bool(cfg.event_driven))
 decodes = []
 advance = engine._advance
 def counted(plan, next_arrival_s):
@@ -92,6 +83,7 @@ for code, n in lines.items():
 print(json.dumps({"turns": len(decodes), "decodes": sum(decodes), "steps": int(record.steps["num_steps"].sum()),
                   "requests": len(record.requests), "lines": by_name}))
 """
+)
 
 
 class CannotCount(RuntimeError):
@@ -128,12 +120,10 @@ def _run(argv: list[str], what: str) -> subprocess.CompletedProcess:
 
 def instructions(mode: str, config: list[str]) -> tuple[int, object]:
     """(instructions, the run's printed work) of one run of the installed kvbench under valgrind."""
-    argv = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
-    done = _run([*argv, sys.executable, "-c", CHILD, mode, json.dumps(config)], f"the {mode} run under valgrind")
-    match = I_REFS.search(done.stderr)
-    if match is None:
-        raise CannotCount("valgrind printed no instruction count")
-    return int(match.group(1).replace(",", "")), json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        return count_with(_env(), ROOT, mode, config, f"the {mode} run")
+    except NotComparable as exc:
+        raise CannotCount(str(exc)) from None
 
 
 def plain_run(config: list[str]) -> dict:
@@ -266,6 +256,13 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("event cost: interrupted", file=sys.stderr)
         return 130
+    if len({r["decodes_per_turn"] for r in rows}) < 2:
+        print(
+            "event cost: error: every cap ran the same batch (too few requests to fill the larger caps?): "
+            "nothing to fit; raise --requests",
+            file=sys.stderr,
+        )
+        return 2
     command = " ".join(["python benchmarks/event_cost.py", *argv])
     text = markdown(rows, command)
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -37,8 +37,9 @@ from pathlib import Path
 from source_trees import TreeError, child_env, export_pair, import_path
 from speed_gate import CONFIGS, default_revisions
 
-#: one run of a config, up to (``setup``) or through (``loop``) the loop; prints its work as JSON
-CHILD = """
+#: a child's start: a config composed from the JSON overrides in its last argument, set up, its
+#: requests made and its engine built (the loop not run)
+PRELUDE = """
 import json, sys
 import numpy as np
 from kvbench.api import compose
@@ -46,17 +47,22 @@ from kvbench.app.run import setup
 from kvbench.core.request import requests_from_workload
 from kvbench.engine import Engine
 from kvbench.exec.sim import SimExecutor
-mode, overrides = sys.argv[1], json.loads(sys.argv[2])
-cfg, _ = compose(overrides)
+cfg, _ = compose(json.loads(sys.argv[-1]))
 s = setup(cfg)
 requests = requests_from_workload(s.workload_source.generate(np.random.default_rng(int(cfg.seed))), int(cfg.seed))
 engine = Engine(s.scheduler, SimExecutor(s.cost), event_driven=bool(cfg.event_driven))
-if mode == "loop":
+"""
+#: one run of a config, up to (``setup``) or through (``loop``) the loop; prints its work as JSON
+CHILD = (
+    PRELUDE
+    + """
+if sys.argv[1] == "loop":
     record = engine.run(requests)
     print(json.dumps([int(record.steps["num_steps"].sum()), len(record.steps), len(record.requests)]))
 else:
     print(json.dumps(None))
 """
+)
 #: what makes two runs of the same code count the same instructions (to about a thousand in 3.4
 #: billion): one thread for OpenBLAS, OpenMP and Arrow, whose idle workers spin a varying while
 #: (valgrind runs one thread at a time), the C library's allocator for Arrow (mimalloc's background
@@ -77,6 +83,12 @@ class NotComparable(RuntimeError):
 
 def count(tree: Path, mode: str, overrides: list[str]) -> tuple[int, list | None]:
     """(instructions, the run's work) of one run of ``tree``'s kvbench under valgrind."""
+    return count_with(child_env(tree, COUNTED_ENV), tree, mode, overrides, f"kvbench in {tree}")
+
+
+def count_with(env: dict[str, str], cwd: Path, mode: str, overrides: list[str], what: str) -> tuple[int, list | None]:
+    """(instructions, the run's work) of one :data:`CHILD` run under valgrind, with ``env`` (which
+    says whose kvbench it imports); ``what`` names that kvbench in an error."""
     argv = [
         "valgrind",
         "--tool=cachegrind",
@@ -88,15 +100,14 @@ def count(tree: Path, mode: str, overrides: list[str]) -> tuple[int, list | None
         mode,
         json.dumps(overrides),
     ]
-    env = child_env(tree, COUNTED_ENV)
-    done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     match = I_REFS.search(done.stderr)
     if done.returncode != 0 or match is None:
         lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("==")]
-        raise NotComparable(f"kvbench in {tree} failed under valgrind: {lines[-1] if lines else done.returncode}")
+        raise NotComparable(f"{what} failed under valgrind: {lines[-1] if lines else done.returncode}")
     output = done.stdout.strip().splitlines()
     if not output:
-        raise NotComparable(f"kvbench in {tree} printed nothing under valgrind")
+        raise NotComparable(f"{what} printed nothing under valgrind")
     return int(match.group(1).replace(",", "")), json.loads(output[-1])
 
 

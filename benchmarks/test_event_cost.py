@@ -87,3 +87,13 @@ def test_the_plain_run_counts_turns_decodes_and_the_loops_lines():
     assert plain["turns"] >= 6 and plain["steps"] >= plain["turns"]
     assert plain["lines"]["engine.py:Engine._run"] > 0
     assert any(name.startswith("paged.py:PagedAllocator.") for name in plain["lines"])  # plugins are traced too
+
+
+def test_caps_that_ran_the_same_batch_are_not_fitted(monkeypatch, capsys):
+    """Too few requests to fill the larger caps gives every cap the same batch: no line to fit."""
+    monkeypatch.setattr(event_cost.shutil, "which", lambda name: "/usr/bin/valgrind")
+    monkeypatch.setattr(event_cost, "measure", lambda batch, num_requests: dict(ROWS[0], batch_cap=batch))
+    assert event_cost.main(["--batch", "4", "--batch", "8"]) == 2
+    assert (
+        capsys.readouterr().err.strip().splitlines()[-1].startswith("event cost: error: every cap ran the same batch")
+    )
