@@ -82,8 +82,7 @@ class Engine:
         while num_finished < len(requests):
             if not scheduler.has_work():  # idle: jump to the next arrival
                 clock_s = max(clock_s, arrivals.next_s())
-            while (next_s := arrivals.next_s()) is not None and next_s <= clock_s:
-                scheduler.add(arrivals.pop(), clock_s)
+            arrivals.join(scheduler, clock_s, clock_s)
             plan = scheduler.schedule(clock_s)
             if scheduler.wake_s() is not None and not plan.has_work:
                 # nothing to compute until a host-tier reload lands: the GPU idles until then
@@ -148,13 +147,15 @@ class Engine:
             return
         starts_s = result.step_starts_s()
         while (next_s := arrivals.next_s()) is not None and next_s <= starts_s[-1]:
-            boundary = starts_s[bisect.bisect_left(starts_s, next_s)]
-            self.scheduler.add(arrivals.pop(), float(boundary))
+            boundary_s = float(starts_s[bisect.bisect_left(starts_s, next_s)])
+            arrivals.join(self.scheduler, boundary_s, boundary_s)
 
 
 class _Arrivals:
-    """The requests sent and not yet handed to the scheduler, in arrival order; a request's group
-    is made only when it is next, so a run holds the requests in flight, not every request.
+    """The requests on their way to the scheduler, in arrival order. A request is made (with a
+    batch of the next ones) when it is next to arrive, and its group only when the scheduler's
+    queue needs it: a run holds the requests in flight, not every request, and a first-come-
+    first-served queue holds the requests waiting behind its head as a count.
 
     Open loop: every request is sent at its own ``arrival_s``. Closed loop (``max_in_flight=C``):
     the first C are sent at their ``arrival_s``; each time k requests finish in a step, the next k
@@ -167,35 +168,68 @@ class _Arrivals:
         self._made: deque[Request] = deque()  # the next requests, made a batch at a time
         if isinstance(requests, RequestList):  # it knows them without making every request
             self._first_seq_ids = requests.first_seq_ids
+            self._arrival_s = requests.arrival_s
         else:
             self._first_seq_ids = list(itertools.accumulate((r.num_branches for r in requests[:-1]), initial=0))
+            self._arrival_s = [r.arrival_s for r in requests]
         self._open = max_in_flight is None
+        #: open loop: requests that have arrived (the next to arrive is request ``_num_arrived``)
+        self._num_arrived = 0
+        #: closed loop: the requests sent that have not arrived yet, and those arrived and not made
+        self._in_flight: deque[Request] = deque()
+        self._arrived: deque[Request] = deque()
         self._num_sent = 0
-        self._sent: deque[SequenceGroup] = deque()
+        #: the arrived requests whose groups are not made yet, as [boundary_s, count] in arrival order
+        self._joins: deque[list] = deque()
+        self._num_made = 0  # groups made (in request order: requests arrive and are made in order)
         if not self._open:
             for _ in range(min(max_in_flight, len(requests))):
                 self._send(self._next_request())
 
     def next_s(self) -> float | None:
         """The next arrival's time, or None when no request is on its way."""
-        sent = self._sent
-        if not sent:
-            if not self._open or self._num_sent == len(self._requests):
-                return None
-            self._send(self._next_request())
-        return sent[0].request.arrival_s
+        if self._open:
+            i = self._num_arrived
+            return self._arrival_s[i] if i < len(self._arrival_s) else None
+        return self._in_flight[0].arrival_s if self._in_flight else None
+
+    def join(self, scheduler: Scheduler, until_s: float, boundary_s: float) -> None:
+        """The requests that arrive by ``until_s`` join the scheduler's queue at the step boundary
+        ``boundary_s`` (counted now, made when the queue needs them)."""
+        num_joining = 0
+        if self._open:
+            arrival_s, i = self._arrival_s, self._num_arrived
+            while i < len(arrival_s) and arrival_s[i] <= until_s:
+                i += 1
+            num_joining, self._num_arrived = i - self._num_arrived, i
+        else:
+            while self._in_flight and self._in_flight[0].arrival_s <= until_s:
+                self._arrived.append(self._in_flight.popleft())
+                num_joining += 1
+        if num_joining:
+            self._joins.append([boundary_s, num_joining])
+            scheduler.add_arrivals(num_joining, self._make_group)
+
+    def _make_group(self) -> SequenceGroup:
+        """The group of the earliest arrived request whose group is not made yet."""
+        join = self._joins[0]
+        join[1] -= 1
+        if not join[1]:
+            self._joins.popleft()
+        request = self._next_request() if self._open else self._arrived.popleft()
+        group = SequenceGroup(request, int(self._first_seq_ids[self._num_made]))
+        group.boundary_s = join[0]
+        self._num_made += 1
+        return group
 
     def _next_request(self) -> Request:
         """The next request in order (made with a batch of the following ones: making requests
         is the workload's work, not the loop's)."""
         if not self._made:
             with self._recorder.outside_loop():
-                start = self._num_sent
+                start = self._num_made if self._open else self._num_sent
                 self._made.extend(self._requests[start : start + REQUEST_BATCH])
         return self._made.popleft()
-
-    def pop(self) -> SequenceGroup:
-        return self._sent.popleft()
 
     def send_after_finishes(self, num_finished: int, clock_s: float) -> None:
         """A closed loop's client sends one request per finished one, at the end of the step."""
@@ -206,7 +240,7 @@ class _Arrivals:
             self._send(replace(request, arrival_s=max(request.arrival_s, clock_s)))
 
     def _send(self, request: Request) -> None:
-        self._sent.append(SequenceGroup(request, int(self._first_seq_ids[self._num_sent])))
+        self._in_flight.append(request)
         self._num_sent += 1
 
 

@@ -93,6 +93,11 @@ class RequestList(Sequence[Request]):
     def __iter__(self) -> Iterator[Request]:
         return map(self._make, range(len(self)))
 
+    @property
+    def arrival_s(self) -> array:
+        """Every request's arrival time (seconds), without making the requests."""
+        return self._arrival_s
+
     def any_prefix_hashes(self) -> bool:
         """Whether some request carries prefix hashes (its prompt's content), asked of the
         workload's column: without making a request object per row."""

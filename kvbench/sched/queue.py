@@ -23,7 +23,7 @@ import heapq
 import itertools
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import ClassVar
 
 from kvbench.core.sequence import SequenceGroup
@@ -39,6 +39,12 @@ class RequestQueue(ABC):
     @abstractmethod
     def add(self, group: SequenceGroup) -> None:
         """A request arrives."""
+
+    def add_deferred(self, num_requests: int, make: Callable[[], SequenceGroup]) -> None:
+        """``num_requests`` requests arrive, after every request already in the queue; each call
+        of ``make`` makes the next one's group, in arrival order. By default all are made now."""
+        for _ in range(num_requests):
+            self.add(make())
 
     @abstractmethod
     def add_preempted(self, group: SequenceGroup) -> None:
@@ -71,24 +77,47 @@ class FcfsQueue(RequestQueue):
 
     def __init__(self) -> None:
         self._groups: deque[SequenceGroup] = deque()
+        # deferred arrivals, behind every group in _groups: how many, and what makes the next one
+        # (all come from the same engine, so one maker serves every batch of them)
+        self._num_deferred = 0
+        self._make: Callable[[], SequenceGroup] | None = None
 
     def add(self, group: SequenceGroup) -> None:
+        if self._num_deferred:
+            self._make_deferred(self._num_deferred)  # it arrived after them: it goes behind them
         self._groups.append(group)
+
+    def add_deferred(self, num_requests: int, make: Callable[[], SequenceGroup]) -> None:
+        if self._num_deferred and make != self._make:  # (!=: a bound method is made anew each time)
+            self._make_deferred(self._num_deferred)
+        self._num_deferred += num_requests
+        self._make = make
 
     def add_preempted(self, group: SequenceGroup) -> None:
         self._groups.appendleft(group)
 
     def peek(self) -> SequenceGroup:
+        if not self._groups and self._num_deferred:
+            self._make_deferred(1)
         return self._groups[0]
 
     def pop(self) -> SequenceGroup:
+        if not self._groups and self._num_deferred:
+            self._make_deferred(1)
         return self._groups.popleft()
 
     def __len__(self) -> int:
-        return len(self._groups)
+        return len(self._groups) + self._num_deferred
 
     def __iter__(self) -> Iterator[SequenceGroup]:
+        self._make_deferred(self._num_deferred)  # (nothing in kvbench's loop iterates a queue)
         return iter(self._groups)
+
+    def _make_deferred(self, num_requests: int) -> None:
+        make = self._make
+        for _ in range(num_requests):
+            self._groups.append(make())
+        self._num_deferred -= num_requests
 
 
 class KeyedQueue(RequestQueue):

@@ -30,6 +30,7 @@ built; :meth:`update` then applies what the executor did (samples, finishes, rel
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
@@ -249,6 +250,12 @@ class Scheduler:
         """A request arrives at the step boundary ``clock_s``."""
         group.boundary_s = clock_s
         self.waiting.add(group)
+
+    def add_arrivals(self, num_requests: int, make: Callable[[], SequenceGroup]) -> None:
+        """``num_requests`` requests arrive; each call of ``make`` makes the next one's group, its
+        ``boundary_s`` set, in arrival order. The queue makes them when it needs them: a
+        first-come-first-served queue only when each reaches its head."""
+        self.waiting.add_deferred(num_requests, make)
 
     def wake_s(self) -> float | None:
         """When a host-tier reload in flight lands, so that the waiting request may be admitted at

@@ -396,3 +396,41 @@ def test_a_closed_loop_wider_than_the_workload_is_all_at_once():
     offline = run(lognormal)
     for table in ("requests", "steps"):
         pd.testing.assert_frame_equal(getattr(closed, table), getattr(offline, table), check_exact=True)
+
+
+@pytest.mark.parametrize("event_driven", [False, True])
+def test_requests_waiting_at_t0_are_made_only_as_the_queue_reaches_them(toy_run, monkeypatch, event_driven):
+    # 500 requests at t = 0 on a toy machine of 8 blocks of 8 tokens (a request needs 1 block for
+    # its prompt, 2 at the end): behind an FCFS head they wait as a count, not as 500 groups
+    from kvbench_plugins.preemption.recompute import RecomputePolicy
+    from kvbench_plugins.schedulers.prefill_first import PrefillFirstScheduler
+    from toy import paged, request
+
+    import kvbench.engine
+    from kvbench.core.sequence import SequenceGroup
+
+    made: list[SequenceGroup] = []
+    live_when_made: list[int] = []
+
+    class CountedGroup(SequenceGroup):
+        __slots__ = ()
+
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            made.append(self)
+            live_when_made.append(sum(1 for g in made if g.finish_s < 0))
+
+    monkeypatch.setattr(kvbench.engine, "SequenceGroup", CountedGroup)
+    result = toy_run(
+        PrefillFirstScheduler,
+        RecomputePolicy,
+        paged(64),
+        [request(i, 8, 4) for i in range(500)],
+        event_driven=event_driven,
+    )
+    requests = result.record.requests
+    assert len(made) == 500 and (requests["num_generated"] == 4).all()
+    assert requests["boundary_s"].eq(0.0).all()  # they all arrived at the first step boundary
+    # a group is made when the queue's head is a new arrival: preempted requests went back in
+    # front of it and were readmitted, so the live ones hold memory (at most 8) plus the new one
+    assert max(live_when_made) == 9  # (before: 500, every request made when it arrived)

@@ -59,6 +59,49 @@ def test_shortest_prompt_counts_the_tokens_left_to_compute():
     assert drain(queue) == [1, 0, 2]
 
 
+class Maker:
+    """Makes the groups of deferred arrivals in order, counting how many it has made."""
+
+    def __init__(self, *requests):
+        self.pending = groups(*requests)
+        self.num_made = 0
+
+    def __call__(self):
+        self.num_made += 1
+        return self.pending.pop(0)
+
+
+def test_fcfs_makes_a_deferred_arrival_only_when_it_reaches_the_head():
+    queue = FcfsQueue()
+    queue.add(groups(request(0, 4, 1))[0])
+    make = Maker(*(request(i, 4, 1) for i in range(1, 1001)))
+    queue.add_deferred(1000, make)
+    assert len(queue) == 1001 and make.num_made == 0
+    assert queue.pop().request_id == 0 and make.num_made == 0
+    assert queue.peek().request_id == 1 and make.num_made == 1
+    queue.add_preempted(groups(request(5000, 4, 1))[0])  # in front, and nothing more is made
+    assert queue.peek().request_id == 5000 and make.num_made == 1 and len(queue) == 1001
+    assert drain(queue)[:3] == [5000, 1, 2] and make.num_made == 1000
+
+
+def test_fcfs_puts_an_arrival_added_whole_behind_the_deferred_ones():
+    queue = FcfsQueue()
+    queue.add_deferred(2, Maker(request(0, 4, 1), request(1, 4, 1)))
+    queue.add(groups(request(2, 4, 1))[0])
+    queue.add_deferred(1, Maker(request(3, 4, 1)))  # another maker: the first one's groups come first
+    assert len(queue) == 4
+    assert sorted(g.request_id for g in queue) == [0, 1, 2, 3]
+    assert drain(queue) == [0, 1, 2, 3]
+
+
+def test_a_keyed_queue_makes_deferred_arrivals_at_once_and_orders_them_by_key():
+    queue = PriorityQueue()
+    make = Maker(request(0, 4, 1, priority=2), request(1, 4, 1, priority=1))
+    queue.add_deferred(2, make)
+    assert make.num_made == 2
+    assert drain(queue) == [1, 0]
+
+
 class LongestFirst(KeyedQueue):
     name = "longest_first"
 
