@@ -82,7 +82,8 @@ class Engine:
         while num_finished < len(requests):
             if not scheduler.has_work():  # idle: jump to the next arrival
                 clock_s = max(clock_s, arrivals.next_s())
-            arrivals.join(scheduler, clock_s, clock_s)
+            if (next_s := arrivals.next_s()) is not None and next_s <= clock_s:
+                arrivals.join(scheduler, clock_s, clock_s)
             plan = scheduler.schedule(clock_s)
             if scheduler.wake_s() is not None and not plan.has_work:
                 # nothing to compute until a host-tier reload lands: the GPU idles until then
@@ -182,6 +183,7 @@ class _Arrivals:
         #: the arrived requests whose groups are not made yet, as [boundary_s, count] in arrival order
         self._joins: deque[list] = deque()
         self._num_made = 0  # groups made (in request order: requests arrive and are made in order)
+        self._make = self._make_group  # (one bound method for every join: the queue compares it)
         if not self._open:
             for _ in range(min(max_in_flight, len(requests))):
                 self._send(self._next_request())
@@ -208,7 +210,7 @@ class _Arrivals:
                 num_joining += 1
         if num_joining:
             self._joins.append([boundary_s, num_joining])
-            scheduler.add_arrivals(num_joining, self._make_group)
+            scheduler.add_arrivals(num_joining, self._make)
 
     def _make_group(self) -> SequenceGroup:
         """The group of the earliest arrived request whose group is not made yet."""

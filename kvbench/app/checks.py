@@ -31,16 +31,16 @@ def check_seed(seed) -> None:
 #: Python 3.11), each rounded up by about a quarter for what other versions and other workloads of
 #: the kind may add:
 MEMORY_BYTES_PER_REQUEST = {
-    #: a generated workload. Between 200,000 and 1,000,000 requests (2026-12-03, the step table
-    #: streamed to its files): lecture_chat with every request at t = 0, 923 B (343 MB -> 1,081 MB:
-    #: every request waits in the queue at once), sharegpt_like at Poisson rate 417 B. Between
-    #: 20,000 and 100,000 they measured 851 and 223 B; 1,776 and 4,340 B while the step table was
-    #: held (2026-12-01)
-    "synthetic": 1_200,
+    #: a generated workload. Between 200,000 and 1,000,000 requests: lecture_chat with every
+    #: request at t = 0, 525 B (292 MB -> 711 MB, 2026-12-04: the requests waiting behind the
+    #: queue's head are a count; 923 B when each waited as its own group), sharegpt_like at Poisson
+    #: rate 417 B (2026-12-03). Between 20,000 and 100,000 they measured 851 and 223 B (2026-12-03);
+    #: 1,776 and 4,340 B while the step table was held (2026-12-01)
+    "synthetic": 700,
     #: a replayed trace file, its rows parsed, then simulated: the Azure 2023 trace 393 B between
     #: 200,000 and 1,000,000 requests (331 B between 20,000 and 100,000). A trace may be replayed
     #: all at once too, so it takes the generated workload's bound
-    "trace": 1_200,
+    "trace": 700,
     #: a generated workload with a shared prefix under prefix caching (lecture_chat with 256 shared
     #: tokens): the prefix hashes, the cache's block keys and the offline hit-rate bounds, 12,663 B
     #: (12,325 B on 2026-12-01)

@@ -78,7 +78,8 @@ class FcfsQueue(RequestQueue):
     def __init__(self) -> None:
         self._groups: deque[SequenceGroup] = deque()
         # deferred arrivals, behind every group in _groups: how many, and what makes the next one
-        # (all come from the same engine, so one maker serves every batch of them)
+        # (the engine passes one maker for all of them; another maker's arrivals come after the
+        # first one's, whose groups are then made at once)
         self._num_deferred = 0
         self._make: Callable[[], SequenceGroup] | None = None
 
@@ -88,7 +89,7 @@ class FcfsQueue(RequestQueue):
         self._groups.append(group)
 
     def add_deferred(self, num_requests: int, make: Callable[[], SequenceGroup]) -> None:
-        if self._num_deferred and make != self._make:  # (!=: a bound method is made anew each time)
+        if self._num_deferred and make is not self._make:
             self._make_deferred(self._num_deferred)
         self._num_deferred += num_requests
         self._make = make
