@@ -98,13 +98,14 @@ class FcfsQueue(RequestQueue):
         self._groups.appendleft(group)
 
     def peek(self) -> SequenceGroup:
-        if not self._groups and self._num_deferred:
-            self._make_deferred(1)
-        return self._groups[0]
+        groups = self._groups
+        if not groups and self._num_deferred:
+            self._num_deferred -= 1
+            groups.append(self._make())
+        return groups[0]
 
     def pop(self) -> SequenceGroup:
-        if not self._groups and self._num_deferred:
-            self._make_deferred(1)
+        self.peek()
         return self._groups.popleft()
 
     def __len__(self) -> int:
