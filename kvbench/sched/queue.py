@@ -111,6 +111,9 @@ class FcfsQueue(RequestQueue):
     def __len__(self) -> int:
         return len(self._groups) + self._num_deferred
 
+    def __bool__(self) -> bool:  # (asked several times a turn: without going through __len__)
+        return bool(self._groups) or self._num_deferred > 0
+
     def __iter__(self) -> Iterator[SequenceGroup]:
         self._make_deferred(self._num_deferred)  # (nothing in kvbench's loop iterates a queue)
         return iter(self._groups)
