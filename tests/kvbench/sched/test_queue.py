@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from toy import request
 
 from kvbench import hookimpl
@@ -100,6 +102,67 @@ def test_a_keyed_queue_makes_deferred_arrivals_at_once_and_orders_them_by_key():
     queue.add_deferred(2, make)
     assert make.num_made == 2
     assert drain(queue) == [1, 0]
+
+
+class ListQueue:
+    """The FCFS queue's meaning written plainly: ids in a list, arrivals at the back, preempted at
+    the front, and which deferred arrivals must have been made: the head once looked at, and every
+    one an arrival added whole went behind."""
+
+    def __init__(self):
+        self.items = []
+        self.deferred = set()  # ids whose groups should not be made yet
+        self.num_made = 0  # deferred groups that must have been made
+
+    def add(self, i, deferred=False):
+        if not deferred:
+            self.num_made += len(self.deferred)
+            self.deferred.clear()
+        else:
+            self.deferred.add(i)
+        self.items.append(i)
+
+    def add_preempted(self, i):
+        self.items.insert(0, i)
+
+    def head(self):
+        if self.items[0] in self.deferred:
+            self.deferred.discard(self.items[0])
+            self.num_made += 1
+        return self.items[0]
+
+    def pop(self):
+        self.head()
+        return self.items.pop(0)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["add", "deferred", "preempted", "pop"]), st.integers(1, 5)), max_size=60))
+def test_fcfs_with_deferred_arrivals_behaves_as_if_every_group_were_made_on_arrival(operations):
+    queue, plain = FcfsQueue(), ListQueue()
+    next_id = 0
+    make = Maker()  # one maker for every deferred batch, as the engine passes it
+    for op, n in operations:
+        if op == "add":
+            queue.add(groups(request(next_id, 4, 1))[0])
+            plain.add(next_id)
+            next_id += 1
+        elif op == "deferred":
+            make.pending += groups(*(request(i, 4, 1) for i in range(next_id, next_id + n)))
+            queue.add_deferred(n, make)
+            for i in range(next_id, next_id + n):
+                plain.add(i, deferred=True)
+            next_id += n
+        elif op == "preempted" and queue:
+            popped = queue.pop().request_id  # back in front, as a recompute preemption puts it
+            assert popped == plain.pop()
+            queue.add_preempted(groups(request(popped, 4, 1))[0])
+            plain.add_preempted(popped)
+        elif op == "pop" and queue:
+            assert queue.peek().request_id == plain.head()
+            assert queue.pop().request_id == plain.pop()
+        assert len(queue) == len(plain.items) and bool(queue) == bool(plain.items)
+        assert make.num_made == plain.num_made  # made exactly when needed, never ahead
+    assert drain(queue) == plain.items
 
 
 class LongestFirst(KeyedQueue):
