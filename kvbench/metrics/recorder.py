@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import struct
 import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator
@@ -190,6 +191,14 @@ def _typed_column(name: str) -> array:
     """A column's values as machine numbers (8 bytes each, not a Python object per value): a long
     run writes hundreds of thousands of rows."""
     return array("b" if name == "saturated" else "d" if name in FLOAT_STEP_COLUMNS else "q")
+
+
+def _extend(column: array, values: tuple) -> None:
+    """Append ``values`` to a typed column. NOTE: ``array.extend`` converts value by value through
+    ``PyArg_Parse`` (about 470 machine instructions a value, 40 values a step row); ``struct`` packs
+    the same machine values by the same conversions (a float's ``PyFloat_AsDouble``, an integer's
+    ``__index__``, range checks alike) at a quarter of that."""
+    column.frombytes(struct.pack(f"{len(values)}{column.typecode}", *values))
 
 
 #: a typed column's numpy type
@@ -364,7 +373,7 @@ class Recorder:
                 group.seqs = []  # no cycle left (sequence <-> group): freed as soon as unreferenced
             self._finished.clear()
             for values, column in zip(self._request_columns.values(), zip(*rows)):
-                values.extend(column)
+                _extend(values, column)
 
     @contextlib.contextmanager
     def outside_loop(self) -> Iterator[None]:
@@ -505,7 +514,7 @@ class Recorder:
         else:
             columns = [self._columns[name] for name in self._column_names()]
             for column, values in zip(columns, zip(*self._step_rows)):
-                column.extend(values)
+                _extend(column, values)
         self._step_rows.clear()
 
     def _sink_step_rows(self, rows: list[list]) -> None:
