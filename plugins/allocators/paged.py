@@ -47,6 +47,7 @@ Prefix caching (``prefix_caching=true``, vLLM's automatic prefix caching, v1's b
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -628,7 +629,12 @@ class PagedAllocator(Allocator):
         max_steps: int,
         next_shape: SeqShape | None,
     ) -> DecodeProjection:
-        """:meth:`project_decode` step by step in plain integers (the same values, as lists)."""
+        """:meth:`project_decode` step by step in plain integers (the same values, as lists).
+
+        Each part is carried from one step to the next by what changes (integers: exact in any
+        order): a step adds ``num_seqs`` tokens, which come out of the reserved future; a new block
+        adds its slots to the future and leaves the free (or cached) blocks; a sequence taking its
+        final block turns that block's never-filled slots from future into internal."""
         size, kv, block_bytes = self._block_size_tokens, self.kv_bytes_per_token, self.block_bytes
         waste_at: dict[int, int] = {}
         for step, waste in zip(final_steps, final_waste):
@@ -636,19 +642,30 @@ class PagedAllocator(Allocator):
         led = self.ledger(next_shape)
         num_free, truly_free = self._num_free_blocks(), len(self._free_block_ids) + self._num_fresh
         token, future, internal, free, cached = [], [], [], [], []
-        new_blocks = internal_slots = 0
-        for step in range(1, max_steps + 1):
-            new_blocks += counts[(step - 1) % size]
-            if new_blocks > num_free:
-                break
-            internal_slots += waste_at.get(step, 0)
-            token_slots = num_seqs * step
-            from_free = new_blocks if new_blocks < truly_free else truly_free
-            token.append(led.token_bytes + kv * token_slots)
-            future.append(led.reserved_future_bytes + kv * (new_blocks * size - token_slots - internal_slots))
-            internal.append(led.internal_bytes + kv * internal_slots)
-            free.append(led.free_bytes - block_bytes * from_free)
-            cached.append(led.cached_bytes - block_bytes * (new_blocks - from_free))
+        token_bytes, future_bytes, internal_bytes = led.token_bytes, led.reserved_future_bytes, led.internal_bytes
+        free_bytes, cached_bytes = led.free_bytes, led.cached_bytes
+        step_bytes, block_slot_bytes = kv * num_seqs, kv * size
+        new_blocks = 0
+        for step, taken in zip(range(1, max_steps + 1), itertools.cycle(counts)):
+            if taken:  # sequences whose last block filled up take a new one
+                new_blocks += taken
+                if new_blocks > num_free:
+                    break
+                future_bytes += block_slot_bytes * taken
+                # truly free blocks first, then cached ones (evicted)
+                from_free = new_blocks if new_blocks < truly_free else truly_free
+                free_bytes = led.free_bytes - block_bytes * from_free
+                cached_bytes = led.cached_bytes - block_bytes * (new_blocks - from_free)
+            token_bytes += step_bytes
+            future_bytes -= step_bytes
+            if step in waste_at:
+                internal_bytes += kv * waste_at[step]
+                future_bytes -= kv * waste_at[step]
+            token.append(token_bytes)
+            future.append(future_bytes)
+            internal.append(internal_bytes)
+            free.append(free_bytes)
+            cached.append(cached_bytes)
         return DecodeProjection(
             len(token),
             {
