@@ -86,7 +86,7 @@ class CostModel:
     ) -> tuple[tuple[float, ...], float]:
         """One step's parts: each prefill chunk's ``(new, context)`` tokens priced alone, and the
         decode pass (the roofline adds them; a profiled model shares the GEMMs out instead)."""
-        chunk_times_s = tuple(self.prefill_chunk_time_s(c, p) for c, p in chunks)
+        chunk_times_s = tuple(self.prefill_chunk_time_s(c, p) for c, p in chunks) if chunks else ()
         return chunk_times_s, self.decode_time_s(kv_read_tokens) if num_decodes else 0.0
 
     def decode_time_s(self, kv_read_tokens: int) -> float:

@@ -85,17 +85,28 @@ class SimExecutor:
     def _priced_step(self, plan: StepPlan, overhead_s: float, windowed) -> StepResult:
         """One step: its transfers, prefill chunks and decode pass."""
         cost = self.cost
+        prefills = plan.prefills
         chunk_times_s, decode_s = cost.step_times_s(
-            [(c.num_new_tokens, c.num_context_tokens) for c in plan.prefills], len(plan.decodes), plan.kv_read_tokens
+            [(c.num_new_tokens, c.num_context_tokens) for c in prefills] if prefills else [],
+            len(plan.decodes),
+            plan.kv_read_tokens,
         )
         if windowed is not None:
             decode_s = float(windowed[0])
-        prefill_s = sum(chunk_times_s, 0.0)
-        recompute_s = sum(
-            (t * c.num_recomputed_tokens / c.num_new_tokens for t, c in zip(chunk_times_s, plan.prefills)), 0.0
-        )
-        swap_s = sum(map(cost.transfer_time_s, plan.swap_out), 0.0) + sum(map(cost.transfer_time_s, plan.swap_in), 0.0)
-        copy_s = sum((cost.copy_time_s(copy.num_bytes) for copy in plan.copies), 0.0)
+        # NOTE: a part with nothing to price is 0.0 without its generator and sum (most steps only
+        # decode, or only prefill); 0.0 is what the empty sums gave, so the total adds the same bits
+        prefill_s = recompute_s = swap_s = copy_s = 0.0
+        if prefills:
+            prefill_s = sum(chunk_times_s, 0.0)
+            recompute_s = sum(
+                (t * c.num_recomputed_tokens / c.num_new_tokens for t, c in zip(chunk_times_s, prefills)), 0.0
+            )
+        if plan.swap_out or plan.swap_in:
+            swap_s = sum(map(cost.transfer_time_s, plan.swap_out), 0.0) + sum(
+                map(cost.transfer_time_s, plan.swap_in), 0.0
+            )
+        if plan.copies:
+            copy_s = sum((cost.copy_time_s(copy.num_bytes) for copy in plan.copies), 0.0)
         duration_s = swap_s + copy_s + prefill_s + decode_s + overhead_s
         if plan.host_reloads:  # blocking reloads from the host tier: the whole batch waits for them
             duration_s += sum(map(cost.transfer_time_s, plan.host_reloads), 0.0)
