@@ -114,6 +114,11 @@ class CostModel:
         kv = self._kv_bytes_per_token
         bytes_per_s, weights_s = self._kv_bytes_per_s, self._weights_s
         kv_read_bytes, step_bytes = first_kv_read_tokens * kv, num_decodes * kv
+        if kv_read_bytes + step_bytes * num_steps <= 2**53:
+            # NOTE: up to 2^53 every integer is exactly a float, and so is the sum of two: the
+            # progression carried in floats divides the same values, without converting an
+            # integer of several digits each step
+            kv_read_bytes, step_bytes = float(kv_read_bytes), float(step_bytes)
         times_s = []
         for _ in range(num_steps):
             times_s.append(kv_read_bytes / bytes_per_s + weights_s)

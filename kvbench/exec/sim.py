@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvbench.core.step import StepPlan, StepResult, added_in_order
+from kvbench.core.step import StepPlan, StepResult
 from kvbench.exec.costmodel import CostModel
 
 #: a run of at most this many decode steps is priced in plain floats (tuples), a longer one in
@@ -74,13 +74,12 @@ class SimExecutor:
         )
         clock = plan.start_s
         clock_s = [clock]
+        decode_s = 0.0  # added in step order in the same pass (what added_in_order does)
         for duration_s in durations_s:
             clock += duration_s
             clock_s.append(clock)
-        durations_s = tuple(durations_s)
-        return StepResult(
-            plan.start_s, durations_s, clock, decode_s=added_in_order(0.0, durations_s), clock_s=tuple(clock_s)
-        )
+            decode_s += duration_s
+        return StepResult(plan.start_s, tuple(durations_s), clock, decode_s=decode_s, clock_s=tuple(clock_s))
 
     def _priced_step(self, plan: StepPlan, overhead_s: float, windowed) -> StepResult:
         """One step: its transfers, prefill chunks and decode pass."""

@@ -33,6 +33,15 @@ def test_plain_floats_are_the_numpy_bits(first, num_decodes, num_steps):
     assert listed[0] == cost.decode_time_s(first)  # and what one step priced alone gives
 
 
+@pytest.mark.parametrize("first", [2**34 - 200, 2**34, 2**40 + 12_345])  # 2^34 tokens: 2^53 bytes
+def test_plain_floats_near_and_past_2_to_the_53_are_the_numpy_bits(first):
+    """Up to 2^53 bytes the progression is carried in floats, past it in integers (a float would round them)."""
+    for num_steps in (2, sim.SHORT_RUN_STEPS):
+        listed = COST.decode_times_list_s(first, 3, num_steps)
+        assert listed == COST.decode_times_s(first, 3, num_steps).tolist()
+        assert listed[-1] == COST.decode_time_s(first + 3 * (num_steps - 1))
+
+
 class _Seq:
     num_computed_tokens = 0
 
