@@ -246,11 +246,6 @@ class Scheduler:
                     "workload's lengths or raise S_max or hardware.kv_budget_bytes"
                 )
 
-    def add(self, group: SequenceGroup, clock_s: float) -> None:
-        """A request arrives at the step boundary ``clock_s``."""
-        group.boundary_s = clock_s
-        self.waiting.add(group)
-
     def add_arrivals(self, num_requests: int, make: Callable[[], SequenceGroup]) -> None:
         """``num_requests`` requests arrive; each call of ``make`` makes the next one's group, its
         ``boundary_s`` set, in arrival order. The queue makes them when it needs them: a
