@@ -173,6 +173,19 @@ class Allocator(ABC):
         :class:`KVCopy`).
         """
 
+    def append_each(self, seq_ids: Sequence[int], num_tokens: int) -> int:
+        """:meth:`append` of ``num_tokens`` to each of ``seq_ids`` in turn, stopping at the first
+        that does not fit (changing nothing for it and those after). Returns how many fitted.
+
+        The engine advances a run of decode steps this way (every sequence of the batch by the
+        run's length). An allocator may do it in one pass, with the same result as the appends
+        one by one: the same block tables, totals and copies."""
+        append = self.append
+        for done, seq_id in enumerate(seq_ids):
+            if not append(seq_id, num_tokens):
+                return done
+        return len(seq_ids)
+
     @abstractmethod
     def truncate(self, seq_id: int, num_tokens: int) -> None:
         """Keep only the first ``num_tokens`` tokens of ``seq_id``, giving back blocks no longer

@@ -344,10 +344,10 @@ class Scheduler:
 
     def extend(self, plan: StepPlan, projection: DecodeProjection, num_extra_steps: int) -> None:
         """Make a quiet plan stand for ``num_extra_steps`` more decode steps (``decode_span`` said they fit)."""
-        append = self.allocator.append
-        for seq in plan.decodes:
-            if not append(seq.seq_id, num_extra_steps):
-                raise RuntimeError(f"allocator {self.allocator.name!r} refused a step its projection allowed")
+        decodes = plan.decodes
+        if self.allocator.append_each([seq.seq_id for seq in decodes], num_extra_steps) != len(decodes):
+            raise RuntimeError(f"allocator {self.allocator.name!r} refused a step its projection allowed")
+        for seq in decodes:
             seq.num_computed_tokens += num_extra_steps
         plan.num_steps += num_extra_steps
         plan.span_ledgers = {name: values[:num_extra_steps] for name, values in projection.ledgers.items()}

@@ -36,6 +36,7 @@ leaves blocks free or cached, none lost, and every cached block can still be tak
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from typing import Callable
 
@@ -58,6 +59,7 @@ PROBE_SHAPE = SeqShape(num_tokens=8, s_max_tokens=96, final_kv_tokens=60)
 #   ("append", which_seq, num_tokens, tokens_per_call)     ("fork", which_seq, child_extra_tokens or None)
 #   ("free", which_seq)   ("swap_out", which_seq)   ("swap_in", which_family, keep_free_fraction)
 #   ("project", max_steps)   ("truncate", which_seq, tokens_to_append_then_take_back)
+#   ("append_each", first_seq, num_tokens): every live sequence from ``first_seq`` on, wrapping round
 # (max_steps up to 120: the paged allocator computes short projections in plain integers, longer
 # ones in arrays; both are checked against the steps taken one by one)
 OPERATIONS = st.lists(
@@ -71,6 +73,7 @@ OPERATIONS = st.lists(
             st.sampled_from([1, 1, 1, 2, 3]),
         ),
         st.tuples(st.just("append"), st.integers(0, 31), st.integers(1, 40), st.sampled_from([1, 7, 40])),
+        st.tuples(st.just("append_each"), st.integers(0, 31), st.sampled_from([1, 3, 16, 40])),
         st.tuples(st.just("fork"), st.integers(0, 31), st.one_of(st.none(), st.integers(0, 80))),
         st.tuples(st.just("free"), st.integers(0, 31)),
         st.tuples(st.just("swap_out"), st.integers(0, 31)),
@@ -102,6 +105,7 @@ CACHING_OPERATIONS = st.lists(
         ]
         * 2,
         st.tuples(st.just("append"), st.integers(0, 31), st.integers(1, 40), st.sampled_from([1, 7, 40])),
+        st.tuples(st.just("append_each"), st.integers(0, 31), st.sampled_from([1, 3, 16, 40])),
         st.tuples(st.just("fork"), st.integers(0, 31), st.one_of(st.none(), st.integers(0, 80))),
         st.tuples(st.just("free"), st.integers(0, 31)),
         st.tuples(st.just("free"), st.integers(0, 31)),
@@ -481,6 +485,9 @@ def _apply(alloc: Allocator, model: _Model, op: tuple) -> None:
         return
     if not live:
         return
+    if kind == "append_each":
+        _append_each(alloc, model, live[op[1] % len(live) :] + live[: op[1] % len(live)], op[2])
+        return
     seq_id = live[op[1] % len(live)]
     if kind == "append":
         _, _, total, per_call = op
@@ -521,6 +528,24 @@ def _apply(alloc: Allocator, model: _Model, op: tuple) -> None:
         model.swapped[family] = [(s, model.num_tokens[s], model.final[s]) for s in members]
         for s in members:
             model.remove(s)
+
+
+def _append_each(alloc: Allocator, model: _Model, seq_ids: list[int], num_tokens: int) -> None:
+    """``append_each`` (a run of decode steps advancing the batch) leaves the allocator exactly as
+    the appends one by one do on a copy of it, and fits as many of the sequences."""
+    twin = copy.deepcopy(alloc)
+    expected = 0
+    for seq_id in seq_ids:
+        if not twin.append(seq_id, num_tokens):
+            break
+        expected += 1
+    done = alloc.append_each(seq_ids, num_tokens)
+    assert done == expected, f"append_each fitted {done} of {len(seq_ids)} sequences, the appends {expected}"
+    live = model.live()
+    assert _snapshot(alloc, live) == _snapshot(twin, live), "append_each left another state than the appends"
+    assert alloc.drain_copies() == twin.drain_copies(), "append_each made other copies than the appends"
+    for seq_id in seq_ids[:done]:
+        model.num_tokens[seq_id] += num_tokens
 
 
 def _check_hit(alloc: Allocator, seq_id: int, shape: SeqShape, cached: int, keys_before: dict) -> None:

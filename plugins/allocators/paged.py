@@ -186,6 +186,12 @@ class PagedAllocator(Allocator):
         #: the host tier evicted blocks' keys move to (None: no host tier, evicted keys vanish)
         host_blocks = int(self.config.host_cache_bytes) // self.block_bytes if self._caching else 0
         self.host_cache = HostBlockCache(host_blocks) if self.config.host_cache_bytes else None
+        # append_each's one pass repeats what these do: a subclass that changes one appends one by one
+        cls = type(self)
+        self._plain_appends = all(
+            getattr(cls, name) is getattr(PagedAllocator, name)
+            for name in ("append", "_append_blocks", "_take_blocks", "_refresh_future")
+        )
 
     # --- sizing ----------------------------------------------------------------------------------
 
@@ -344,6 +350,58 @@ class PagedAllocator(Allocator):
         if self._pending_keys and seq_id in self._pending_keys:
             self._key_full_blocks(seq_id)
         return True
+
+    def append_each(self, seq_ids: Sequence[int], num_tokens: int) -> int:
+        """``append(seq_id, num_tokens)`` for each in turn, in one pass (a run of decode steps
+        advances the whole batch this way: its cost is per sequence, so per-call overhead counts).
+
+        Without shared blocks and prompt keys pending (no fork, no prefix cache filling up) no
+        sequence needs a copy or a key, and a sequence's new blocks come off the given-back stack
+        as ``_take_blocks`` pops them; the totals are integers, summed here and added once (the
+        same values in any order). Anything else (shared blocks, keys, blocks fresh or evicted, a
+        subclass with its own appending or placement) goes through ``append`` one by one."""
+        if self._shared_refs or self._pending_keys or not self._plain_appends:
+            return super().append_each(seq_ids, num_tokens)
+        size = self._block_size_tokens
+        counts, tables, futures, finals = self._num_tokens, self._tables, self._future_tokens, self._final_kv_tokens
+        free = self._free_block_ids
+        future_delta = 0  # to the reserved-future total
+        done = 0
+        for seq_id in seq_ids:
+            tokens = counts[seq_id]
+            offset = tokens % size
+            room = size - offset if offset else 0
+            new_tokens = tokens + num_tokens
+            if num_tokens <= room:  # its own last block holds them: that much of its future is used
+                future = futures[seq_id]
+                if future:
+                    used = future if future < num_tokens else num_tokens
+                    futures[seq_id] = future - used
+                    future_delta -= used
+            else:
+                num_new_blocks = -(-(num_tokens - room) // size)
+                if num_new_blocks > len(free):  # fresh or cached blocks, or none: the general path
+                    self._num_token_slots += num_tokens * done
+                    self._num_future_slots += future_delta
+                    return done + super().append_each(seq_ids[done:], num_tokens)
+                taken = free[-num_new_blocks:]
+                del free[-num_new_blocks:]
+                taken.reverse()  # pop order, as _take_blocks gives them
+                tables[seq_id].extend(taken)
+                # _refresh_future: the new last block's slots this sequence will still fill
+                future = 0
+                tail_tokens = -new_tokens % size
+                if tail_tokens:
+                    remaining_tokens = finals[seq_id] - new_tokens
+                    if remaining_tokens > 0:
+                        future = tail_tokens if tail_tokens < remaining_tokens else remaining_tokens
+                future_delta += future - futures[seq_id]
+                futures[seq_id] = future
+            counts[seq_id] = new_tokens
+            done += 1
+        self._num_token_slots += num_tokens * done
+        self._num_future_slots += future_delta
+        return done
 
     def truncate(self, seq_id: int, num_tokens: int) -> None:
         """Drop trailing tokens and the blocks they alone needed (tokens appended after a
