@@ -124,6 +124,27 @@ class ContiguousAllocator(Allocator):
         self._num_future_slots -= min(num_tokens, max(0, self._final[seq_id] - tokens))
         return True
 
+    def append_each(self, seq_ids: Sequence[int], num_tokens: int) -> int:
+        """``append(seq_id, num_tokens)`` for each in turn, in one pass: the counts change per
+        sequence, the totals (integers) once. A subclass with its own ``append`` appends one by one."""
+        if type(self).append is not ContiguousAllocator.append:
+            return super().append_each(seq_ids, num_tokens)
+        counts, capacity, final = self._num_tokens, self._capacity, self._final
+        used_future = 0  # of the reserved future: up to each sequence's final length
+        done = 0
+        for seq_id in seq_ids:
+            tokens = counts[seq_id]
+            if tokens + num_tokens > capacity[seq_id]:
+                break
+            counts[seq_id] = tokens + num_tokens
+            left = final[seq_id] - tokens
+            if left > 0:
+                used_future += num_tokens if num_tokens < left else left
+            done += 1
+        self._num_token_slots += num_tokens * done
+        self._num_future_slots -= used_future
+        return done
+
     def truncate(self, seq_id: int, num_tokens: int) -> None:
         """Uncount tokens; the range stays reserved."""
         tokens = self._num_tokens[seq_id]

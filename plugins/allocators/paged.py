@@ -643,7 +643,7 @@ class PagedAllocator(Allocator):
         for seq_id in seq_ids:
             tokens = num_tokens[seq_id]
             offset = tokens % size
-            if offset and tables[seq_id][-1] in shared:
+            if offset and shared and tables[seq_id][-1] in shared:  # (nothing shared: no table looked at)
                 return NO_PROJECTION
             counts[-offset % size] += 1
             final = finals[seq_id]
