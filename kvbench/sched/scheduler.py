@@ -139,6 +139,22 @@ class _Work:
         self.kv_read_tokens = 0
 
 
+def _decoding_run(running: list[SequenceGroup], start: int, end: int) -> list[Sequence]:
+    """The sequences of ``running[start:end]`` up to the first group that is not a one-sequence
+    request decoding (its next token is its only one to compute): a decode step's common case."""
+    run = []
+    for group in running[start:end]:
+        seqs = group.seqs
+        if len(seqs) != 1:
+            break
+        seq = seqs[0]
+        context = seq.num_computed_tokens
+        if seq.num_tokens != context + 1 or context < seq.prompt_tokens:
+            break
+        run.append(seq)
+    return run
+
+
 class Scheduler:
     """A scheduling-policy plugin: ``name`` matches ``conf/scheduler/<name>.yaml``.
 
@@ -382,11 +398,32 @@ class Scheduler:
                 break
             if cap is not None and self._seqs_counted(plan) >= cap:
                 break
+            if cap is None:
+                # NOTE: the hot path: the run of one-sequence requests decoding from here on (a token
+                # each, within the budget), appended in one call. The first that finds no room, and
+                # any other request, goes through _compute
+                end = len(running) if token_budget is None else min(len(running), index + token_budget - used)
+                batch = _decoding_run(running, index, end)
+                if batch:
+                    num_fitted = self.allocator.append_each([seq.seq_id for seq in batch], 1)
+                    all_fitted = num_fitted == len(batch)
+                    if not all_fitted:
+                        del batch[num_fitted:]
+                    read_tokens = 0
+                    for seq in batch:
+                        context = seq.num_computed_tokens + 1
+                        seq.num_computed_tokens = context
+                        read_tokens += context
+                    decodes.extend(batch)
+                    plan.kv_read_tokens += read_tokens
+                    used += num_fitted
+                    index += num_fitted
+                    if all_fitted:
+                        continue
             group = running[index]
             seqs = group.seqs
-            if len(seqs) == 1:
-                # NOTE: the hot path (a one-sequence request decoding, room in the cache) inline;
-                # anything else goes through _compute
+            if cap is not None and len(seqs) == 1:
+                # NOTE: the hot path with the step's sequences capped (step_seq_cap), one at a time
                 seq = seqs[0]
                 context = seq.num_computed_tokens
                 if seq.num_tokens == context + 1 and context >= seq.prompt_tokens and append(seq.seq_id, 1):
