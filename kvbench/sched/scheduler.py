@@ -139,10 +139,11 @@ class _Work:
         self.kv_read_tokens = 0
 
 
-def _decoding_run(running: list[SequenceGroup], start: int, end: int) -> list[Sequence]:
+def _decoding_run(running: list[SequenceGroup], start: int, end: int) -> tuple[list[Sequence], list[int]]:
     """The sequences of ``running[start:end]`` up to the first group that is not a one-sequence
-    request decoding (its next token is its only one to compute): a decode step's common case."""
-    run = []
+    request decoding (its next token is its only one to compute), and their ids: a decode step's
+    common case."""
+    run, seq_ids = [], []
     for group in running[start:end]:
         seqs = group.seqs
         if len(seqs) != 1:
@@ -152,7 +153,8 @@ def _decoding_run(running: list[SequenceGroup], start: int, end: int) -> list[Se
         if seq.num_tokens != context + 1 or context < seq.prompt_tokens:
             break
         run.append(seq)
-    return run
+        seq_ids.append(seq.seq_id)
+    return run, seq_ids
 
 
 class Scheduler:
@@ -403,9 +405,9 @@ class Scheduler:
                 # each, within the budget), appended in one call. The first that finds no room, and
                 # any other request, goes through _compute
                 end = len(running) if token_budget is None else min(len(running), index + token_budget - used)
-                batch = _decoding_run(running, index, end)
+                batch, seq_ids = _decoding_run(running, index, end)
                 if batch:
-                    num_fitted = self.allocator.append_each([seq.seq_id for seq in batch], 1)
+                    num_fitted = self.allocator.append_each(seq_ids, 1)
                     all_fitted = num_fitted == len(batch)
                     if not all_fitted:
                         del batch[num_fitted:]
