@@ -12,7 +12,7 @@ no wall time (a cache miss costs more than an add), but a change that removes wo
 fewer instructions, to the instruction, and the same change counted twice gives the same number.
 
 Each side (``--base``, ``--head``: commits, or by default those ``speed_gate.py`` picks) runs each
-of the speed gate's configs (``--config``, default ``arrivals``) twice under
+of the speed gate's configs or ``preempt`` (``--config``, default ``arrivals``) twice under
 ``valgrind --tool=cachegrind --cache-sim=no``, each a process of its own: once up to the loop
 (imports, Hydra's compose, the plugins, the requests), once with the loop (``Engine.run``, and the
 tables it builds at the end). The loop's count is the difference. Both trees are compiled first, so
@@ -35,7 +35,30 @@ import tempfile
 from pathlib import Path
 
 from source_trees import TreeError, child_env, export_pair, import_path
-from speed_gate import CONFIGS, default_revisions
+from speed_gate import BASE, default_revisions
+from speed_gate import CONFIGS as GATE_CONFIGS
+
+#: the speed gate's configs, and one of this script's own: a batch that preempts. 300 lecture
+#: requests of 512 + 2,048 tokens at t = 0 through vLLM v0 (paged, recompute): 128 of them at full
+#: length would need 2.8x the KV budget, so the batch preempts (292 preemptions, 9,237 steps in 941
+#: step rows, about 60 sequences decoding per row), the regime where passes over the batch are most
+#: of a turn (its loop is too long for the gate's paired 50 ms runs)
+CONFIGS = {
+    **GATE_CONFIGS,
+    "preempt": [
+        *BASE,
+        "workload=lecture_chat",
+        "workload.num_requests=300",
+        "workload.prompt_tokens=512",
+        "workload.output_tokens=2048",
+        "scheduler=prefill_first",
+        "allocator=paged",
+        "allocator.block_size_tokens=16",
+        "scheduler.max_num_batched_tokens=4096",
+        "preemption=recompute",
+        "scheduler.max_num_seqs=128",
+    ],
+}
 
 #: a child's start: a config composed from the JSON overrides in its last argument, set up, its
 #: requests made and its engine built (the loop not run)
@@ -172,7 +195,7 @@ def main(argv: list[str]) -> int:
         "--config",
         action="append",
         choices=sorted(CONFIGS),
-        help="a speed-gate config to count (repeatable; default: arrivals)",
+        help="a config to count: the speed gate's, or preempt (repeatable; default: arrivals)",
     )
     args = parser.parse_args(argv)
     if args.head and not args.base:  # (the default head goes with the default base only)

@@ -177,9 +177,10 @@ class Allocator(ABC):
         """:meth:`append` of ``num_tokens`` to each of ``seq_ids`` in turn, stopping at the first
         that does not fit (changing nothing for it and those after). Returns how many fitted.
 
-        The engine advances a run of decode steps this way (every sequence of the batch by the
-        run's length). An allocator may do it in one pass, with the same result as the appends
-        one by one: the same block tables, totals and copies."""
+        The scheduler grows the batch this way: a run of decode steps (every sequence by the run's
+        length), and a decode step's one-sequence requests (a token each). An allocator may do it
+        in one pass, with the same result as the appends one by one: the same block tables,
+        totals and copies (the conformance suite compares the two)."""
         append = self.append
         for done, seq_id in enumerate(seq_ids):
             if not append(seq_id, num_tokens):
