@@ -15,8 +15,8 @@ Two choices are separate axes:
   and nano-vllm do: it has the least progress to lose and the weakest claim under first come first
   served), ``least_progress`` (the fewest KV tokens to lose), ``cost_aware`` (the least time
   spent per byte freed, under the policy's mechanism) or ``lowest_priority`` (the largest
-  ``(Request.priority, arrival)``, as vLLM's priority policy: chosen among every running request,
-  one that already ran this step included, which then gives its step back).
+  ``(Request.priority, arrival, request_id)``, as vLLM's priority policy: chosen among every
+  running request, one that already ran this step included, which then gives its step back).
 """
 
 from __future__ import annotations
@@ -93,8 +93,16 @@ def _cost_aware(candidates: Sequence[SequenceGroup], policy: PreemptionPolicy, c
 
 
 def _lowest_priority(candidates: Sequence[SequenceGroup], policy: PreemptionPolicy, ctx: PreemptionContext) -> int:
-    # vLLM: max(running, key=(priority, arrival_time)); ties go to the first in admission order
-    return max(range(len(candidates)), key=lambda i: (candidates[i].request.priority, candidates[i].request.arrival_s))
+    # vLLM: max(running, key=(priority, arrival_time)). vLLM stamps arrival_time at submission, so
+    # two requests never tie and the later one ranks lower; a trace's rows may share an arrival
+    # (a batch at t = 0), and the row order (request_id) stands in for the submission order. A tie
+    # broken towards the first admitted instead makes two equal requests evict each other for ever
+    # under recompute: each is preempted by the other's recomputation before it can finish
+    def rank(i: int) -> tuple[int, float, int]:
+        request = candidates[i].request
+        return request.priority, request.arrival_s, request.request_id
+
+    return max(range(len(candidates)), key=rank)
 
 
 #: victim option -> chooser(candidates in admission order, policy, context) -> index

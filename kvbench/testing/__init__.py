@@ -12,7 +12,7 @@ from kvbench.testing.allocators import (
     check_ledger,
     run_operations,
 )
-from kvbench.testing.schedulers import SchedulingConformance, build_engine, check_run
+from kvbench.testing.schedulers import SchedulingConformance, build_engine, check_run, limit_steps
 
 __all__ = [
     "AllocatorConformance",
@@ -22,5 +22,6 @@ __all__ = [
     "check_invariants",
     "check_ledger",
     "check_run",
+    "limit_steps",
     "run_operations",
 ]

@@ -88,6 +88,32 @@ def build_engine(
     return Engine(scheduler, SimExecutor(cost), event_driven=event_driven)
 
 
+#: steps one run of the suite's requests may plan: the built-in schedulers and policies took 250 at
+#: most over 30,000 examples, so a run past this is a scheduler that has stopped making progress
+MAX_STEPS = 20_000
+
+
+def limit_steps(engine: Engine, max_steps: int = MAX_STEPS) -> Engine:
+    """Make ``engine`` fail, rather than run for ever, once its scheduler has planned ``max_steps``
+    steps: two requests that keep preempting each other never finish, and a test should say so."""
+    scheduler = engine.scheduler
+    schedule = scheduler.schedule
+    num_steps = 0
+
+    def counted(clock_s: float):
+        nonlocal num_steps
+        num_steps += 1
+        if num_steps > max_steps:
+            raise AssertionError(
+                f"{type(scheduler).__name__} planned {max_steps:,} steps and "
+                f"{scheduler.num_running_seqs} sequences still run: it has stopped making progress"
+            )
+        return schedule(clock_s)
+
+    scheduler.schedule = counted  # the instance's attribute: the class and other engines are untouched
+    return engine
+
+
 def check_run(engine: Engine, requests: list[Request], record: RunRecord) -> None:
     """What every run must satisfy, whatever the policies."""
     r = record.requests
@@ -268,7 +294,7 @@ class SchedulingConformance:
                 )
                 if not _admissible(engine, requests):
                     return
-                record = engine.run(requests)
+                record = limit_steps(engine).run(requests)
                 check_run(engine, requests, record)
                 tables.append(record)
             for name in ("requests", "steps", "refusals"):

@@ -17,6 +17,7 @@ import importlib.metadata
 import importlib.util
 import json
 import logging
+import math
 import os
 import tempfile
 import warnings
@@ -42,6 +43,22 @@ _TINY_LLAMA_CONFIG = {
 }
 #: the one attention layer of that model, named as vLLM names it (the KV cache group's only layer)
 _LAYER_NAME = "model.layers.0.self_attn.attn"
+
+
+def _submission_stamps_s(requests: list[PeerRequest]) -> list[float]:
+    """The arrival_time vLLM gets for each request. vLLM stamps a request when the server receives
+    it, and its priority policy breaks ties of priority on the stamp (queue order, and the victim:
+    the largest (priority, arrival_time), the first running of equal ones). A server never gives
+    two requests one stamp; a trace's rows may share an arrival (a batch at t = 0), so a row that
+    ties the one before it is stamped the next float after it: submitted in row order, as kvbench
+    ranks them. Which step a request joins still follows its arrival_s."""
+    stamps_s: list[float] = []
+    for r in requests:
+        stamp_s = r.arrival_s
+        if stamps_s and stamp_s <= stamps_s[-1]:
+            stamp_s = math.nextafter(stamps_s[-1], math.inf)
+        stamps_s.append(stamp_s)
+    return stamps_s
 
 
 @functools.cache
@@ -131,13 +148,11 @@ def run(requests: list[PeerRequest], caps: PeerCaps, *, max_steps: int = 1_000_0
                 prompt_token_ids=list(r.token_ids),
                 sampling_params=SamplingParams(max_tokens=r.output_tokens, ignore_eos=True),
                 pooling_params=None,
-                # vLLM stamps a request when the server receives it; the priority policy breaks
-                # ties of priority on it (queue order and victim choice)
-                arrival_time=r.arrival_s,
+                arrival_time=stamp_s,
                 priority=r.priority,
                 block_hasher=block_hasher,
             )
-            for r in requests
+            for r, stamp_s in zip(requests, _submission_stamps_s(requests), strict=True)
         ]
         peer_id_of = {_vllm_id(r.request_id): r.request_id for r in requests}
         generated_token_of = {_vllm_id(r.request_id): -2 - i for i, r in enumerate(requests)}

@@ -1,7 +1,8 @@
-"""Victim choice, one axis for every policy: newest, least progress, or cost-aware."""
+"""Victim choice, one axis for every policy: newest, least progress, cost-aware or lowest priority."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 from kvbench_plugins.preemption.recompute import RecomputePolicy
 from kvbench_plugins.preemption.swap import SwapPolicy
@@ -12,15 +13,19 @@ from kvbench.core.step import Mechanism
 from kvbench.errors import ConfigError
 from kvbench.exec.costmodel import CostModel
 from kvbench.memory.host_pool import HostSwapPool
+from kvbench.plugins import lookup
 from kvbench.sched.preemption import PreemptionConfig, PreemptionContext
+from kvbench.sched.queue import PriorityQueue
+from kvbench.testing.schedulers import allocators, build_engine, check_run, limit_steps, make_requests
 
 
-def running_groups(*computed_tokens: int, budget_tokens: int = 256):
-    """Groups that have computed these many tokens each, admitted in this order."""
+def running_groups(*computed_tokens: int, budget_tokens: int = 256, requests=None):
+    """Groups that have computed these many tokens each, admitted in this order (of ``requests``
+    when given, else of requests 0, 1, ...)."""
     allocator = paged(budget_tokens)
     groups = []
     for i, tokens in enumerate(computed_tokens):
-        group = SequenceGroup(request(i, tokens, 4), first_seq_id=i)
+        group = SequenceGroup(requests[i] if requests else request(i, tokens, 4), first_seq_id=i)
         seq = group.seqs[0]
         assert allocator.allocate(seq.seq_id, group.shape(tokens)) == 0
         seq.status, seq.num_computed_tokens = Status.RUNNING, tokens
@@ -48,6 +53,16 @@ def test_cost_aware_recompute_prefers_short_victims_swap_prefers_full_blocks():
     assert SwapPolicy(PreemptionConfig("cost_aware")).choose(groups, ctx) == (2, Mechanism.SWAP)
 
 
+def test_lowest_priority_is_the_largest_priority_then_arrival_then_the_later_row():
+    # 3 and 1 rank lowest (priority 2, arrival 0.5); 3 is the later row, whichever was admitted first
+    rows = [(0, 0.0, 0), (1, 0.5, 2), (2, 0.0, 1), (3, 0.5, 2)]
+    by_id = {i: request(i, 8, 4, arrival_s=a, priority=p) for i, a, p in rows}
+    lowest_priority = RecomputePolicy(PreemptionConfig("lowest_priority"))
+    for admitted, victim in (([2, 0, 1, 3], 3), ([2, 3, 0, 1], 1)):
+        groups, ctx = running_groups(8, 8, 8, 8, requests=[by_id[i] for i in admitted])
+        assert lowest_priority.choose(groups, ctx) == (victim, Mechanism.RECOMPUTE)
+
+
 def test_the_context_prices_a_victim_with_the_executors_cost_model():
     (group,), ctx = running_groups(20)
     assert ctx.recompute_s(group) == prefill_s(20)
@@ -60,3 +75,44 @@ def test_an_unknown_victim_is_one_line():
         ConfigError, match="preemption.victim='oldest' is invalid: choose one of newest, least_progress, cost_aware"
     ):
         PreemptionConfig("oldest").validate()
+
+
+def test_two_equal_requests_under_recompute_do_not_evict_each_other_for_ever():
+    """Found by the conformance suite in CI: 3 and 4 have the same priority and arrival and need
+    9 blocks of 8 each in a 12-block budget. When a tie went to the first admitted, the one
+    decoding was the victim of the other's recomputation, which was then the victim of the first's,
+    and neither finished (17.9 million steps before a CI run here was stopped). The later row is the victim:
+    the earlier one keeps its blocks and finishes. Both loops write the same tables."""
+    scheduler = lookup("scheduler", "prefill_first")
+    config = scheduler.Config(
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+        watermark_fraction=0.0,
+        watermark_in_blocks=True,
+        full_prompt_admission=False,
+        long_prefill_token_threshold=8,
+        step_seq_cap=True,
+        decodes_in_budget=False,
+        head_only_chunking=True,
+    )
+    # (gap, prompt, output, branches, beam-fork probability, prefix, priority)
+    rows = [(0, 39, 23, 1, 0, 0, -1), (0.5, 21, 3, 1, 0, 1, 0), (0, 7, 1, 1, 0.5, 0, 2)]
+    rows += [(0, 39, 30, 1, 0, 0, 2)] * 2
+    requests = make_requests(rows)
+    tables = []
+    for event_driven in (True, False):
+        engine = build_engine(
+            scheduler,
+            RecomputePolicy,
+            allocators(96)["paged"],
+            scheduler_config=config,
+            victim="lowest_priority",
+            event_driven=event_driven,
+            queue=PriorityQueue(),
+        )
+        record = limit_steps(engine).run(requests)  # fails, rather than hangs, if no one finishes
+        check_run(engine, requests, record)  # every request finished with its output, no block leaked
+        assert record.requests["num_preemptions"].sum() > 0
+        tables.append(record)
+    for name in ("requests", "steps"):
+        pd.testing.assert_frame_equal(getattr(tables[0], name), getattr(tables[1], name), check_exact=True)

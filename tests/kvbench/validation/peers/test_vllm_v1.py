@@ -199,6 +199,20 @@ def test_priority_preempts_the_lowest_priority_even_if_already_scheduled():
     ]
 
 
+def test_requests_of_one_arrival_are_stamped_in_row_order():
+    """Two 16-token prompts with the same priority and arrival, 3 blocks (2 usable), as in
+    test_the_null_block_is_one_of_num_blocks. vLLM's priority victim is the largest (priority,
+    arrival_time), the first running of equal ones: with one stamp for both it would be 0, which
+    preempts itself. A server stamps them as they come, the second after the first, so the victim
+    is 1, as kvbench's lowest_priority victim takes the later row."""
+    trace = vllm_v1.run([request(0, 16, 2), request(1, 16, 2)], caps(num_blocks=3, policy="priority"))
+    assert trace.steps == [
+        step({0: 16, 1: 16}),
+        step({0: 1}, preempted=[1], finished=[0]),
+        step({1: 17}, finished=[1]),
+    ]
+
+
 def test_prefix_cache_hits_whole_blocks_short_of_the_last_token():
     """0's 48-token prompt fills 3 blocks. 1 shares its first 32 tokens: 2 blocks hit, 8 tokens
     computed. 2 is the same 48 tokens: the hit stops short of the last token (it must be computed to
