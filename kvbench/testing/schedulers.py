@@ -105,8 +105,8 @@ def limit_steps(engine: Engine, max_steps: int = MAX_STEPS) -> Engine:
         num_steps += 1
         if num_steps > max_steps:
             raise AssertionError(
-                f"{type(scheduler).__name__} planned {max_steps:,} steps and "
-                f"{scheduler.num_running_seqs} sequences still run: it has stopped making progress"
+                f"{type(scheduler).__name__} planned {max_steps:,} steps without finishing the run "
+                f"(sequences running: {scheduler.num_running_seqs}): it has stopped making progress"
             )
         return schedule(clock_s)
 
