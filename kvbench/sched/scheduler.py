@@ -175,6 +175,13 @@ class Scheduler:
     holds_finished: ClassVar[bool] = False
     #: admits prompts in chunks (a prompt never needs the whole step's budget at once)
     chunks_prompts: ClassVar[bool] = False
+    #: preemptions in a row with no token sampled between them, after which a run stops as a
+    #: livelock. Tokens are never lost, so a run that goes on for ever samples its last token at
+    #: some point and then only preempts (a step that neither samples nor preempts only computes
+    #: chunks, which ends in a sample, or is empty, which stops the run below). A run that makes
+    #: progress samples long before this: a scheduler whose victim order ranks one request above
+    #: the rest lets that one finish its prefill and sample
+    max_preemptions_without_a_token: ClassVar[int] = 1_000_000
 
     def __init__(
         self,
@@ -215,6 +222,8 @@ class Scheduler:
         self._num_eligible = 0
         # victims taken this step from requests that had already run, and the tokens they gave back
         self._num_earlier_victims = self._returned_tokens = 0
+        #: preemptions since a step last sampled a token
+        self._preemptions_without_a_token = 0
         #: reloads from the allocator's host tier of evicted prefix blocks (None: no host tier)
         host_cache = getattr(allocator, "host_cache", None)
         self.host_reloads = (
@@ -309,6 +318,19 @@ class Scheduler:
                 f"scheduler {self.name!r} made no progress at step {self._step} "
                 f"({len(self.running)} running, {len(self.waiting)} waiting, {len(self.swapped)} swapped)"
             )
+        if plan.decodes or plan.samples:
+            self._preemptions_without_a_token = 0
+        elif plan.preemptions:
+            self._preemptions_without_a_token += len(plan.preemptions)
+            if self._preemptions_without_a_token > self.max_preemptions_without_a_token:
+                victim = getattr(self.policy.config, "victim", None)
+                raise RuntimeError(
+                    f"scheduler {self.name!r}, preemption {self.policy.name!r}"
+                    f"{f' (victim {victim!r})' if victim else ''}: {self._preemptions_without_a_token:,} "
+                    f"preemptions in a row without a token sampled, at step {self._step} ({len(self.running)} "
+                    f"running, {len(self.waiting)} waiting, {len(self.swapped)} swapped): the requests "
+                    "preempt each other for ever"
+                )
         return plan
 
     def update(self, plan: StepPlan, result: StepResult) -> StepOutcome:

@@ -77,12 +77,17 @@ def test_an_unknown_victim_is_one_line():
         PreemptionConfig("oldest").validate()
 
 
-def test_two_equal_requests_under_recompute_do_not_evict_each_other_for_ever():
-    """Found by the conformance suite in CI: 3 and 4 have the same priority and arrival and need
-    9 blocks of 8 each in a 12-block budget. When a tie went to the first admitted, the one
-    decoding was the victim of the other's recomputation, which was then the victim of the first's,
-    and neither finished (17.9 million steps before a CI run here was stopped). The later row is the victim:
-    the earlier one keeps its blocks and finishes. Both loops write the same tables."""
+#: (gap, prompt, output, branches, beam-fork probability, prefix, priority): the last two are equal
+EQUAL_REQUESTS = [
+    (0, 39, 23, 1, 0, 0, -1),
+    (0.5, 21, 3, 1, 0, 1, 0),
+    (0, 7, 1, 1, 0.5, 0, 2),
+    (0, 39, 30, 1, 0, 0, 2),
+    (0, 39, 30, 1, 0, 0, 2),
+]
+
+
+def _equal_requests_engine(policy_class, event_driven: bool):
     scheduler = lookup("scheduler", "prefill_first")
     config = scheduler.Config(
         max_num_seqs=8,
@@ -95,24 +100,53 @@ def test_two_equal_requests_under_recompute_do_not_evict_each_other_for_ever():
         decodes_in_budget=False,
         head_only_chunking=True,
     )
-    # (gap, prompt, output, branches, beam-fork probability, prefix, priority)
-    rows = [(0, 39, 23, 1, 0, 0, -1), (0.5, 21, 3, 1, 0, 1, 0), (0, 7, 1, 1, 0.5, 0, 2)]
-    rows += [(0, 39, 30, 1, 0, 0, 2)] * 2
-    requests = make_requests(rows)
+    return build_engine(
+        scheduler,
+        policy_class,
+        allocators(96)["paged"],
+        scheduler_config=config,
+        victim="lowest_priority",
+        event_driven=event_driven,
+        queue=PriorityQueue(),
+    )
+
+
+def test_two_equal_requests_under_recompute_do_not_evict_each_other_for_ever():
+    """Found by the conformance suite in CI: 3 and 4 have the same priority and arrival and need
+    9 blocks of 8 each in a 12-block budget. When a tie went to the first admitted, the one
+    decoding was the victim of the other's recomputation, which was then the victim of the first's,
+    and neither finished (17.9 million steps before a CI run here was stopped). The later row is
+    the victim: the earlier one keeps its blocks and finishes. Both loops write the same tables."""
+    requests = make_requests(EQUAL_REQUESTS)
     tables = []
     for event_driven in (True, False):
-        engine = build_engine(
-            scheduler,
-            RecomputePolicy,
-            allocators(96)["paged"],
-            scheduler_config=config,
-            victim="lowest_priority",
-            event_driven=event_driven,
-            queue=PriorityQueue(),
-        )
+        engine = _equal_requests_engine(RecomputePolicy, event_driven)
         record = limit_steps(engine).run(requests)  # fails, rather than hangs, if no one finishes
         check_run(engine, requests, record)  # every request finished with its output, no block leaked
         assert record.requests["num_preemptions"].sum() > 0
         tables.append(record)
     for name in ("requests", "steps"):
         pd.testing.assert_frame_equal(getattr(tables[0], name), getattr(tables[1], name), check_exact=True)
+
+
+class FirstAdmittedTiePolicy(RecomputePolicy):
+    """The tie rule before the fix: of equal (priority, arrival), the first admitted is the victim."""
+
+    def choose(self, candidates, ctx):
+        rank = [(group.request.priority, group.request.arrival_s) for group in candidates]
+        return rank.index(max(rank)), Mechanism.RECOMPUTE
+
+
+@pytest.mark.parametrize("event_driven", [True, False])
+def test_a_run_whose_requests_preempt_each_other_for_ever_stops_with_an_error(event_driven):
+    """The engine's own guard, for a plugin that livelocks: the example above under the old tie rule
+    stops once it has preempted more times in a row than the scheduler allows without a token."""
+    engine = _equal_requests_engine(FirstAdmittedTiePolicy, event_driven)
+    engine.scheduler.max_preemptions_without_a_token = 500  # 1,000,000 by default: seconds, not minutes
+    with pytest.raises(
+        RuntimeError,
+        match=r"^scheduler 'prefill_first', preemption 'recompute' \(victim 'lowest_priority'\): 501 preemptions "
+        r"in a row without a token sampled, at step \d+ \(\d running, \d waiting, 0 swapped\): the requests "
+        r"preempt each other for ever$",
+    ):
+        limit_steps(engine).run(make_requests(EQUAL_REQUESTS))
