@@ -1,0 +1,30 @@
+"""tokens_scaling.py's smoke test: a small run of every regime writes the table, the JSON and the
+figure, and what it reports is consistent (counts exact; no wall-clock bound)."""
+
+from __future__ import annotations
+
+import json
+
+import tokens_scaling
+
+
+def test_a_small_run_reports_every_regime(tmp_path):
+    assert tokens_scaling.main(["--requests", "130", "--pairs", "2", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "tokens_scaling.json").read_text())
+    assert list(report["regimes"]) == list(tokens_scaling.REGIMES)
+    for name, regime in report["regimes"].items():
+        one, sixteen = (regime["sides"][str(n)] for n in tokens_scaling.OUTPUT_TOKENS)
+        assert sixteen["steps"] > one["steps"] and sixteen["events"] >= one["events"] > 0
+        assert regime["event_ratio"] == sixteen["events"] / one["events"]
+        assert regime["loop_ratio"] > 0 and one["us_per_event"] > 0
+        # 128 running x 2,560 tokens exceed the lecture's 118,784 slots (not 4x that); 128 x 256 the
+        # storm's 16,000 already at 1x
+        assert (one["preemptions"] > 0) == ("storm" in name)
+        assert (sixteen["preemptions"] > 0) == ("preempts" in name or "storm" in name)
+    assert "| cost ratio |" in (tmp_path / "tokens_scaling.md").read_text()
+    assert (tmp_path / "tokens_scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_arguments_are_one_line(capsys):
+    assert tokens_scaling.main(["--pairs", "0"]) == 2
+    assert capsys.readouterr().err == "error: --requests and --pairs must be at least 1\n"

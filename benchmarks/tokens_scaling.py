@@ -1,0 +1,197 @@
+"""What 16x the output tokens costs the simulator's loop, regime by regime: with nothing preempted,
+and under preemption.
+
+    python benchmarks/tokens_scaling.py                      # 2,000 requests, 5 pairs per regime
+    python benchmarks/tokens_scaling.py --requests 500 --pairs 5
+
+The speed goal says 16x the output tokens should cost less than 2x the loop time in every regime.
+Each regime runs the lecture's requests (``--requests`` of them, all at t = 0, 512 prompt tokens
+on the lecture's 62.3 GB KV budget unless the regime says otherwise: the storm's are 128 tokens on
+1,000 blocks) twice per pair: with 128 output tokens and with 2,048, everything else identical, in
+turn (1x first in even pairs, 16x first in odd ones). Reported per regime, medians over the pairs: the loop's time (``sim_wall_s``), its steps,
+its events (step-table rows: a step, or a run of quiet decode steps advanced at once), the
+preemptions, and the loop's time per event. The cost ratio is the median over the pairs of
+16x / 1x: it compares two workloads on purpose (it is the goal's definition), not two versions of
+kvbench. Where the ratio is far above 2x, the events column says whether the loop grew because
+each event cost more or because the simulated run has more events (each preemption ends a run of
+quiet steps, and 16x the tokens preempts many more times).
+
+Writes ``<out>/tokens_scaling.json``, ``<out>/tokens_scaling.md`` and ``<out>/tokens_scaling.png``.
+Exit status: 0 measured, 2 bad arguments or a config kvbench refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kvbench.api import run
+from kvbench.errors import ConfigError
+
+BASE = [
+    "wandb.mode=disabled",
+    "progress=false",
+    "kernel=torch",
+    "output.write=false",
+    "workload=lecture_chat",
+    "hardware.kv_budget_bytes=62277025792",  # the lecture's 62.5 GB as Vidur's planner rounds it
+]
+#: output tokens at 1x and at 16x (the lecture's 128)
+OUTPUT_TOKENS = (128, 2048)
+PREFILL_FIRST = ["scheduler=prefill_first", "scheduler.max_num_seqs=128", "scheduler.max_num_batched_tokens=4096"]
+#: regime name -> its overrides
+REGIMES = {
+    "reserve-to-max (naive, S_max 4,096), 128 seqs": [
+        "allocator=naive",
+        "allocator.s_max_tokens=4096",
+        "scheduler.max_num_seqs=128",
+    ],
+    "paged 16, vLLM v0, 4x the budget: nothing preempted": [
+        "allocator=paged",
+        *PREFILL_FIRST,
+        "hardware.kv_budget_bytes=249108103168",
+        "hardware.hbm_bytes=300000000000",  # room for that budget beside the weights
+    ],
+    "paged 16, vLLM v0, the lecture's budget: 16x preempts": ["allocator=paged", *PREFILL_FIRST],
+    # scale.py's storm: 128 running requests of 256 tokens each need 32,768 slots of 16,000
+    "paged 16, vLLM v0, 128-token prompts on 1,000 blocks: a storm at 1x already": [
+        "allocator=paged",
+        *PREFILL_FIRST,
+        "workload.prompt_tokens=128",
+        "hardware.kv_budget_bytes=8388608000",  # 1,000 blocks of 16 Llama-2-7B tokens (512 KiB each)
+    ],
+}
+GOAL_RATIO = 2.0
+
+
+def measure(overrides: list[str]) -> dict:
+    result = run(overrides)
+    s = result.summary
+    return {
+        "loop_s": float(s["sim_wall_s"]),
+        "steps": int(s["num_steps"]),
+        "events": result.num_step_rows(),
+        "preemptions": int(s["num_preemptions"]),
+    }
+
+
+def measure_regime(overrides: list[str], num_requests: int, pairs: int) -> dict:
+    """Both token counts, ``pairs`` times each, alternating which runs first."""
+    runs: dict[int, list[dict]] = {n: [] for n in OUTPUT_TOKENS}
+    for pair in range(pairs):
+        for output_tokens in OUTPUT_TOKENS if pair % 2 == 0 else OUTPUT_TOKENS[::-1]:
+            config = [
+                *BASE,
+                *overrides,
+                f"workload.num_requests={num_requests}",
+                f"workload.output_tokens={output_tokens}",
+            ]
+            runs[output_tokens].append(measure(config))
+    sides = {}
+    for output_tokens, measured in runs.items():
+        first = measured[0]  # the simulated run is the same every time: steps, events, preemptions
+        if any(
+            (m["steps"], m["events"], m["preemptions"]) != (first["steps"], first["events"], first["preemptions"])
+            for m in measured
+        ):
+            raise RuntimeError(f"the same config simulated different runs: {measured}")
+        loop_s = statistics.median(m["loop_s"] for m in measured)
+        sides[str(output_tokens)] = {**first, "loop_s": loop_s, "us_per_event": loop_s / first["events"] * 1e6}
+    one, sixteen = (runs[n] for n in OUTPUT_TOKENS)
+    return {
+        "sides": sides,
+        "loop_ratio": statistics.median(b["loop_s"] / a["loop_s"] for a, b in zip(one, sixteen)),
+        "event_ratio": sixteen[0]["events"] / one[0]["events"],
+    }
+
+
+def markdown(report: dict) -> str:
+    one, sixteen = (str(n) for n in OUTPUT_TOKENS)
+    lines = [
+        "# What 16x the output tokens costs the loop",
+        "",
+        f"Measured {report['measured_utc']} with `{report['command']}` on {report['machine']}: "
+        f"{report['requests']:,} lecture requests at t = 0 (512 prompt tokens; the storm's 128), "
+        f"{OUTPUT_TOKENS[0]:,} and {OUTPUT_TOKENS[1]:,} output tokens, "
+        f"{report['pairs']} pairs per regime (the two token counts in turn); medians. Goal: 16x the tokens "
+        f"cost < {GOAL_RATIO:g}x the loop time.",
+        "",
+        "| regime | loop ms 1x / 16x | cost ratio | steps 1x / 16x | events 1x / 16x | event ratio "
+        "| preemptions 1x / 16x | µs per event 1x / 16x | goal |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, regime in report["regimes"].items():
+        a, b = regime["sides"][one], regime["sides"][sixteen]
+        verdict = "pass" if regime["loop_ratio"] < GOAL_RATIO else "**fail**"
+        lines.append(
+            f"| {name} | {a['loop_s'] * 1e3:,.1f} / {b['loop_s'] * 1e3:,.1f} | {regime['loop_ratio']:.2f}x "
+            f"| {a['steps']:,} / {b['steps']:,} | {a['events']:,} / {b['events']:,} | {regime['event_ratio']:.1f}x "
+            f"| {a['preemptions']:,} / {b['preemptions']:,} | {a['us_per_event']:.1f} / {b['us_per_event']:.1f} "
+            f"| {verdict} |"
+        )
+    lines += ["", "![loop time and events, 16x over 1x](tokens_scaling.png)"]
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict, path: Path) -> None:
+    from kvbench.atomic import write_file
+    from kvbench.output.figures import agg_figure
+
+    names = list(report["regimes"])
+    loop = [report["regimes"][n]["loop_ratio"] for n in names]
+    events = [report["regimes"][n]["event_ratio"] for n in names]
+    fig = agg_figure(figsize=(9, 4), layout="constrained")
+    ax = fig.subplots()
+    at = range(len(names))
+    ax.bar([i - 0.2 for i in at], loop, width=0.4, label="loop time, 16x / 1x", color="#2b8cbe")
+    ax.bar([i + 0.2 for i in at], events, width=0.4, label="events, 16x / 1x", color="#a6bddb")
+    ax.axhline(GOAL_RATIO, color="#d7301f", linestyle="--", linewidth=1, label=f"goal: < {GOAL_RATIO:g}x")
+    ax.set_yscale("log")
+    ax.set_xticks(list(at), [n.replace(": ", ":\n").replace(", 128", ",\n128") for n in names], fontsize=8)
+    ax.set_ylabel("16x tokens over 1x (log)")
+    ax.set_title("16x the output tokens: what grows, the events or the cost of each")
+    ax.legend(fontsize=8)
+    write_file(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000, help="requests per run (default 2,000)")
+    parser.add_argument("--pairs", type=int, default=5, help="pairs per regime (default 5)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    args = parser.parse_args(argv)
+    if args.requests < 1 or args.pairs < 1:
+        print("error: --requests and --pairs must be at least 1", file=sys.stderr)
+        return 2
+    regimes = {}
+    try:
+        for name, overrides in REGIMES.items():
+            print(f"{name}...", file=sys.stderr, flush=True)
+            regimes[name] = measure_regime(overrides, args.requests, args.pairs)
+            print(f"  16x / 1x: loop {regimes[name]['loop_ratio']:.2f}x", file=sys.stderr, flush=True)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    report = {
+        "measured_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python benchmarks/tokens_scaling.py" + "".join(f" {a}" for a in (argv or sys.argv[1:])),
+        "machine": f"{platform.machine()}, Python {platform.python_version()}",
+        "requests": args.requests,
+        "pairs": args.pairs,
+        "regimes": regimes,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "tokens_scaling.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out / "tokens_scaling.md").write_text(markdown(report))
+    plot(report, args.out / "tokens_scaling.png")
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
