@@ -8,13 +8,14 @@ The speed goal says 16x the output tokens should cost less than 2x the loop time
 Each regime runs the lecture's requests (``--requests`` of them, all at t = 0, 512 prompt tokens
 on the lecture's 62.3 GB KV budget unless the regime says otherwise: the storm's are 128 tokens on
 1,000 blocks) twice per pair: with 128 output tokens and with 2,048, everything else identical, in
-turn (1x first in even pairs, 16x first in odd ones). Reported per regime, medians over the pairs: the loop's time (``sim_wall_s``), its steps,
-its events (step-table rows: a step, or a run of quiet decode steps advanced at once), the
-preemptions, and the loop's time per event. The cost ratio is the median over the pairs of
-16x / 1x: it compares two workloads on purpose (it is the goal's definition), not two versions of
-kvbench. Where the ratio is far above 2x, the events column says whether the loop grew because
-each event cost more or because the simulated run has more events (each preemption ends a run of
-quiet steps, and 16x the tokens preempts many more times).
+turn (1x first in even pairs, 16x first in odd ones). Reported per regime, medians over the pairs:
+the loop's time (``sim_wall_s``), its steps, its events (step-table rows: a step, or a run of
+quiet decode steps advanced at once), the preemptions, and the loop's time per event. The cost
+ratio is the median over the pairs of 16x / 1x: it compares two workloads on purpose (it is the
+goal's definition), not two versions of kvbench. Where the ratio is far above 2x, the events
+column says whether the loop grew because each event cost more or because the simulated run has
+more events (each preemption ends a run of quiet steps, and 16x the tokens preempts many more
+times).
 
 Writes ``<out>/tokens_scaling.json``, ``<out>/tokens_scaling.md`` and ``<out>/tokens_scaling.png``.
 Exit status: 0 measured, 2 bad arguments or a config kvbench refuses.
