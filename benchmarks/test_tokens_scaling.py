@@ -28,3 +28,13 @@ def test_a_small_run_reports_every_regime(tmp_path):
 def test_bad_arguments_are_one_line(capsys):
     assert tokens_scaling.main(["--pairs", "0"]) == 2
     assert capsys.readouterr().err == "error: --requests and --pairs must be at least 1\n"
+
+
+def test_an_interrupt_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tokens_scaling, "measure_regime", interrupted)
+    assert tokens_scaling.main(["--out", str(tmp_path)]) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == "tokens scaling: interrupted, nothing written"
+    assert not any(tmp_path.iterdir())

@@ -5,20 +5,20 @@ and under preemption.
     python benchmarks/tokens_scaling.py --requests 500 --pairs 5
 
 The speed goal says 16x the output tokens should cost less than 2x the loop time in every regime.
-Each regime runs the lecture's requests (``--requests`` of them, all at t = 0, 512 prompt tokens
-on the lecture's 62.3 GB KV budget unless the regime says otherwise: the storm's are 128 tokens on
-1,000 blocks) twice per pair: with 128 output tokens and with 2,048, everything else identical, in
-turn (1x first in even pairs, 16x first in odd ones). Reported per regime, medians over the pairs:
-the loop's time (``sim_wall_s``), its steps, its events (step-table rows: a step, or a run of
-quiet decode steps advanced at once), the preemptions, and the loop's time per event. The cost
-ratio is the median over the pairs of 16x / 1x: it compares two workloads on purpose (it is the
-goal's definition), not two versions of kvbench. Where the ratio is far above 2x, the events
-column says whether the loop grew because each event cost more or because the simulated run has
-more events (each preemption ends a run of quiet steps, and 16x the tokens preempts many more
-times).
+Each regime is one of scale.py's configurations (Orca's reserve-to-max, or vLLM v0 on Vidur's
+7,424 blocks of 16 tokens, on 4x that, or on the storm's 1,000) running the lecture's requests
+(``--requests`` of them, all at t = 0, 512 prompt tokens; the storm's 128) twice per pair: with
+128 output tokens and with 2,048, everything else identical, in turn (1x first in even pairs, 16x
+first in odd ones). Reported per regime, medians over the pairs: the loop's time (``sim_wall_s``),
+its steps, its events (step-table rows: a step, or a run of quiet decode steps advanced at once),
+the preemptions, and the loop's time per event. The cost ratio is the median over the pairs of
+16x / 1x: it compares two workloads on purpose (it is the goal's definition), not two versions of
+kvbench. Where the ratio is far above 2x, the events column says whether the loop grew because
+each event cost more or because the simulated run has more events (each preemption ends a run of
+quiet steps, and 16x the tokens preempts many more times).
 
 Writes ``<out>/tokens_scaling.json``, ``<out>/tokens_scaling.md`` and ``<out>/tokens_scaling.png``.
-Exit status: 0 measured, 2 bad arguments or a config kvbench refuses.
+Exit status: 0 measured, 2 bad arguments or a config kvbench refuses, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -31,40 +31,29 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from scale import STORM_BLOCKS
+from side_by_side import KV_BLOCKS, ORCA, vllm_overrides
+
 from kvbench.api import run
 from kvbench.errors import ConfigError
 
-BASE = [
-    "wandb.mode=disabled",
-    "progress=false",
-    "kernel=torch",
-    "output.write=false",
-    "workload=lecture_chat",
-    "hardware.kv_budget_bytes=62277025792",  # the lecture's 62.5 GB as Vidur's planner rounds it
-]
+#: the lecture's requests, at 1x and 16x their output tokens (below); only the loop is timed
+WORKLOAD = ["workload=lecture_chat", "output.write=false"]
 #: output tokens at 1x and at 16x (the lecture's 128)
 OUTPUT_TOKENS = (128, 2048)
-PREFILL_FIRST = ["scheduler=prefill_first", "scheduler.max_num_seqs=128", "scheduler.max_num_batched_tokens=4096"]
-#: regime name -> its overrides
+#: regime name -> its overrides: scale.py's scenarios (t0_orca, tokens1x/16x, storm/storm16x) and
+#: tokens1x's with 4x the blocks
 REGIMES = {
-    "reserve-to-max (naive, S_max 4,096), 128 seqs": [
-        "allocator=naive",
-        "allocator.s_max_tokens=4096",
-        "scheduler.max_num_seqs=128",
-    ],
-    "paged 16, vLLM v0, 4x the budget: nothing preempted": [
-        "allocator=paged",
-        *PREFILL_FIRST,
-        "hardware.kv_budget_bytes=249108103168",
+    "reserve-to-max (Orca: naive, S_max 4,096)": ORCA,
+    "paged 16, vLLM v0, 4x Vidur's 7,424 blocks: nothing preempted": [
+        *vllm_overrides(4 * KV_BLOCKS),
         "hardware.hbm_bytes=300000000000",  # room for that budget beside the weights
     ],
-    "paged 16, vLLM v0, the lecture's budget: 16x preempts": ["allocator=paged", *PREFILL_FIRST],
-    # scale.py's storm: 128 running requests of 256 tokens each need 32,768 slots of 16,000
-    "paged 16, vLLM v0, 128-token prompts on 1,000 blocks: a storm at 1x already": [
-        "allocator=paged",
-        *PREFILL_FIRST,
+    "paged 16, vLLM v0, Vidur's 7,424 blocks: 16x preempts": vllm_overrides(),
+    # 128 running requests of 256 tokens each need 32,768 slots of 16,000
+    f"paged 16, vLLM v0, 128-token prompts on {STORM_BLOCKS:,} blocks: a storm at 1x already": [
+        *vllm_overrides(STORM_BLOCKS),
         "workload.prompt_tokens=128",
-        "hardware.kv_budget_bytes=8388608000",  # 1,000 blocks of 16 Llama-2-7B tokens (512 KiB each)
     ],
 }
 GOAL_RATIO = 2.0
@@ -87,8 +76,8 @@ def measure_regime(overrides: list[str], num_requests: int, pairs: int) -> dict:
     for pair in range(pairs):
         for output_tokens in OUTPUT_TOKENS if pair % 2 == 0 else OUTPUT_TOKENS[::-1]:
             config = [
-                *BASE,
                 *overrides,
+                *WORKLOAD,
                 f"workload.num_requests={num_requests}",
                 f"workload.output_tokens={output_tokens}",
             ]
@@ -178,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("tokens scaling: interrupted, nothing written", file=sys.stderr)
+        return 130
     report = {
         "measured_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python benchmarks/tokens_scaling.py" + "".join(f" {a}" for a in (argv or sys.argv[1:])),
