@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -226,16 +227,25 @@ def _nice_top(value: float) -> float:
     return float(min(100.0, max(10.0, np.ceil(value * 1.25 / 10.0) * 10.0)))
 
 
+def draws_prefix_cache(requests: pd.DataFrame, summary: dict, cached_any: Callable[[], bool]) -> bool:
+    """Whether :func:`plot_prefix_cache` has something to draw: a request table with a hit column
+    and a hit, an offline bound in the summary, or a step that held cached blocks (``cached_any``,
+    asked last: it may read the step table back)."""
+    if "cached_prompt_tokens" not in requests or not len(requests):
+        return False
+    if any(key in summary for key, _, _ in _BOUNDS) or requests["cached_prompt_tokens"].gt(0).any():
+        return True
+    return bool(cached_any())
+
+
 def plot_prefix_cache(requests: pd.DataFrame, steps: pd.DataFrame, summary: dict, path: Path) -> Path | None:
     """The prefix cache over simulated time: the cumulative hit rate (with the offline ceiling,
     Belady and LRU bounds when the summary has them) above the cached blocks' share of the KV
     budget. None, and no file, when there is nothing to draw: no hit column, or (the request table
     may carry one for every allocator) no hit, no cached block and no offline bound."""
-    if "cached_prompt_tokens" not in requests or not len(requests):
-        return None
-    cached_any = "cached_bytes" in steps and bool(steps["cached_bytes"].gt(0).any())
-    bounds_given = any(key in summary for key, _, _ in _BOUNDS)
-    if not (cached_any or bounds_given or requests["cached_prompt_tokens"].gt(0).any()):
+    if not draws_prefix_cache(
+        requests, summary, lambda: "cached_bytes" in steps and bool(steps["cached_bytes"].gt(0).any())
+    ):
         return None
     t_s, rate = cumulative_hit_rate(requests)
     end_s = _end_s(steps) if len(steps) else (float(t_s[-1]) if len(t_s) else 0.0)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -22,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from kvbench.atomic import COMPLETE, check_complete, clear_incomplete, mark_complete, write_frame, write_json
 from kvbench.errors import ConfigError
 from kvbench.output.run_json import run_json
-from kvbench.output.step_files import STEP_FILES, read_step_columns, step_file_rows
+from kvbench.output.step_files import STEP_FILES, read_step_columns, step_file_column_max, step_file_rows
 from kvbench.textio import read_json_object
 
 TABLES = ("summary", "requests", "steps", "refusals")
@@ -77,6 +78,19 @@ class RunResult:
             raise ValueError("this run kept no step table (no steps and no steps_file)")
         return step_file_rows(self.steps_file)
 
+    def step_column_max(self, name: str) -> float | None:
+        """The largest value of a step-table column (NaN ignored), held or in its file; None when
+        the table has no such column or no value (a file answers from its footer)."""
+        if self.steps is not None:
+            if name not in self.steps:
+                return None
+            values = self.steps[name].to_numpy(dtype=float)
+            values = values[~np.isnan(values)]
+            return float(values.max()) if len(values) else None
+        if self.steps_file is None:
+            raise ValueError("this run kept no step table (no steps and no steps_file)")
+        return step_file_column_max(self.steps_file, name)
+
 
 def clear_run(out_dir: Path, keep: Collection[str] = ()) -> None:
     """Remove what an earlier (finished, failed or interrupted) run left in ``out_dir``, but the
@@ -127,6 +141,7 @@ def write_run(
             from kvbench.output.figures import (
                 CACHE_STEP_COLUMNS,
                 TIMELINE_STEP_COLUMNS,
+                draws_prefix_cache,
                 plot_memory_timeline,
                 plot_prefix_cache,
                 thinning,
@@ -138,10 +153,16 @@ def write_run(
             del timeline
             written.append("memory.png")
             advance(1)
-            # hit rate over time and cached bytes: only when the run cached prefixes or could have
-            cache = result.step_table(CACHE_STEP_COLUMNS) if "cached_prompt_tokens" in result.requests else None
-            if cache is not None and plot_prefix_cache(
-                result.requests, cache, result.summary, out_dir / "prefix_cache.png"
+
+            # hit rate over time and cached bytes: only when the run cached prefixes or could have.
+            # Whether it did is decided before the step table is read back (a table streamed to its
+            # file answers from its footer): a run without a prefix cache reads none of its rows
+            # (reading three columns of a 100,000-request run's table set its peak memory)
+            def cached_any() -> bool:
+                return (result.step_column_max("cached_bytes") or 0.0) > 0
+
+            if draws_prefix_cache(result.requests, result.summary, cached_any) and plot_prefix_cache(
+                result.requests, result.step_table(CACHE_STEP_COLUMNS), result.summary, out_dir / "prefix_cache.png"
             ):
                 written.append("prefix_cache.png")
             advance(1)

@@ -140,3 +140,25 @@ def read_step_columns(path: Path, columns: Sequence[str] | None = None, every: i
                 out[name][at : at + len(values)] = values
         first += size
     return pd.DataFrame(out, columns=names, copy=False)
+
+
+def step_file_column_max(path: Path, name: str) -> float | None:
+    """The largest value of column ``name`` of a step table's Parquet file (NaN ignored, as
+    Parquet's statistics ignore it); None when the file has no such column or no value. From the
+    footer's statistics (each row group's largest value, kept exactly) when every row group has
+    them, so that asking whether a 2.7 million row table ever cached a block reads no row;
+    otherwise from the column itself."""
+    import pyarrow.parquet as pq
+
+    file = pq.ParquetFile(path)
+    metadata = file.metadata
+    index = file.schema_arrow.get_field_index(name)
+    if index < 0 or metadata.num_rows == 0:
+        return None
+    groups = (metadata.row_group(g) for g in range(metadata.num_row_groups))
+    stats = [group.column(index).statistics for group in groups if group.num_rows]
+    if all(s is not None and s.has_min_max for s in stats):
+        return float(max(s.max for s in stats))
+    values = read_step_columns(path, [name])[name].to_numpy(dtype=float)
+    values = values[~np.isnan(values)]
+    return float(values.max()) if len(values) else None

@@ -14,6 +14,7 @@ from kvbench.output import figures
 from kvbench.output.figures import (
     binned_share,
     cumulative_hit_rate,
+    draws_prefix_cache,
     ledger_stack,
     plot_comparison,
     plot_memory_timeline,
@@ -95,6 +96,29 @@ def test_the_prefix_figure_is_written_only_for_a_caching_run(tmp_path):
     assert not (tmp_path / "plain.png").exists()
     # zero hits on a trace that shares prefixes (the bounds say why): drawn
     assert plot_prefix_cache(no_cache, _steps(cached=(0.0, 0.0)), SUMMARY, tmp_path / "zero.png")
+
+
+def test_whether_the_prefix_figure_is_drawn_asks_the_step_table_last():
+    """The steps are asked (a table streamed to its file is read back for it) only when the
+    requests and the summary leave the answer open."""
+    asked = []
+
+    def cached(answer):
+        def ask():
+            asked.append(answer)
+            return answer
+
+        return ask
+
+    no_hits = _requests().assign(cached_prompt_tokens=0)
+    plain = {key: value for key, value in SUMMARY.items() if not key.startswith("prefix_")}
+    assert draws_prefix_cache(_requests(), plain, cached(False))  # a hit
+    assert draws_prefix_cache(no_hits, SUMMARY, cached(False))  # a bound
+    assert not draws_prefix_cache(_requests().drop(columns="cached_prompt_tokens"), SUMMARY, cached(True))
+    assert not draws_prefix_cache(_requests().iloc[:0], SUMMARY, cached(True))
+    assert asked == []
+    assert draws_prefix_cache(no_hits, plain, cached(True)) and not draws_prefix_cache(no_hits, plain, cached(False))
+    assert asked == [True, False]
 
 
 def test_the_memory_figure_draws_with_and_without_a_cache(tmp_path):

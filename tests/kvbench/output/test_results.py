@@ -81,3 +81,51 @@ def test_writing_reports_its_files_and_reaches_the_total(tmp_path):
     assert log == [("writing results", 10, 10)]
     assert read_job(tmp_path / "b")["num_requests"] == 20
     assert (tmp_path / "b" / "memory.png").is_file() and not (tmp_path / "b" / "prefix_cache.png").exists()
+
+
+def _streamed_run(folder, overrides):
+    from kvbench.api import compose
+    from kvbench.app.run import execute
+
+    cfg, choices = compose(["workload.num_requests=40", "progress=false", "wandb.mode=disabled", *overrides])
+    folder.mkdir()
+    return execute(cfg, choices, steps_dir=folder)
+
+
+def test_a_run_without_a_prefix_cache_reads_back_only_the_memory_figures_columns(tmp_path, monkeypatch):
+    """Whether the prefix-cache figure is drawn is decided before any step is read back: a run that
+    never cached reads its streamed table once, for the memory figure (on a long run, reading the
+    cache's columns too set the peak memory)."""
+    import kvbench.output.results as results
+    from kvbench.output.figures import CACHE_STEP_COLUMNS, TIMELINE_STEP_COLUMNS
+
+    read = []
+    reader = results.read_step_columns
+
+    def recording(path, columns=None, every=1):
+        read.append(tuple(columns))
+        return reader(path, columns, every)
+
+    monkeypatch.setattr(results, "read_step_columns", recording)
+    plain = _streamed_run(tmp_path / "plain", [])
+    assert plain.step_column_max("cached_bytes") == 0.0
+    write_run(plain, tmp_path / "plain", figures=True)
+    assert read == [TIMELINE_STEP_COLUMNS] and not (tmp_path / "plain" / "prefix_cache.png").exists()
+    read.clear()
+    cached = _streamed_run(tmp_path / "cached", ["workload.shared_prefix_tokens=256", "allocator.prefix_caching=true"])
+    write_run(cached, tmp_path / "cached", figures=True)
+    assert read == [TIMELINE_STEP_COLUMNS, CACHE_STEP_COLUMNS] and (tmp_path / "cached" / "prefix_cache.png").is_file()
+
+
+def test_a_columns_largest_value_is_the_same_held_or_streamed(tmp_path):
+    from kvbench.api import run
+
+    overrides = ["workload.shared_prefix_tokens=256", "allocator.prefix_caching=true"]
+    held, streamed = (
+        run(["workload.num_requests=40", "progress=false", *overrides]),
+        _streamed_run(tmp_path / "s", overrides),
+    )
+    for name in ("cached_bytes", "token_bytes", "num_running"):
+        assert held.step_column_max(name) == streamed.step_column_max(name) == held.steps[name].max(), name
+    assert held.step_column_max("cached_bytes") > 0
+    assert held.step_column_max("no_such_column") is None and streamed.step_column_max("no_such_column") is None

@@ -11,7 +11,14 @@ import pytest
 
 from kvbench.atomic import PARQUET_ROW_GROUP_ROWS, write_frame
 from kvbench.metrics.recorder import STEP_ROWS_BATCH
-from kvbench.output.step_files import STEP_FILES, StepFiles, StepFilesError, read_step_columns, step_file_rows
+from kvbench.output.step_files import (
+    STEP_FILES,
+    StepFiles,
+    StepFilesError,
+    read_step_columns,
+    step_file_column_max,
+    step_file_rows,
+)
 
 
 def table(num_rows: int, seed: int = 0) -> pd.DataFrame:
@@ -94,3 +101,45 @@ def test_a_folder_that_cannot_be_written_is_a_step_files_error(tmp_path):
 def test_commit_before_any_batch_is_a_bug(tmp_path):
     with pytest.raises(RuntimeError, match="no batch"):
         StepFiles(tmp_path).commit()
+
+
+@pytest.mark.parametrize("statistics", [True, False])
+def test_a_columns_largest_value_is_the_tables_nan_ignored(tmp_path, statistics):
+    """From the footer's statistics (kvbench's writers keep them) or, in a file without them, from
+    the column itself: the same number either way, NaN ignored."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    frame = table(2 * PARQUET_ROW_GROUP_ROWS + 7, seed=3)
+    path = tmp_path / "steps.parquet"
+    pq.write_table(
+        pa.Table.from_pandas(frame, preserve_index=False),
+        path,
+        row_group_size=PARQUET_ROW_GROUP_ROWS,
+        write_statistics=statistics,
+    )
+    assert pq.ParquetFile(path).metadata.row_group(0).column(3).is_stats_set is statistics
+    assert step_file_column_max(path, "token_bytes") == float(np.nanmax(frame["token_bytes"]))
+    assert step_file_column_max(path, "num_running") == float(frame["num_running"].max())
+    assert step_file_column_max(path, "no_such_column") is None
+
+
+def test_a_streamed_tables_largest_value_comes_from_its_footer(tmp_path, monkeypatch):
+    frame = table(PARQUET_ROW_GROUP_ROWS + 3, seed=4)
+    files = StepFiles(tmp_path)
+    for batch in batches(frame, STEP_ROWS_BATCH):
+        files(batch)
+    files.commit()
+    monkeypatch.setattr("kvbench.output.step_files.read_step_columns", None)  # no row is read
+    assert step_file_column_max(tmp_path / "steps.parquet", "start_s") == float(frame["start_s"].max())
+
+
+def test_an_empty_or_all_nan_column_has_no_largest_value(tmp_path):
+    empty = StepFiles(tmp_path / "empty")
+    (tmp_path / "empty").mkdir()
+    empty(next(batches(table(0), STEP_ROWS_BATCH)))
+    empty.commit()
+    assert step_file_column_max(tmp_path / "empty" / "steps.parquet", "start_s") is None
+    nan = table(5).assign(token_bytes=np.nan)
+    write_frame(nan, tmp_path, "steps")
+    assert step_file_column_max(tmp_path / "steps.parquet", "token_bytes") is None
