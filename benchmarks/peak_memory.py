@@ -1,0 +1,210 @@
+"""Peak memory of a kvbench run in two versions of kvbench, on identical requests, in alternating
+runs: what a change did to the peak RSS goal of issue 22 (at most 200 MB for 100,000 requests
+with the default outputs).
+
+    python benchmarks/peak_memory.py                              # the working tree against HEAD
+    python benchmarks/peak_memory.py --base 07887f0 --head HEAD --pairs 5 --scenario poisson100k
+
+Each side (``--base``, ``--head``: commits, or by default those ``speed_gate.py`` picks) runs the
+scenario (``scale.py``'s, default ``azure100k``: 100,000 requests of the Azure conversation trace)
+as the ``kvbench`` command with its default outputs (Parquet and CSV tables, the figures), each run
+a process of its own, measured alone (``child_process.py``: its own peak RSS, from ``wait4``).
+The two sides take turns, the order alternating from pair to pair: what a process's peak counts of
+a shared library depends on the pages other processes read before it (a run right after a fresh
+install counts up to 30 MB more of pyarrow's library), so both sides share that drift. The report
+gives each side's median and the median of the pairs' head / base ratios. Both sides must write
+the same summary (steps, requests, simulated time), or the comparison is refused.
+
+Exit status: 0 measured, 2 cannot compare (no git, an unknown commit, a failed run, different work),
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from child_process import measure
+from scale import DEFAULT_OUTPUTS, SPECS
+from side_by_side import kvbench_command
+from source_trees import TreeError, child_env, export_pair, import_path
+from speed_gate import default_revisions
+from speed_report import MB, PEAK_RSS_GOAL_MB
+
+HERE = Path(__file__).resolve().parent
+#: the summary's values both sides must agree on: the same work
+WORK_KEYS = ("num_steps", "num_finished", "duration_s")
+#: scenarios of this many requests and more are what the goal speaks of
+GOAL_REQUESTS = 100_000
+
+
+class NotComparable(RuntimeError):
+    """The two sides cannot be measured against each other: one line saying why."""
+
+
+def compile_tree(tree: Path) -> None:
+    """Compile the tree's modules where its runs import them from, as ``pip install`` does: a run
+    that compiled them would count the compiler's memory and time."""
+    done = subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(import_path(tree))], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        lines = (done.stdout + done.stderr).strip().splitlines()
+        raise NotComparable(f"the kvbench in {tree} does not compile: {lines[-1] if lines else done.returncode}")
+
+
+def run_once(tree: Path, overrides: list[str], run_dir: Path) -> dict:
+    """One ``kvbench`` process of ``tree`` with its default outputs: its peak RSS, wall time and work."""
+    argv = [*kvbench_command(), *overrides, *DEFAULT_OUTPUTS, f"hydra.run.dir={run_dir}"]
+    try:
+        run = measure(argv, env=child_env(tree)).check(f"kvbench in {tree.name}")
+        with (run_dir / "summary.csv").open(newline="") as f:
+            summary = next(csv.DictReader(f))
+    except (RuntimeError, OSError, StopIteration) as exc:
+        lines = str(exc).strip().splitlines() or [f"kvbench in {tree.name} wrote no summary"]
+        raise NotComparable(" ".join(dict.fromkeys((lines[0], lines[-1])))) from None
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return {
+        "peak_rss_bytes": run.peak_rss_bytes,
+        "wall_s": run.wall_s,
+        "work": [summary[key] for key in WORK_KEYS],
+    }
+
+
+def compare(base: Path, head: Path, overrides: list[str], pairs: int, work_dir: Path, progress=None) -> dict:
+    """``pairs`` runs of each side, in turns (base first in even pairs, head first in odd ones)."""
+    for tree in (base, head):
+        compile_tree(tree)
+    runs: dict[str, list[dict]] = {"base": [], "head": []}
+    for pair in range(pairs):
+        for side in ("base", "head") if pair % 2 == 0 else ("head", "base"):
+            row = run_once(base if side == "base" else head, overrides, work_dir / f"{side}-{pair}")
+            runs[side].append(row)
+            if progress is not None:
+                progress(f"pair {pair + 1}/{pairs} {side}: {row['peak_rss_bytes'] / MB:.1f} MB, {row['wall_s']:.2f} s")
+    works = {side: {tuple(r["work"]) for r in rows} for side, rows in runs.items()}
+    if len(works["base"] | works["head"]) != 1:
+        raise NotComparable(
+            f"the two versions simulate different work ({', '.join(WORK_KEYS)}: base {sorted(works['base'])}, "
+            f"head {sorted(works['head'])}); measure them again once the change is the base"
+        )
+    return runs
+
+
+def summarize(runs: dict[str, list[dict]]) -> dict:
+    """Each side's medians and the median of the pairs' head / base ratios."""
+    out = {
+        side: {
+            "peak_rss_mb": statistics.median(r["peak_rss_bytes"] / MB for r in rows),
+            "peak_rss_mib": statistics.median(r["peak_rss_bytes"] / 2**20 for r in rows),
+            "wall_s": statistics.median(r["wall_s"] for r in rows),
+        }
+        for side, rows in runs.items()
+    }
+    out["peak_ratio"] = statistics.median(
+        h["peak_rss_bytes"] / b["peak_rss_bytes"] for b, h in zip(runs["base"], runs["head"])
+    )
+    out["wall_ratio"] = statistics.median(h["wall_s"] / b["wall_s"] for b, h in zip(runs["base"], runs["head"]))
+    return out
+
+
+def report(meta: dict, runs: dict[str, list[dict]], stats: dict) -> str:
+    goal = (
+        f" The goal (issue 22): at most {PEAK_RSS_GOAL_MB:g} MB at 100,000 requests with the default outputs."
+        if meta["num_requests"] >= GOAL_REQUESTS
+        else ""
+    )
+    lines = [
+        "# Peak memory of a run: two versions of kvbench",
+        "",
+        f"Measured {meta['date']} with `{meta['command']}` on {meta['machine']}: {meta['scenario']}, "
+        f"kvbench's default outputs (tables and figures), {meta['pairs']} pairs, the order alternating. "
+        f"Base {meta['base']}, head {meta['head']}. MB = 10^6 bytes, MiB = 2^20.{goal}",
+        "",
+        "| side | peak RSS MB (median) | MiB | wall s (median) | each run's peak MB |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for side in ("base", "head"):
+        each = ", ".join(f"{r['peak_rss_bytes'] / MB:.1f}" for r in runs[side])
+        s = stats[side]
+        lines.append(f"| {side} | {s['peak_rss_mb']:.1f} | {s['peak_rss_mib']:.1f} | {s['wall_s']:.2f} | {each} |")
+    lines += [
+        "",
+        f"Head / base, the median of the pairs' ratios: peak RSS **{stats['peak_ratio']:.4f}**, "
+        f"wall time {stats['wall_ratio']:.3f}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python benchmarks/peak_memory.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", help="the reference commit (default: HEAD or HEAD~1, as speed_gate.py picks)")
+    parser.add_argument("--head", help="the commit under test (default: the working tree, or HEAD)")
+    names = [spec.name for spec in SPECS]
+    parser.add_argument(
+        "--scenario", default="azure100k", choices=names, help="scale.py's scenario (default azure100k)"
+    )
+    parser.add_argument("--requests", type=int, help="replay this many of its requests (default: the scenario's)")
+    parser.add_argument("--pairs", type=int, default=3, help="runs of each side, in turns (default 3)")
+    parser.add_argument("--out", type=Path, help="write peak_memory.{md,json} to this folder")
+    args = parser.parse_args(argv)
+    if args.head and not args.base:  # (the default head goes with the default base only)
+        print("peak memory: error: give --base with --head", file=sys.stderr)
+        return 2
+    if args.pairs < 1 or (args.requests is not None and args.requests < 1):
+        print("peak memory: error: --pairs and --requests must be at least 1", file=sys.stderr)
+        return 2
+    spec = next(spec for spec in SPECS if spec.name == args.scenario)
+    num_requests = args.requests or spec.full
+    try:
+        base_rev, head_rev = (args.base, args.head) if args.base else default_revisions()
+        with tempfile.TemporaryDirectory(prefix="kvbench-peak-memory-") as tmp:
+            work = Path(tmp)
+            scenario = spec.build(num_requests, work)
+            base_tree, base_name, head_tree, head_name = export_pair(base_rev, head_rev, work / "trees")
+            runs = compare(
+                base_tree,
+                head_tree,
+                list(scenario.kvbench_overrides),
+                args.pairs,
+                work,
+                progress=lambda m: print(f"  {m}", file=sys.stderr),
+            )
+    except (TreeError, NotComparable) as exc:
+        print(f"peak memory: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("peak memory: interrupted", file=sys.stderr)
+        return 130
+    stats = summarize(runs)
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": "python benchmarks/peak_memory.py " + " ".join(argv),
+        "machine": f"{platform.machine()}, Python {platform.python_version()}",
+        "scenario": f"{args.scenario}, {num_requests:,} requests",
+        "num_requests": num_requests,
+        "pairs": args.pairs,
+        "base": base_name,
+        "head": head_name,
+    }
+    text = report(meta, runs, stats)
+    print(text, end="")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "peak_memory.md").write_text(text)
+        (args.out / "peak_memory.json").write_text(json.dumps({**meta, "runs": runs, **stats}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
