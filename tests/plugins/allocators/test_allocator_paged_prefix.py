@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+from kvbench_plugins.allocators import paged
 from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
 
 from kvbench.memory.allocator import SeqShape
@@ -136,3 +138,24 @@ def test_decode_projection_counts_evictable_blocks_as_available_and_evicts_them_
         led = alloc.ledger()
         assert all(projection.ledgers[f][step] == getattr(led, f) for f in projection.ledgers)
     assert led.cached_bytes == 0 and alloc.num_evicted_blocks == 2
+
+
+@pytest.mark.parametrize("max_steps", [15, 16, 33, paged.SHORT_PROJECTION_STEPS])
+def test_a_short_projection_that_evicts_equals_the_array_projection(max_steps):
+    """A few steps are projected in plain integers: where new blocks come from cached ones (evicted)
+    as well as truly free ones, the same values as the arrays give, and as appends one by one."""
+    alloc = make(budget_blocks=4)
+    assert alloc.allocate(1, shape(1, 33, 32)) == 0
+    alloc.free(1)  # 2 cached, 2 free
+    assert alloc.allocate(2, SeqShape(1, 200, 100)) == 0
+    short = alloc.project_decode([2], max_steps)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(paged, "SHORT_PROJECTION_STEPS", 0)
+        arrays = alloc.project_decode([2], max_steps)
+    assert short.num_steps == arrays.num_steps == max_steps
+    for name, values in short.ledgers.items():
+        assert isinstance(values, list) and values == [int(v) for v in arrays.ledgers[name]], name
+    for step in range(max_steps):
+        assert alloc.append(2, 1)
+        assert all(short.ledgers[f][step] == getattr(alloc.ledger(), f) for f in short.ledgers)
+    assert alloc.num_evicted_blocks == (max_steps >= 32) + (max_steps >= 48)
