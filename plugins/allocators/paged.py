@@ -47,9 +47,7 @@ Prefix caching (``prefix_caching=true``, vLLM's automatic prefix caching, v1's b
 
 from __future__ import annotations
 
-import bisect
 import itertools
-import operator
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -689,51 +687,50 @@ class PagedAllocator(Allocator):
         max_steps: int,
         next_shape: SeqShape | None,
     ) -> DecodeProjection:
-        """:meth:`project_decode` in plain integers (the same values, as lists), each part a closed
-        form of two running counts, built by C loops (``accumulate``, ``range``, ``map``) rather
-        than a Python statement per step and part.
+        """:meth:`project_decode` step by step in plain integers (the same values, as lists).
 
-        After step ``i`` (from 1): ``new[i]`` blocks taken (the cycle of ``counts``, summed), and
-        ``waste[i]`` slots that final blocks will never fill. Each step adds ``num_seqs`` tokens
-        out of the reserved future; a new block adds its slots to the future and leaves the free
-        blocks (truly free ones first, then cached ones, evicted); a sequence taking its final block
-        turns that block's never-filled slots from future into internal. The projection stops
-        before the step that would need more blocks than are available."""
+        Each part is carried from one step to the next by what changes (integers: exact in any
+        order): a step adds ``num_seqs`` tokens, which come out of the reserved future; a new block
+        adds its slots to the future and leaves the free (or cached) blocks; a sequence taking its
+        final block turns that block's never-filled slots from future into internal."""
         size, kv, block_bytes = self._block_size_tokens, self.kv_bytes_per_token, self.block_bytes
+        waste_at: dict[int, int] = {}
+        for step, waste in zip(final_steps, final_waste):
+            waste_at[step] = waste_at.get(step, 0) + waste
         led = self.ledger(next_shape)
         num_free, truly_free = self._num_free_blocks(), len(self._free_block_ids) + self._num_fresh
-        new = list(itertools.accumulate(itertools.islice(itertools.cycle(counts), max_steps)))
-        num_steps = bisect.bisect_right(new, num_free)  # (new never decreases)
-        del new[num_steps:]
-        step_bytes = kv * num_seqs
-        token = list(range(led.token_bytes + step_bytes, led.token_bytes + step_bytes * (num_steps + 1), step_bytes))
-        # future = its start + the new blocks' slots - the tokens written - the slots turned internal
-        future_start = led.reserved_future_bytes + led.token_bytes
-        future = list(map(operator.sub, map((kv * size).__mul__, new), token))
-        internal = [led.internal_bytes] * num_steps
-        if any(step <= num_steps for step in final_steps):
-            waste = [0] * num_steps
-            for step, slots in zip(final_steps, final_waste):
-                if step <= num_steps:
-                    waste[step - 1] += slots
-            internal = list(map((kv).__mul__, itertools.accumulate(waste)))
-            future = list(map(operator.sub, future, internal))
-            internal = list(map(led.internal_bytes.__add__, internal))
-        future = list(map(future_start.__add__, future))
-        if not new or new[-1] <= truly_free:  # every new block a truly free one: nothing evicted
-            free = list(map(led.free_bytes.__sub__, map(block_bytes.__mul__, new)))
-            cached = [led.cached_bytes] * num_steps
-        else:
-            from_free = [taken if taken < truly_free else truly_free for taken in new]
-            free = [led.free_bytes - block_bytes * taken for taken in from_free]
-            cached = [led.cached_bytes - block_bytes * (a - b) for a, b in zip(new, from_free)]
+        token, future, internal, free, cached = [], [], [], [], []
+        token_bytes, future_bytes, internal_bytes = led.token_bytes, led.reserved_future_bytes, led.internal_bytes
+        free_bytes, cached_bytes = led.free_bytes, led.cached_bytes
+        step_bytes, block_slot_bytes = kv * num_seqs, kv * size
+        new_blocks = 0
+        for step, taken in zip(range(1, max_steps + 1), itertools.cycle(counts)):
+            if taken:  # sequences whose last block filled up take a new one
+                new_blocks += taken
+                if new_blocks > num_free:
+                    break
+                future_bytes += block_slot_bytes * taken
+                # truly free blocks first, then cached ones (evicted)
+                from_free = new_blocks if new_blocks < truly_free else truly_free
+                free_bytes = led.free_bytes - block_bytes * from_free
+                cached_bytes = led.cached_bytes - block_bytes * (new_blocks - from_free)
+            token_bytes += step_bytes
+            future_bytes -= step_bytes
+            if step in waste_at:
+                internal_bytes += kv * waste_at[step]
+                future_bytes -= kv * waste_at[step]
+            token.append(token_bytes)
+            future.append(future_bytes)
+            internal.append(internal_bytes)
+            free.append(free_bytes)
+            cached.append(cached_bytes)
         return DecodeProjection(
-            num_steps,
+            len(token),
             {
                 "token_bytes": token,
                 "reserved_future_bytes": future,
                 "internal_bytes": internal,
-                "external_bytes": [led.external_bytes] * num_steps,
+                "external_bytes": [led.external_bytes] * len(token),
                 "free_bytes": free,
                 "cached_bytes": cached,
             },
