@@ -146,7 +146,7 @@ def step_file_column_max(path: Path, name: str) -> float | None:
     """The largest value of column ``name`` of a step table's Parquet file (NaN ignored, as
     Parquet's statistics ignore it); None when the file has no such column or no value. From the
     footer's statistics (each row group's largest value, kept exactly) when every row group has
-    them, so that asking whether a 2.7 million row table ever cached a block reads no row;
+    them, so that asking whether a table of millions of rows ever cached a block reads no row;
     otherwise from the column itself."""
     import pyarrow.parquet as pq
 
