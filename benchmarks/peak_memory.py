@@ -27,39 +27,23 @@ import json
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from child_process import measure
+from loop_instructions import NotComparable, compile_tree
 from scale import DEFAULT_OUTPUTS, SPECS
 from side_by_side import kvbench_command
-from source_trees import TreeError, child_env, export_pair, import_path
+from source_trees import TreeError, child_env, export_pair
 from speed_gate import default_revisions
 from speed_report import MB, PEAK_RSS_GOAL_MB
 
-HERE = Path(__file__).resolve().parent
 #: the summary's values both sides must agree on: the same work
 WORK_KEYS = ("num_steps", "num_finished", "duration_s")
 #: scenarios of this many requests and more are what the goal speaks of
 GOAL_REQUESTS = 100_000
-
-
-class NotComparable(RuntimeError):
-    """The two sides cannot be measured against each other: one line saying why."""
-
-
-def compile_tree(tree: Path) -> None:
-    """Compile the tree's modules where its runs import them from, as ``pip install`` does: a run
-    that compiled them would count the compiler's memory and time."""
-    done = subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", str(import_path(tree))], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        lines = (done.stdout + done.stderr).strip().splitlines()
-        raise NotComparable(f"the kvbench in {tree} does not compile: {lines[-1] if lines else done.returncode}")
 
 
 def run_once(tree: Path, overrides: list[str], run_dir: Path) -> dict:
