@@ -15,8 +15,8 @@ install counts up to 30 MB more of pyarrow's library), so both sides share that 
 gives each side's median and the median of the pairs' head / base ratios. Both sides must write
 the same summary (steps, requests, simulated time), or the comparison is refused.
 
-Exit status: 0 measured, 2 cannot compare (no git, an unknown commit, a failed run, different work),
-130 interrupted.
+Exit status: 0 measured, 2 cannot compare (no git, an unknown commit, a failed run, different work)
+or cannot write --out, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -184,9 +184,13 @@ def main(argv: list[str]) -> int:
     text = report(meta, runs, stats)
     print(text, end="")
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "peak_memory.md").write_text(text)
-        (args.out / "peak_memory.json").write_text(json.dumps({**meta, "runs": runs, **stats}, indent=2) + "\n")
+        try:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "peak_memory.md").write_text(text)
+            (args.out / "peak_memory.json").write_text(json.dumps({**meta, "runs": runs, **stats}, indent=2) + "\n")
+        except OSError as exc:
+            print(f"peak memory: error: cannot write to {args.out}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     return 0
 
 

@@ -64,3 +64,15 @@ def test_one_version_against_itself_measures_the_same_work(tmp_path, capsys):
     )
     text = (tmp_path / "peak_memory.md").read_text()
     assert text == capsys.readouterr().out and "azure100k, 200 requests" in text and "at most" not in text
+
+
+def test_an_out_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(peak_memory, "export_pair", lambda base, head, dest: (dest, "b", dest, "h"))
+    monkeypatch.setattr(peak_memory, "compare", lambda *args, **kwargs: _runs([200e6], [190e6]))
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    argv = ["--base", "HEAD", "--head", "HEAD", "--requests", "5", "--pairs", "1", "--out", str(blocker / "out")]
+    assert peak_memory.main(argv) == 2
+    assert (
+        capsys.readouterr().err.splitlines()[-1].startswith(f"peak memory: error: cannot write to {blocker / 'out'}: ")
+    )

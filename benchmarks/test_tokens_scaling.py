@@ -38,3 +38,25 @@ def test_an_interrupt_is_one_line_and_writes_nothing(tmp_path, monkeypatch, caps
     assert tokens_scaling.main(["--out", str(tmp_path)]) == 130
     assert capsys.readouterr().err.splitlines()[-1] == "tokens scaling: interrupted, nothing written"
     assert not any(tmp_path.iterdir())
+
+
+def test_runs_that_differ_from_pair_to_pair_are_refused_in_one_line(monkeypatch, capsys):
+    runs = iter(range(100))
+
+    def drifting(overrides):  # a different step count each time
+        return {"loop_s": 1.0, "steps": next(runs), "events": 1, "preemptions": 0}
+
+    monkeypatch.setattr(tokens_scaling, "measure", drifting)
+    assert tokens_scaling.main(["--pairs", "2"]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith("error: 128 output tokens: the same config simulated different runs")
+
+
+def test_an_out_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(
+        tokens_scaling, "measure", lambda overrides: {"loop_s": 1.0, "steps": 2, "events": 1, "preemptions": 0}
+    )
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert tokens_scaling.main(["--pairs", "1", "--out", str(blocker / "out")]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith(f"error: cannot write to {blocker / 'out'}: ")

@@ -18,7 +18,8 @@ each event cost more or because the simulated run has more events (each preempti
 quiet steps, and 16x the tokens preempts many more times).
 
 Writes ``<out>/tokens_scaling.json``, ``<out>/tokens_scaling.md`` and ``<out>/tokens_scaling.png``.
-Exit status: 0 measured, 2 bad arguments or a config kvbench refuses, 130 interrupted.
+Exit status: 0 measured, 2 bad arguments, a config kvbench refuses, a config whose runs differ from
+pair to pair or an --out that cannot be written, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ REGIMES = {
 GOAL_RATIO = 2.0
 
 
+class NotRepeatable(RuntimeError):
+    """One config simulated different runs from pair to pair: no ratio of its loop times means anything."""
+
+
 def measure(overrides: list[str]) -> dict:
     result = run(overrides)
     s = result.summary
@@ -89,7 +94,11 @@ def measure_regime(overrides: list[str], num_requests: int, pairs: int) -> dict:
             (m["steps"], m["events"], m["preemptions"]) != (first["steps"], first["events"], first["preemptions"])
             for m in measured
         ):
-            raise RuntimeError(f"the same config simulated different runs: {measured}")
+            raise NotRepeatable(
+                f"{output_tokens} output tokens: the same config simulated different runs (steps, events, "
+                f"preemptions: {sorted({(m['steps'], m['events'], m['preemptions']) for m in measured})}); "
+                "a loop ratio needs the same work in every pair"
+            )
         loop_s = statistics.median(m["loop_s"] for m in measured)
         sides[str(output_tokens)] = {**first, "loop_s": loop_s, "us_per_event": loop_s / first["events"] * 1e6}
     one, sixteen = (runs[n] for n in OUTPUT_TOKENS)
@@ -164,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}...", file=sys.stderr, flush=True)
             regimes[name] = measure_regime(overrides, args.requests, args.pairs)
             print(f"  16x / 1x: loop {regimes[name]['loop_ratio']:.2f}x", file=sys.stderr, flush=True)
-    except ConfigError as exc:
+    except (ConfigError, NotRepeatable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -178,10 +187,14 @@ def main(argv: list[str] | None = None) -> int:
         "pairs": args.pairs,
         "regimes": regimes,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "tokens_scaling.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "tokens_scaling.md").write_text(markdown(report))
-    plot(report, args.out / "tokens_scaling.png")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "tokens_scaling.json").write_text(json.dumps(report, indent=2) + "\n")
+        (args.out / "tokens_scaling.md").write_text(markdown(report))
+        plot(report, args.out / "tokens_scaling.png")
+    except OSError as exc:
+        print(f"error: cannot write to {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(markdown(report))
     return 0
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -23,7 +22,13 @@ from omegaconf.errors import OmegaConfBaseException
 from kvbench.atomic import COMPLETE, check_complete, clear_incomplete, mark_complete, write_frame, write_json
 from kvbench.errors import ConfigError
 from kvbench.output.run_json import run_json
-from kvbench.output.step_files import STEP_FILES, read_step_columns, step_file_column_max, step_file_rows
+from kvbench.output.step_files import (
+    STEP_FILES,
+    largest_value,
+    read_step_columns,
+    step_file_column_max,
+    step_file_rows,
+)
 from kvbench.textio import read_json_object
 
 TABLES = ("summary", "requests", "steps", "refusals")
@@ -84,9 +89,7 @@ class RunResult:
         if self.steps is not None:
             if name not in self.steps:
                 return None
-            values = self.steps[name].to_numpy(dtype=float)
-            values = values[~np.isnan(values)]
-            return float(values.max()) if len(values) else None
+            return largest_value(self.steps[name].to_numpy(dtype=float))
         if self.steps_file is None:
             raise ValueError("this run kept no step table (no steps and no steps_file)")
         return step_file_column_max(self.steps_file, name)

@@ -159,6 +159,10 @@ def step_file_column_max(path: Path, name: str) -> float | None:
     stats = [group.column(index).statistics for group in groups if group.num_rows]
     if all(s is not None and s.has_min_max for s in stats):
         return float(max(s.max for s in stats))
-    values = read_step_columns(path, [name])[name].to_numpy(dtype=float)
+    return largest_value(read_step_columns(path, [name])[name].to_numpy(dtype=float))
+
+
+def largest_value(values: np.ndarray) -> float | None:
+    """The largest of ``values``, NaN ignored; None when nothing else is left."""
     values = values[~np.isnan(values)]
     return float(values.max()) if len(values) else None
