@@ -73,6 +73,15 @@ class Workload:
         return [tuple(flat[end - b : end]) for b, end in zip(branches, ends)]
 
 
+def read_only(column: np.ndarray) -> np.ndarray:
+    """A read-only view of a source's column, for a :class:`Workload` built from rows the source
+    keeps: no copy (a million requests' column is 8 MB), and no run can change the source's rows
+    through it (a write raises instead), so a second ``generate`` gets the same requests."""
+    view = column.view()
+    view.flags.writeable = False
+    return view
+
+
 class WorkloadSource:
     """A workload-source plugin: ``name`` matches ``conf/workload/<name>.yaml`` or a preset's ``name``."""
 

@@ -39,7 +39,7 @@ from kvbench import hookimpl
 from kvbench.errors import ConfigError, clip, invisible_characters, is_invisible, require, visible
 from kvbench.textio import count_lines, open_text
 from kvbench.workload.arrivals import MAX_ARRIVAL_S, arrival_times_s, validate_arrivals
-from kvbench.workload.source import Workload, WorkloadSource
+from kvbench.workload.source import Workload, WorkloadSource, read_only
 
 _KEY = "workload"
 #: field -> the column names that may hold it, kvbench's first, then Vidur's request-trace names
@@ -325,11 +325,11 @@ class RequestCsvWorkload(WorkloadSource):
         else:
             arrival_s = arrival_times_s(cfg.arrival, n, cfg.rate_per_s, rng)
         return Workload(
-            arrival_s=arrival_s.copy(),
-            prompt_tokens=self.table.prompt_tokens.copy(),
-            output_tokens=self.table.output_tokens.copy(),
-            s_max_tokens=self.s_max_tokens.copy(),
-            priority=None if self.table.priority is None else self.table.priority.copy(),
+            arrival_s=read_only(arrival_s),
+            prompt_tokens=read_only(self.table.prompt_tokens),
+            output_tokens=read_only(self.table.output_tokens),
+            s_max_tokens=read_only(self.s_max_tokens),
+            priority=None if self.table.priority is None else read_only(self.table.priority),
         )
 
 

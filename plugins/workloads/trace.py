@@ -59,7 +59,7 @@ from kvbench import hookimpl
 from kvbench.errors import ConfigError, clip, require
 from kvbench.textio import count_lines
 from kvbench.workload.arrivals import ARRIVAL_KINDS, arrival_times_s, validate_arrivals
-from kvbench.workload.source import Workload, WorkloadSource
+from kvbench.workload.source import Workload, WorkloadSource, read_only
 
 _KEY = "workload"
 FORMATS = ("azure", "mooncake", "lengths", "request_csv")
@@ -264,9 +264,9 @@ class TraceWorkload(WorkloadSource):
             arrival_s = (rows.arrival_ticks - rows.arrival_ticks[0]) / rows.ticks_per_s
         return Workload(
             arrival_s=np.asarray(arrival_s / cfg.rate_scale, dtype=np.float64),
-            prompt_tokens=rows.prompt_tokens.copy(),
-            output_tokens=rows.output_tokens.copy(),
-            s_max_tokens=self.s_max_tokens.copy(),
+            prompt_tokens=read_only(rows.prompt_tokens),
+            output_tokens=read_only(rows.output_tokens),
+            s_max_tokens=read_only(self.s_max_tokens),
             prefix_hashes=None if rows.prefix_hashes is None else list(rows.prefix_hashes),
             hash_block_tokens=rows.hash_block_tokens if rows.prefix_hashes is not None else 0,
         )

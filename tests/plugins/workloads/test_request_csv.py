@@ -104,6 +104,29 @@ def test_poisson_replaces_the_files_arrivals_reproducibly(tmp_path):
     assert generate(write(tmp_path, KVBENCH_NAMES), arrival="all_at_once").arrival_s.tolist() == [0.0] * 3
 
 
+def test_the_workload_shares_the_files_rows_and_cannot_change_them(tmp_path):
+    """No copy of a million rows per column: the workload's columns are read-only views of the
+    source's, so a second generate gives the same requests even after a write was tried."""
+    src = source(
+        write(tmp_path, "arrival_s,prompt_tokens,output_tokens,s_max_tokens,priority\n0,5,2,9,1\n1,7,3,12,0\n")
+    )
+    first = src.generate(np.random.default_rng(0))
+    table = src.table
+    for column, own in [
+        (first.arrival_s, table.arrival_s),
+        (first.prompt_tokens, table.prompt_tokens),
+        (first.output_tokens, table.output_tokens),
+        (first.s_max_tokens, table.s_max_tokens),
+        (first.priority, table.priority),
+    ]:
+        assert np.shares_memory(column, own) and not column.flags.writeable
+        with pytest.raises(ValueError, match="read-only"):
+            column[0] = 99
+    second = src.generate(np.random.default_rng(0))
+    assert second.prompt_tokens.tolist() == [5, 7] and second.s_max_tokens.tolist() == [9, 12]
+    assert second.priority.tolist() == [1, 0] and second.arrival_s.tolist() == [0.0, 1.0]
+
+
 def test_num_requests_takes_the_first_rows(tmp_path):
     w = generate(write(tmp_path, KVBENCH_NAMES), num_requests=2)
     assert w.prompt_tokens.tolist() == [100, 200]

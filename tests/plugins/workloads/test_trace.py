@@ -137,6 +137,19 @@ def test_mooncake_reads_milliseconds_and_hash_ids(tmp_path):
     assert w.prefix_hashes == [(0, 1), (0,), (0, 1, 2)] and w.hash_block_tokens == 512
 
 
+def test_the_workload_shares_the_traces_rows_and_cannot_change_them(tmp_path):
+    """The replayed lengths are read-only views of the source's rows, not copies."""
+    src = source(write(tmp_path, AZURE, "azure.csv"), "azure")
+    first = src.generate(np.random.default_rng(0))
+    for column, own in [(first.prompt_tokens, src.rows.prompt_tokens), (first.output_tokens, src.rows.output_tokens)]:
+        assert np.shares_memory(column, own) and not column.flags.writeable
+        with pytest.raises(ValueError, match="read-only"):
+            column[0] = 1
+    assert not first.s_max_tokens.flags.writeable
+    again = src.generate(np.random.default_rng(0))
+    assert again.prompt_tokens.tolist() == first.prompt_tokens.tolist()
+
+
 def test_lengths_take_kvbench_arrivals(tmp_path):
     path = write(tmp_path, LENGTHS, "len.csv")
     w = generate(path, "lengths", arrival="all_at_once")
