@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -59,22 +58,29 @@ class RequestList(Sequence[Request]):
     def __init__(self, workload: Workload, seed: int = 0) -> None:
         self._workload = workload
         self._seed = seed
-        # machine numbers, 8 bytes a value, read back as Python numbers (faster than numpy scalars)
-        self._arrival_s = array("d", workload.arrival_s.astype(np.float64).tobytes())
-        self._prompt = _ints(workload.prompt_tokens)
-        self._s_max = _ints(workload.s_max_tokens)
-        self._output = _ints(workload.output_tokens)
-        branches = workload.branches()
+        # the workload's own columns read through memoryviews (no copy where they are int64 and
+        # float64 already, as sources make them): an item reads back as a Python number, as fast
+        # as from an array and faster than a numpy scalar
+        self._arrival_s = _values(workload.arrival_s, np.float64)
+        self._prompt = _values(workload.prompt_tokens, np.int64)
+        self._s_max = _values(workload.s_max_tokens, np.int64)
+        self._output = _values(workload.output_tokens, np.int64)
         self._single = workload.num_branches is None and workload.branch_output_tokens is None
         #: where each request's branches start in the flat branch arrays (and its first sequence id)
-        self.first_seq_ids = _ints(np.concatenate(([0], np.cumsum(branches)[:-1])))
-        self._num_branches = _ints(branches)
-        self._branch_outputs = _ints(
-            workload.branch_output_tokens
-            if workload.branch_output_tokens is not None
-            else np.repeat(workload.output_tokens, branches)
-        )
-        self._priority = _ints(workload.priority) if workload.priority is not None else None
+        self.first_seq_ids: Sequence[int]
+        if self._single:  # one sequence a request: request i's is sequence i, nothing to hold
+            self.first_seq_ids = range(workload.num_requests)
+        else:
+            branches = workload.branches()
+            self.first_seq_ids = _values(np.concatenate(([0], np.cumsum(branches)[:-1])), np.int64)
+            self._num_branches = _values(branches, np.int64)
+            self._branch_outputs = _values(
+                workload.branch_output_tokens
+                if workload.branch_output_tokens is not None
+                else np.repeat(workload.output_tokens, branches),
+                np.int64,
+            )
+        self._priority = _values(workload.priority, np.int64) if workload.priority is not None else None
         self._granule = workload.hash_block_tokens if workload.prefix_hashes else 0
 
     def __len__(self) -> int:
@@ -94,7 +100,7 @@ class RequestList(Sequence[Request]):
         return map(self._make, range(len(self)))
 
     @property
-    def arrival_s(self) -> array:
+    def arrival_s(self) -> memoryview:
         """Every request's arrival time (seconds), without making the requests."""
         return self._arrival_s
 
@@ -138,8 +144,10 @@ class RequestList(Sequence[Request]):
         )
 
 
-def _ints(values: np.ndarray) -> array:
-    return array("q", np.asarray(values, dtype=np.int64).tobytes())
+def _values(values: np.ndarray, dtype: type) -> memoryview:
+    """A flat memoryview of ``values`` as ``dtype``: the array's own memory where it already is
+    one contiguous ``dtype`` array (a read-only column stays read-only), else a converted copy."""
+    return memoryview(np.ascontiguousarray(values, dtype=dtype))
 
 
 def requests_from_workload(workload: Workload, seed: int = 0) -> RequestList:
