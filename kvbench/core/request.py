@@ -60,7 +60,7 @@ class RequestList(Sequence[Request]):
         self._seed = seed
         # the workload's own columns read through memoryviews (no copy where they are int64 and
         # float64 already, as the file sources make them): an item reads back as a Python number, at some
-        # 40 instructions more than from an array.array; a numpy item takes about 1.5x as long
+        # 40 instructions more than from an array.array; a numpy item costs more still (a scalar)
         self._arrival_s = _values(workload.arrival_s, np.float64)
         self._prompt = _values(workload.prompt_tokens, np.int64)
         self._s_max = _values(workload.s_max_tokens, np.int64)

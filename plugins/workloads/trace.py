@@ -249,7 +249,8 @@ class TraceWorkload(WorkloadSource):
         if cfg.s_max_policy != "request":
             return np.full(len(rows.prompt_tokens), longest, dtype=np.int64)
         own = rows.s_max_tokens if rows.s_max_tokens is not None else rows.prompt_tokens + rows.output_tokens
-        return own.copy() if longest is None else np.minimum(own, longest)
+        # no copy: the workload gets a read-only view of it (generate)
+        return own if longest is None else np.minimum(own, longest)
 
     def generate(self, rng: np.random.Generator) -> Workload:
         """The replayed requests in file order; only ``arrival=poisson`` draws from ``rng``."""
