@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from kvbench.errors import ConfigError
 
-if TYPE_CHECKING:  # pandas is only needed once a table is written: the lock and marker paths stay light
+if TYPE_CHECKING:  # pandas is only needed once a DataFrame is written: the lock and marker paths stay light
     import pandas as pd
+
+    from kvbench.table import ColumnTable
 
 #: written last into a finished run folder; its absence means "incomplete, do not read"
 COMPLETE = "COMPLETE"
@@ -102,6 +104,28 @@ def write_frame(frame: pd.DataFrame, out_dir: Path, name: str, csv_float_format:
     atomically; ``csv_float_format`` (``"%.10g"``) rounds the CSV's float columns, else they are exact."""
     write_file(out_dir / f"{name}.parquet", lambda tmp: write_parquet(frame, tmp))
     write_file(out_dir / f"{name}.csv", lambda tmp: write_csv(frame, tmp, csv_float_format))
+
+
+def write_table(table: ColumnTable, out_dir: Path, name: str) -> None:
+    """A run's table as ``<name>.parquet`` and ``<name>.csv``, each written atomically, without
+    pandas: the Parquet file holds the same columns as :func:`write_frame`'s (no pandas metadata:
+    ``pandas.read_parquet`` gives them a default index, as a written frame has), the CSV the same
+    bytes (:func:`kvbench.numeric_csv.write_table_csv`)."""
+    from kvbench.numeric_csv import write_table_csv
+
+    write_file(out_dir / f"{name}.parquet", lambda tmp: write_table_parquet(table, tmp))
+    write_file(out_dir / f"{name}.csv", lambda tmp: write_table_csv(table, tmp))
+
+
+def write_table_parquet(table: ColumnTable, path: Path, row_group_rows: int = PARQUET_ROW_GROUP_ROWS) -> None:
+    """``table`` as Parquet, a row group of ``row_group_rows`` at a time (as :func:`write_parquet`)."""
+    import pyarrow.parquet as pq
+
+    from kvbench.arrow_columns import arrow_table
+
+    arrow = arrow_table(table.columns, [table[name] for name in table.columns])
+    with pq.ParquetWriter(path, arrow.schema) as writer:
+        writer.write_table(arrow, row_group_size=row_group_rows)
 
 
 def write_csv(frame: pd.DataFrame, path: Path, float_format: str | None = None) -> None:

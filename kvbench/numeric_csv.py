@@ -29,6 +29,8 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
+    from kvbench.table import ColumnTable
+
 #: rows formatted at a time: about 150,000 short strings (8 MB) for a 37-column steps table, so
 #: that writing a long run's table adds little to its peak memory
 CHUNK_ROWS = 4096
@@ -48,6 +50,36 @@ def write_numeric_csv(frame: pd.DataFrame, path: Path) -> None:
     with open(path, "w", encoding="utf-8", newline="") as out:
         write_header(out, frame.columns)
         write_rows(out, columns)
+
+
+def write_table_csv(table: ColumnTable, path: Path) -> None:
+    """``table.to_pandas().to_csv(path, index=False)``'s bytes, without pandas: numeric columns as
+    :func:`write_rows` writes them, text as itself, None as an empty field (pandas' na_rep),
+    through the csv module as pandas' writer does (it quotes a field only where it must)."""
+    names = table.columns
+    columns = [table[name] for name in names]
+    if not columns or not all(values.dtype == np.float64 or values.dtype.kind in "iubO" for values in columns):
+        table.to_pandas().to_csv(path, index=False)  # no column, or floats of another width: pandas' text
+        return
+    with open(path, "w", encoding="utf-8", newline="") as out:
+        write_header(out, names)
+        if columns and all(values.dtype.kind in "iubf" for values in columns):
+            if len(table):
+                write_rows(out, columns)
+            return
+        writer = csv.writer(out, lineterminator=os.linesep)
+        writer.writerows(
+            zip(*(_texts(values) if values.dtype.kind in "iubf" else _object_texts(values) for values in columns))
+        )
+
+
+def _object_texts(values: np.ndarray) -> list[str]:
+    """An object column's values as pandas writes them: None and NaN as empty fields, the rest as
+    ``str`` makes them."""
+    return [
+        "" if value is None or (isinstance(value, float) and value != value) else str(value)
+        for value in values.tolist()
+    ]
 
 
 def write_header(out: TextIO, names: Iterable[str]) -> None:

@@ -47,6 +47,7 @@ from kvbench.sched.scheduler import Scheduler
 from kvbench.specs.calibration import DecodeEfficiency, calibration_digest, load_fitted_terms
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
+from kvbench.table import ColumnTable
 from kvbench.workload.arrivals import check_arrival_span
 from kvbench.workload.source import Workload
 
@@ -291,7 +292,7 @@ def _result(
 
         # one list of generated token ids per branch (a fan-out's branches in seq_id order)
         first_seq_ids = np.cumsum([0] + [r.num_branches for r in requests[:-1]])
-        record.requests["output_token_ids"] = [
+        record.request_columns["output_token_ids"] = [
             [executor.generated(int(first) + b) for b in range(r.num_branches)]
             for first, r in zip(first_seq_ids, requests)
         ]
@@ -309,8 +310,8 @@ def _result(
     )
     summary.update(
         summarize(
-            record.requests,
-            record.steps if step_totals is None else step_totals,
+            record.request_columns,
+            record.step_columns if step_totals is None else step_totals,
             budget_bytes=s.budget_bytes,
             kv_bytes_per_token=s.model.kv_bytes_per_token,
             slo=s.slo,
@@ -321,7 +322,7 @@ def _result(
         predicted_s, measured_s = zip(*executor.step_times_s) if executor.step_times_s else ((), ())
         summary.update(prediction_error(predicted_s, measured_s))
         summary["measured_on"] = executor.measured_on  # a CPU's times must never calibrate a GPU
-    summary.update(_refusal_summary(record.refusals))
+    summary.update(_refusal_summary(record.refusal_columns))
     summary.update(_trace_summary(s.workload_source))
     if not s.allocator.capabilities.contiguous_layout:
         # the prefix-cache ceiling and what the best eviction could do at this budget, offline, for a
@@ -347,7 +348,11 @@ def _result(
         # a host tier for evicted prefix blocks: its hits, traffic and bounds ({} without one)
         summary.update(
             host_tier_summary(
-                s.scheduler, record.requests, requests, cache_dir=cache_dir, progress=phase_progress(bool(cfg.progress))
+                s.scheduler,
+                record.request_columns,
+                requests,
+                cache_dir=cache_dir,
+                progress=phase_progress(bool(cfg.progress)),
             )
         )
     caps = s.allocator.capabilities
@@ -364,9 +369,9 @@ def _result(
     return RunResult(
         config=OmegaConf.to_container(cfg, resolve=True),
         summary=summary,
-        requests=record.requests,
-        steps=record.steps,
-        refusals=record.refusals,
+        requests=record.request_columns,
+        steps=record.step_columns,
+        refusals=record.refusal_columns,
     )
 
 
@@ -458,13 +463,14 @@ def _trace_summary(source) -> dict:
     }
 
 
-def _refusal_summary(refusals) -> dict:
+def _refusal_summary(refusals: ColumnTable) -> dict:
     """Admission refusals by the allocator's own classification; ``fragmented`` is external
     fragmentation, observed: enough free bytes, no hole that holds the request."""
-    fragmented = refusals["reason"] == "fragmented"
+    num_steps = np.asarray(refusals["num_steps"], dtype=np.int64)
+    fragmented = np.asarray(refusals["reason"]) == "fragmented"
     return {
         # a request at the head of the queue is refused once per step until it fits
-        "num_refusal_steps": int(refusals["num_steps"].sum()),
-        "num_fragmentation_refusals": int(refusals.loc[fragmented, "num_steps"].sum()),
-        "num_requests_refused_by_fragmentation": int(refusals.loc[fragmented, "request_id"].nunique()),
+        "num_refusal_steps": int(num_steps.sum()),
+        "num_fragmentation_refusals": int(num_steps[fragmented].sum()),
+        "num_requests_refused_by_fragmentation": len(set(refusals["request_id"][fragmented].tolist())),
     }

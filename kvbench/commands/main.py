@@ -176,8 +176,8 @@ def _already_complete(out_dir: Path, cfg: DictConfig, label: str) -> bool:
 def _hydra_main(cfg: DictConfig) -> None:
     from kvbench.app.progress import phase_progress
     from kvbench.app.run import execute  # after Hydra has parsed: `kvbench --help` stays fast
-    from kvbench.output.report import print_summary
     from kvbench.output.results import write_failure, write_run
+    from kvbench.output.run_report import print_summary
     from kvbench.output.step_files import StepFilesError
 
     hc = HydraConfig.get()

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
+import numpy as np
 
 from kvbench.core.request import Request
 from kvbench.metrics.prefix_bounds import Progress, cached_prefix_cache_bounds
 from kvbench.sched.scheduler import Scheduler
+from kvbench.table import ColumnTable
 
 
 def host_tier_summary(
     scheduler: Scheduler,
-    request_table: pd.DataFrame,
+    request_table: ColumnTable,
     requests: list[Request],
     *,
     cache_dir: Path | None = None,
@@ -35,9 +36,9 @@ def host_tier_summary(
         return {}
     block_size = alloc.block_size_tokens
     block_bytes = block_size * alloc.kv_bytes_per_token
-    admitted = request_table["admitted_s"].to_numpy() >= 0
-    prompt_tokens = int(request_table["prompt_tokens"].to_numpy()[admitted].sum())
-    cached_tokens = int(request_table["cached_prompt_tokens"].to_numpy()[admitted].sum())
+    admitted = np.asarray(request_table["admitted_s"]) >= 0
+    prompt_tokens = int(np.asarray(request_table["prompt_tokens"])[admitted].sum())
+    cached_tokens = int(np.asarray(request_table["cached_prompt_tokens"])[admitted].sum())
     rate = (lambda tokens: tokens / prompt_tokens) if prompt_tokens else (lambda tokens: float("nan"))
     out: dict = {
         "host_cache_bytes": host.capacity_blocks * block_bytes,

@@ -15,30 +15,36 @@ A model with several KV-cache groups adds the ledger's split of the allocated by
 ``group_bytes``), after the other columns, means over a span as the ledger's parts are.
 
 Columns are typed arrays (8 bytes a value, not a Python object each). Closed rows wait as lists
-and are stored a column at a time, a batch of rows at once; the columns become a DataFrame once at
-the end, without a copy. Given a ``step_sink``, the recorder keeps no step table at all: each batch
-of rows goes to the sink as numpy columns (a run that streams its table to its files, and adds up
-its summary as the rows pass: :class:`~kvbench.metrics.step_totals.StepTotals`), so that a long
-run holds its live requests, not its millions of rows.
+and are stored a column at a time, a batch of rows at once; the columns become a
+:class:`~kvbench.table.ColumnTable` once at the end, without a copy. Given a ``step_sink``, the
+recorder keeps no step table at all: each batch of rows goes to the sink as numpy columns (a run
+that streams its table to its files, and adds up its summary as the rows pass:
+:class:`~kvbench.metrics.step_totals.StepTotals`), so that a long run holds its live requests,
+not its millions of rows.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import struct
 import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from kvbench.atomic import PARQUET_ROW_GROUP_ROWS
 from kvbench.core.ledger import LEDGER_FIELDS
 from kvbench.core.sequence import EVENT_COLUMNS, FLOAT_GROUP_COLUMNS, GROUP_COLUMNS, REQUEST_COLUMNS, SequenceGroup
 from kvbench.core.step import Mechanism, StepPlan, StepResult, added_in_order
+from kvbench.table import ColumnTable
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: step-table columns besides the ledger's, in order (one source for the table and its readers)
 STEP_COLUMNS: tuple[str, ...] = (
@@ -125,12 +131,26 @@ REFUSAL_COLUMNS = (
 @dataclass
 class RunRecord:
     """What one run produced: per-request, per-span and per-refusal tables, and its wall time
-    (``steps`` is None when the step table went to a ``step_sink``)."""
+    (``step_columns`` is None when the step table went to a ``step_sink``). The run path reads the
+    tables' columns; ``requests``, ``steps`` and ``refusals`` are the same tables as DataFrames,
+    made (and pandas imported) on first use."""
 
-    requests: pd.DataFrame
-    steps: pd.DataFrame | None
-    refusals: pd.DataFrame
+    request_columns: ColumnTable
+    step_columns: ColumnTable | None
+    refusal_columns: ColumnTable
     sim_wall_s: float
+
+    @functools.cached_property
+    def requests(self) -> pd.DataFrame:
+        return self.request_columns.to_pandas()
+
+    @functools.cached_property
+    def steps(self) -> pd.DataFrame | None:
+        return None if self.step_columns is None else self.step_columns.to_pandas()
+
+    @functools.cached_property
+    def refusals(self) -> pd.DataFrame:
+        return self.refusal_columns.to_pandas()
 
 
 def _add_span(totals: list[float], spans: dict, durations, names: tuple[str, ...]) -> list[float]:
@@ -322,7 +342,7 @@ class Recorder:
 
     def finish(self, groups: Iterable[SequenceGroup] = ()) -> RunRecord:
         """The run's tables (``groups``: finished requests not recorded yet). ``sim_wall_s`` is the
-        loop's wall time, up to here: building the tables (pandas) comes after, as writing its
+        loop's wall time, up to here: building the tables comes after, as writing its
         outputs does in other simulators."""
         self._flush()
         self._store_step_rows()
@@ -333,14 +353,13 @@ class Recorder:
         self._store_request_rows()
         sim_wall_s = time.perf_counter() - self._wall_start_s - self._outside_s
         names = self._column_names()
-        # copy=False: the frame's columns are the typed arrays' own memory (no second copy at the peak)
+        # the table's columns are the typed arrays' own memory (no second copy at the peak)
         steps = (
-            pd.DataFrame({name: _as_numpy(self._columns[name]) for name in names}, columns=names, copy=False)
-            if self._step_sink is None
-            else None
+            ColumnTable({name: _as_numpy(self._columns[name]) for name in names}) if self._step_sink is None else None
         )
         self._columns.clear()
-        refusals = pd.DataFrame(self._refusals, columns=list(REFUSAL_COLUMNS))
+        by_column = list(zip(*self._refusals)) or [()] * len(REFUSAL_COLUMNS)
+        refusals = ColumnTable(dict(zip(REFUSAL_COLUMNS, by_column, strict=True)))
         rows = self._request_columns
         # in request order, whatever order they finished in
         order = np.argsort(_as_numpy(rows["request_id"]), kind="stable")
@@ -353,7 +372,7 @@ class Recorder:
         counted = [self._events.get(request_id, none) for request_id in table["request_id"].tolist()]
         for name in EVENT_COLUMNS:
             table[name] = np.array([c[name] for c in counted], dtype=np.int64)
-        requests = pd.DataFrame({name: table[name] for name in REQUEST_COLUMNS}, copy=False)
+        requests = ColumnTable({name: table[name] for name in REQUEST_COLUMNS})
         return RunRecord(requests, steps, refusals, sim_wall_s)
 
     def record_request(self, group: SequenceGroup) -> None:

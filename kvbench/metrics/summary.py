@@ -10,12 +10,19 @@ The function is pure: same tables in, same dict out, nothing read from the envir
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from kvbench.metrics.slo_config import SloConfig  # re-exported: it lived here
 from kvbench.metrics.step_totals import StepTotals
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from kvbench.table import ColumnTable
+
+    Table = pd.DataFrame | ColumnTable
 
 PERCENTILES = (50, 90, 99)
 
@@ -24,8 +31,8 @@ Summary = dict[str, float | int | str]
 
 
 def summarize(
-    requests: pd.DataFrame,
-    steps: pd.DataFrame | StepTotals,
+    requests: Table,
+    steps: Table | StepTotals,
     *,
     budget_bytes: int,
     kv_bytes_per_token: int,
@@ -88,8 +95,9 @@ def summarize(
 
     Empty inputs give zero counts and NaN statistics, never an exception.
 
-    :param requests: one row per request, the engine's request table.
-    :param steps: one row per span of steps, the recorder's step table, or its
+    :param requests: one row per request, the engine's request table (a
+        :class:`~kvbench.table.ColumnTable` or a DataFrame).
+    :param steps: one row per span of steps, the recorder's step table (either kind), or its
         :class:`~kvbench.metrics.step_totals.StepTotals` (a run that streamed the table to its
         files): the same numbers, to the last bit.
     :param budget_bytes: the KV-cache budget the ledgers are fractions of.
@@ -102,7 +110,7 @@ def summarize(
     summary.update(_request_summary(requests, slo))
     if not isinstance(steps, StepTotals):  # a held table: added up in one batch
         totals = StepTotals(budget_bytes, kv_bytes_per_token)
-        totals.add({name: steps[name].to_numpy() for name in steps.columns})
+        totals.add({name: np.asarray(steps[name]) for name in steps.columns})
         steps = totals
     summary.update(steps.summary())
     if max_concurrency is not None:
@@ -114,8 +122,9 @@ def summarize(
     return summary
 
 
-def _col(df: pd.DataFrame, name: str, dtype: type = np.float64) -> np.ndarray:
-    return df[name].to_numpy(dtype=dtype)
+def _col(table: Table, name: str, dtype: type = np.float64) -> np.ndarray:
+    """A column as a numpy array of ``dtype`` (a DataFrame's or a ColumnTable's alike)."""
+    return np.asarray(table[name], dtype=dtype)
 
 
 def _fsum(values: np.ndarray) -> float:
@@ -140,7 +149,7 @@ def _rate(count: float, duration_s: float) -> float:
     return count / duration_s if duration_s > 0 else math.nan
 
 
-def _request_summary(requests: pd.DataFrame, slo: SloConfig) -> Summary:
+def _request_summary(requests: Table, slo: SloConfig) -> Summary:
     finish_s = _col(requests, "finish_s")
     is_finished = finish_s >= 0
     done = requests[is_finished]
@@ -209,7 +218,7 @@ def _request_summary(requests: pd.DataFrame, slo: SloConfig) -> Summary:
     return out
 
 
-def _prefix_summary(requests: pd.DataFrame, was_admitted: np.ndarray) -> Summary:
+def _prefix_summary(requests: Table, was_admitted: np.ndarray) -> Summary:
     """Prefix-cache hits, from the request table's columns when it has them (a caching allocator)."""
     out: Summary = {}
     if "cached_prompt_tokens" in requests:

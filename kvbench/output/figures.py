@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from kvbench.atomic import write_file
 from kvbench.core.ledger import LEDGER_FIELDS
 from kvbench.metrics.catalogue import ledger_parts, metric
+from kvbench.table import ColumnTable, as_table
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    Table = ColumnTable | pd.DataFrame
 
 #: how each ledger part is drawn (stacked in :data:`LEDGER_FIELDS` order): (field, legend, colour),
 #: from the catalogue
@@ -52,14 +58,14 @@ def agg_figure(**kwargs):
     return fig
 
 
-def ledger_stack(steps: pd.DataFrame) -> list[tuple[str, str, str]]:
+def ledger_stack(steps: Table) -> list[tuple[str, str, str]]:
     """The ledger parts to stack, bottom up: ``(column, label, colour)`` for each field of
     :data:`LEDGER_FIELDS` the step table has; the prefix cache's part only where it ever holds
     something (it is 0 throughout for allocators without a cache: no legend entry for nothing)."""
     drawn = {col: (label, color) for col, label, color in LEDGER}
     stack = []
     for col in LEDGER_FIELDS:
-        if col not in steps or (col == "cached_bytes" and not steps[col].gt(0).any()):
+        if col not in steps or (col == "cached_bytes" and not (np.asarray(steps[col]) > 0).any()):
             continue
         label, color = drawn.get(col, (col.removesuffix("_bytes").replace("_", " "), "#bdbdbd"))
         stack.append((col, label, color))
@@ -73,10 +79,9 @@ def thinning(num_rows: int) -> int:
     return int(np.ceil(num_rows / MAX_POINTS)) if num_rows > MAX_POINTS else 1
 
 
-def _thinned(frame: pd.DataFrame) -> pd.DataFrame:
+def _thinned(table: ColumnTable) -> ColumnTable:
     """Every :func:`thinning`-th row (a table already thinned stays as it is)."""
-    every = thinning(len(frame))
-    return frame.iloc[::every] if every > 1 else frame
+    return table.every(thinning(len(table)))
 
 
 def _title(summary: dict) -> str:
@@ -93,31 +98,31 @@ def _budget_words(summary: dict) -> str:
     return f"% of KV budget ({format_bytes(float(summary['kv_budget_bytes']))})"
 
 
-def _end_s(steps: pd.DataFrame) -> float:
+def _end_s(steps: Table) -> float:
     """When the last step ends (its start where the table has no durations)."""
-    last = steps.iloc[-1]
-    return float(last["start_s"]) + (float(last["duration_s"]) if "duration_s" in steps else 0.0)
+    start_s = float(np.asarray(steps["start_s"])[-1])
+    return start_s + (float(np.asarray(steps["duration_s"])[-1]) if "duration_s" in steps else 0.0)
 
 
-def _held_to_end(steps: pd.DataFrame) -> pd.DataFrame:
+def _held_to_end(steps: ColumnTable) -> ColumnTable:
     """``steps`` and one more row at the end of the last step, a copy of it: a step-wise curve then
     draws the last step for as long as it lasted instead of stopping where it starts."""
-    end = steps.iloc[[-1]].copy()
-    end["start_s"] = _end_s(steps)
-    return pd.concat([steps, end], ignore_index=True)
+    held = ColumnTable({name: np.append(steps[name], steps[name][-1:]) for name in steps.columns})
+    held["start_s"][-1] = _end_s(steps)
+    return held
 
 
-def plot_memory_timeline(steps: pd.DataFrame, summary: dict, path: Path) -> Path:
+def plot_memory_timeline(steps: Table, summary: dict, path: Path) -> Path:
     """Stacked memory ledger (fraction of the KV budget) and batch size over simulated time."""
-    steps = _held_to_end(_thinned(steps))
+    steps = _held_to_end(_thinned(as_table(steps)))
     budget = float(summary["kv_budget_bytes"])
-    t_s = steps["start_s"].to_numpy(dtype=float)
+    t_s = np.asarray(steps["start_s"], dtype=float)
     stack = ledger_stack(steps)
     fig = agg_figure(figsize=(10, 4.8), layout="constrained")
     ax = fig.subplots()
     ax.stackplot(
         t_s,
-        *[steps[col].to_numpy(dtype=float) / budget * 100 for col, _, _ in stack],
+        *[np.asarray(steps[col], dtype=float) / budget * 100 for col, _, _ in stack],
         labels=[label for _, label, _ in stack],
         colors=[color for _, _, color in stack],
         step="post",
@@ -128,7 +133,7 @@ def plot_memory_timeline(steps: pd.DataFrame, summary: dict, path: Path) -> Path
     if t_s[-1] > t_s[0]:  # no margins: the stack fills the budget from the first step to the last
         ax.set_xlim(t_s[0], t_s[-1])
     ax2 = ax.twinx()
-    running = steps["num_running"].to_numpy(dtype=float)
+    running = np.asarray(steps["num_running"], dtype=float)
     (line,) = ax2.step(t_s, running, where="post", color="black", linewidth=1, label="batch size (right axis)")
     ax2.set_ylabel("sequences in the batch")
     # headroom: a batch size at its peak for most of the run would otherwise run along the frame
@@ -152,18 +157,20 @@ def plot_memory_timeline(steps: pd.DataFrame, summary: dict, path: Path) -> Path
     return path
 
 
-def cumulative_hit_rate(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def cumulative_hit_rate(requests: Table) -> tuple[np.ndarray, np.ndarray]:
     """``(admission times (s), hit rate so far)``: after each admission, prompt tokens served from
     the prefix cache / prompt tokens, over the requests admitted until then. A request's hits are
     placed at its first admission (the request table keeps no time for a re-admission's), so the
     last value is the summary's ``prefix_hit_rate``."""
-    admitted = requests[requests["admitted_s"].to_numpy(dtype=float) >= 0]
-    admitted = admitted.sort_values("admitted_s", kind="stable")
-    cached = np.cumsum(admitted["cached_prompt_tokens"].to_numpy(dtype=np.int64))
-    prompt = np.cumsum(admitted["prompt_tokens"].to_numpy(dtype=np.int64))
+    requests = as_table(requests)
+    admitted_s = np.asarray(requests["admitted_s"], dtype=float)
+    admitted = np.flatnonzero(admitted_s >= 0)
+    admitted = admitted[np.argsort(admitted_s[admitted], kind="stable")]
+    cached = np.cumsum(np.asarray(requests["cached_prompt_tokens"], dtype=np.int64)[admitted])
+    prompt = np.cumsum(np.asarray(requests["prompt_tokens"], dtype=np.int64)[admitted])
     with np.errstate(invalid="ignore", divide="ignore"):  # zero-token prompts so far: no rate yet
         rate = np.where(prompt > 0, cached / np.maximum(prompt, 1), np.nan)
-    return admitted["admitted_s"].to_numpy(dtype=float), rate
+    return admitted_s[admitted], rate
 
 
 #: time bins of the cached-bytes panel: a step's value flickers from step to step (a block is
@@ -172,17 +179,17 @@ def cumulative_hit_rate(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]
 CACHE_BINS = 150
 
 
-def binned_share(steps: pd.DataFrame, column: str, budget: float, bins: int = CACHE_BINS) -> pd.DataFrame:
+def binned_share(steps: Table, column: str, budget: float, bins: int = CACHE_BINS) -> ColumnTable:
     """``column`` as a % of ``budget`` in at most ``bins`` equal spans of simulated time: per span,
     its start (``start_s``), its time-weighted mean (``mean_pct``) and the highest value any step
     overlapping it had (``max_pct``). Each step's value holds from its start to the next step's
     start (the last one's, to its end), as the step curves draw it."""
-    start_s = steps["start_s"].to_numpy(dtype=float)
+    start_s = np.asarray(steps["start_s"], dtype=float)
     end_s = max(_end_s(steps), float(start_s[-1]))
-    share = steps[column].to_numpy(dtype=float) / budget * 100
+    share = np.asarray(steps[column], dtype=float) / budget * 100
     bins = max(1, min(bins, len(steps)))  # more spans than steps would draw each step anyway
     if end_s <= start_s[0]:  # no time elapses: one span, the steps' plain values
-        return pd.DataFrame({"start_s": [start_s[0]], "mean_pct": [float(share.mean())], "max_pct": [share.max()]})
+        return ColumnTable({"start_s": start_s[:1], "mean_pct": [float(share.mean())], "max_pct": [share.max()]})
     edges = np.linspace(start_s[0], end_s, bins + 1)
     # the integral of the share over time, exact at any time (linear within a step): mean = its
     # rise over a span / the span's width
@@ -193,7 +200,7 @@ def binned_share(steps: pd.DataFrame, column: str, budget: float, bins: int = CA
     running = share[np.clip(np.searchsorted(start_s, edges[:-1], side="right") - 1, 0, len(share) - 1)]
     highest = running.copy()
     np.fmax.at(highest, np.clip(np.searchsorted(edges, start_s, side="right") - 1, 0, bins - 1), share)
-    return pd.DataFrame({"start_s": edges[:-1], "mean_pct": mean, "max_pct": highest})
+    return ColumnTable({"start_s": edges[:-1], "mean_pct": mean, "max_pct": highest})
 
 
 def _bound_lines(summary: dict) -> list[tuple[float, str, str]]:
@@ -227,26 +234,27 @@ def _nice_top(value: float) -> float:
     return float(min(100.0, max(10.0, np.ceil(value * 1.25 / 10.0) * 10.0)))
 
 
-def draws_prefix_cache(requests: pd.DataFrame, summary: dict, cached_any: Callable[[], bool]) -> bool:
+def draws_prefix_cache(requests: Table, summary: dict, cached_any: Callable[[], bool]) -> bool:
     """Whether :func:`plot_prefix_cache` has something to draw: a request table with a hit column
     and a hit, an offline bound in the summary, or a step that held cached blocks (``cached_any``,
     asked last: it may read the step table back)."""
     if "cached_prompt_tokens" not in requests or not len(requests):
         return False
-    if any(key in summary for key, _, _ in _BOUNDS) or requests["cached_prompt_tokens"].gt(0).any():
+    if any(key in summary for key, _, _ in _BOUNDS) or (np.asarray(requests["cached_prompt_tokens"]) > 0).any():
         return True
     return bool(cached_any())
 
 
-def plot_prefix_cache(requests: pd.DataFrame, steps: pd.DataFrame, summary: dict, path: Path) -> Path | None:
+def plot_prefix_cache(requests: Table, steps: Table, summary: dict, path: Path) -> Path | None:
     """The prefix cache over simulated time: the cumulative hit rate (with the offline ceiling,
     Belady and LRU bounds when the summary has them) above the cached blocks' share of the KV
     budget. None, and no file, when there is nothing to draw: no hit column, or (the request table
     may carry one for every allocator) no hit, no cached block and no offline bound."""
     if not draws_prefix_cache(
-        requests, summary, lambda: "cached_bytes" in steps and bool(steps["cached_bytes"].gt(0).any())
+        requests, summary, lambda: "cached_bytes" in steps and bool((np.asarray(steps["cached_bytes"]) > 0).any())
     ):
         return None
+    steps = as_table(steps)
     t_s, rate = cumulative_hit_rate(requests)
     end_s = _end_s(steps) if len(steps) else (float(t_s[-1]) if len(t_s) else 0.0)
     if len(t_s) and end_s > t_s[-1]:  # no admission after the last: the rate holds until the run ends
@@ -267,9 +275,10 @@ def plot_prefix_cache(requests: pd.DataFrame, steps: pd.DataFrame, summary: dict
     colour = {col: color for col, _, color in LEDGER}["cached_bytes"]
     if "cached_bytes" in steps and len(steps):
         bins = binned_share(steps, "cached_bytes", float(summary["kv_budget_bytes"]))
-        span_s = (end_s - float(bins["start_s"].iloc[0])) / len(bins)
+        span_s = (end_s - float(bins["start_s"][0])) / len(bins)
         # the last bin drawn as wide as the others: a step curve ends where its last point is
-        binned = pd.concat([bins, bins.iloc[[-1]].assign(start_s=end_s)], ignore_index=True)
+        binned = _held_to_end(bins)
+        binned["start_s"][-1] = end_s
         bottom.fill_between(
             binned["start_s"],
             binned["max_pct"],
@@ -342,6 +351,8 @@ JOB_ROW_IN = 0.3  #: inches per job in a panel: room for a tick label of 8 pt
 def _scaled(key: str, values: pd.Series) -> tuple[str, np.ndarray]:
     """The catalogue's words for ``key`` and its values in the unit they name (seconds shown in
     milliseconds, in seconds where they reach 10 s; fractions in percent)."""
+    import pandas as pd  # a sweep's comparison table is a DataFrame
+
     m = metric(key)
     numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float)
     label = m.label.strip()
@@ -375,6 +386,8 @@ def plot_comparison(table: pd.DataFrame, path: Path) -> Path:
     """The sweep's headline metrics side by side: one panel per metric, one bar per finished job,
     jobs down the side (a label reads whole at any number of jobs), each bar's value at its end."""
     import textwrap
+
+    import pandas as pd  # a sweep's comparison table is a DataFrame
 
     plt = pyplot()
     failed = table.get("failed", pd.Series(False, index=table.index)).fillna(False).astype(bool)

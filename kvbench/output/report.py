@@ -10,7 +10,6 @@ number stays in the files (``summary.json``, the Parquet and CSV tables).
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,14 +24,12 @@ from kvbench.atomic import write_frame
 from kvbench.errors import ConfigError
 from kvbench.metrics.catalogue import SETTINGS as CATALOGUE_SETTINGS
 from kvbench.metrics.catalogue import metric
-from kvbench.metrics.display import METRIC_DEFINITIONS, SECONDS_FROM_S, format_bytes, headline_rows
-from kvbench.output.results import SUMMARY_JSON, read_job
+from kvbench.metrics.display import METRIC_DEFINITIONS, SECONDS_FROM_S, format_bytes
+from kvbench.output.results import read_job
+from kvbench.output.run_report import REPORT_WIDTH, print_summary, report_console, wide_console  # noqa: F401 (re-exported)
 from kvbench.output.sweep_info import job_overrides, swept_keys, swept_values
 from kvbench.textio import read_json_object
 
-#: the width a report is laid out for when the output is no terminal (a pipe, a CI log) and
-#: ``COLUMNS`` is unset: a common terminal, so that a log reads as the screen did
-REPORT_WIDTH = 100
 #: the comparison frame's column holding a swept key's value for each job (``swept.allocator``)
 SWEPT_PREFIX = "swept."
 COMPARISON_NOTES = "% KV: of the KV budget; floor: fewest seqs running while saturated; unfilled: KV booked, unwritten"
@@ -41,23 +38,6 @@ PREFIX_NOTES = (
     "prefix hits: % of prompt tokens served from cache; ceiling: an infinite cache's, Belady: optimal "
     "eviction in the KV budget (both offline, from the trace)"
 )
-
-
-def report_console() -> Console:
-    """The console reports are laid out for: ``COLUMNS`` columns when set, else the terminal's
-    width, else (a pipe or a log) :data:`REPORT_WIDTH` columns."""
-    console = Console()  # rich itself takes COLUMNS from the environment when it is set
-    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
-        return console
-    return Console(width=REPORT_WIDTH)
-
-
-def wide_console() -> Console:
-    """The terminal's console, or a 240-column one where output goes to a pipe or a log (the SLO
-    commands' tables; the run and sweep reports use :func:`report_console`)."""
-    console = Console()
-    # a pipe or a CI log is no terminal: rich would squeeze the table into 80 columns
-    return console if console.is_terminal else Console(width=240)
 
 
 # --- columns ----------------------------------------------------------------------------------
@@ -496,43 +476,3 @@ def print_comparison(sweep_dir: Path, console: Console | None = None) -> pd.Data
         plot_comparison(frame, sweep_dir / "comparison.png")
     console.print(f"comparison: {sweep_dir / 'comparison.csv'}", highlight=False)
     return frame
-
-
-# --- one run ----------------------------------------------------------------------------------
-
-
-def _slo_from_config(out_dir: Path | None) -> bool | None:
-    """Whether the run was given an SLO, from its ``config.json``; None when that is not known."""
-    if out_dir is None:
-        return None
-    try:
-        slo = read_json_object(out_dir / "config.json", "result config").get("slo")
-    except ConfigError:
-        return None
-    return None if not isinstance(slo, dict) else any(value is not None for value in slo.values())
-
-
-def print_summary(
-    summary: dict, out_dir: Path | None, console: Console | None = None, *, slo_given: bool | None = None
-) -> None:
-    """Print a run's headline numbers (one screen) and where all of them are."""
-    console = console or report_console()
-    if slo_given is None:
-        slo_given = _slo_from_config(out_dir)
-    get = lambda key: summary.get(key, "?")
-    block = f" (block {get('block_size_tokens')})" if "block_size_tokens" in summary else ""
-    title = f"kvbench: {get('allocator')}{block} / {get('kernel')} / {get('scheduler')} / {get('preemption')} / {get('workload')}"
-    setting = f"{get('model')} on {get('hardware')}, seed {get('seed')}"
-    if "calibration" in summary:
-        setting += f", {summary['calibration']}"
-    table = Table(title=escape(f"{title}\n{setting}"), show_header=False)
-    table.add_column("metric", overflow="fold")  # a narrow terminal wraps a row, never cuts it
-    table.add_column("value", justify="right", overflow="fold")
-    for label, value in headline_rows(summary, slo_given=slo_given):
-        table.add_row(escape(label), escape(value))
-    console.print(table)
-    console.print(f"[dim]{METRIC_DEFINITIONS}[/dim]", highlight=False)
-    if out_dir is not None:
-        console.print(f"all {len(summary)} metrics: {out_dir / SUMMARY_JSON}", highlight=False)
-    else:
-        console.print(f"{len(summary)} metrics in all (output.write=false: no files written)", highlight=False)

@@ -11,15 +11,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+import numpy as np
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from kvbench.atomic import COMPLETE, check_complete, clear_incomplete, mark_complete, write_frame, write_json
+from kvbench.atomic import COMPLETE, check_complete, clear_incomplete, mark_complete, write_json, write_table
 from kvbench.errors import ConfigError
 from kvbench.output.run_json import run_json
 from kvbench.output.step_files import (
@@ -29,7 +28,11 @@ from kvbench.output.step_files import (
     step_file_column_max,
     step_file_rows,
 )
+from kvbench.table import ColumnTable
 from kvbench.textio import read_json_object
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TABLES = ("summary", "requests", "steps", "refusals")
 FAILED = "failed.json"
@@ -48,37 +51,94 @@ RESULT_FILES = (
 )
 
 
-@dataclass
 class RunResult:
     """One job's outputs. ``summary`` is one row; ``out_dir`` is set once written.
+
+    Its tables are held as :class:`~kvbench.table.ColumnTable` (``request_columns``,
+    ``step_columns``, ``refusal_columns``): summarizing, writing and drawing them imports no
+    pandas. ``requests``, ``steps`` and ``refusals`` are the same tables as DataFrames, made on
+    first use (a DataFrame given to the constructor, or set, is kept as it is; setting one
+    replaces its columns too). What is written is the columns: a column added to a DataFrame in
+    place is not, until the frame is set back (``result.steps = frame``).
 
     ``steps`` is None when the run wrote its step table to its folder as it went
     (``steps_file``: its ``steps.parquet``; :meth:`step_table` reads it back)."""
 
-    config: dict[str, Any]
-    summary: dict[str, Any]
-    requests: pd.DataFrame
-    steps: pd.DataFrame | None
-    refusals: pd.DataFrame
-    out_dir: Path | None = None
-    steps_file: Path | None = None
+    def __init__(
+        self,
+        config: dict[str, Any],
+        summary: dict[str, Any],
+        requests: ColumnTable | pd.DataFrame | None,
+        steps: ColumnTable | pd.DataFrame | None,
+        refusals: ColumnTable | pd.DataFrame | None,
+        out_dir: Path | None = None,
+        steps_file: Path | None = None,
+    ) -> None:
+        self.config = config
+        self.summary = summary
+        self.out_dir = out_dir
+        self.steps_file = steps_file
+        self._frames: dict[str, pd.DataFrame | None] = {}
+        self.request_columns = self._keep("requests", requests)
+        self.step_columns = self._keep("steps", steps)
+        self.refusal_columns = self._keep("refusals", refusals)
+
+    def _keep(self, name: str, table: ColumnTable | pd.DataFrame | None) -> ColumnTable | None:
+        if table is None or isinstance(table, ColumnTable):
+            return table
+        self._frames[name] = table
+        return ColumnTable.from_pandas(table)
+
+    def _frame(self, name: str, table: ColumnTable | None) -> pd.DataFrame | None:
+        if name not in self._frames:
+            self._frames[name] = None if table is None else table.to_pandas()
+        return self._frames[name]
+
+    @property
+    def requests(self) -> pd.DataFrame | None:
+        return self._frame("requests", self.request_columns)
+
+    @requests.setter
+    def requests(self, table: ColumnTable | pd.DataFrame | None) -> None:
+        self._frames.pop("requests", None)
+        self.request_columns = self._keep("requests", table)
+
+    @property
+    def steps(self) -> pd.DataFrame | None:
+        return self._frame("steps", self.step_columns)
+
+    @steps.setter
+    def steps(self, table: ColumnTable | pd.DataFrame | None) -> None:
+        self._frames.pop("steps", None)
+        self.step_columns = self._keep("steps", table)
+
+    @property
+    def refusals(self) -> pd.DataFrame | None:
+        return self._frame("refusals", self.refusal_columns)
+
+    @refusals.setter
+    def refusals(self, table: ColumnTable | pd.DataFrame | None) -> None:
+        self._frames.pop("refusals", None)
+        self.refusal_columns = self._keep("refusals", table)
 
     def summary_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         return pd.DataFrame([self.summary])
 
-    def step_table(self, columns: Sequence[str] | None = None, every: int = 1) -> pd.DataFrame:
+    def step_table(self, columns: Sequence[str] | None = None, every: int = 1) -> ColumnTable:
         """The step table, held or read back from its file (``columns``: at least those of them it
         has, and every ``every``-th row from the first; a table read back has only those)."""
-        if self.steps is not None:
-            return self.steps.iloc[::every] if every > 1 else self.steps
+        if self.step_columns is not None:
+            return self.step_columns.every(every)
         if self.steps_file is None:
             raise ValueError("this run kept no step table (no steps and no steps_file)")
         return read_step_columns(self.steps_file, columns, every)
 
     def num_step_rows(self) -> int:
         """The step table's rows, held or in its file."""
-        if self.steps is not None:
-            return len(self.steps)
+        if self.step_columns is not None:
+            return len(self.step_columns)
         if self.steps_file is None:
             raise ValueError("this run kept no step table (no steps and no steps_file)")
         return step_file_rows(self.steps_file)
@@ -86,10 +146,10 @@ class RunResult:
     def step_column_max(self, name: str) -> float | None:
         """The largest value of a step-table column (NaN ignored), held or in its file; None when
         the table has no such column or no value (a file answers from its footer)."""
-        if self.steps is not None:
-            if name not in self.steps:
+        if self.step_columns is not None:
+            if name not in self.step_columns:
                 return None
-            return largest_value(self.steps[name].to_numpy(dtype=float))
+            return largest_value(np.asarray(self.step_columns[name], dtype=float))
         if self.steps_file is None:
             raise ValueError("this run kept no step table (no steps and no steps_file)")
         return step_file_column_max(self.steps_file, name)
@@ -123,20 +183,24 @@ def write_run(
     out_dir.mkdir(parents=True, exist_ok=True)
     streamed = result.steps is None and result.steps_file is not None and result.steps_file.parent == out_dir
     clear_run(out_dir, keep=STEP_FILES if streamed else ())
-    frames = {"summary": result.summary_frame(), "requests": result.requests, "refusals": result.refusals}
+    tables = {
+        "summary": ColumnTable.from_row(result.summary),
+        "requests": result.request_columns,
+        "refusals": result.refusal_columns,
+    }
     if steps and not streamed:  # (a table streamed to another folder is read back to be copied)
-        frames["steps"] = result.step_table()
+        tables["steps"] = result.step_table()
     num_rows = result.num_step_rows() if figures else 0
     plotted = num_rows > 0
     # two files per table, the two JSON files, and the memory and prefix-cache figures
-    num_files = 2 * len(frames) + 2 + (2 if plotted else 0)
+    num_files = 2 * len(tables) + 2 + (2 if plotted else 0)
     written = list(STEP_FILES) if streamed else []
     with (progress or _no_progress)(num_files, "writing results") as advance:
-        for name, frame in frames.items():
-            write_frame(frame, out_dir, name)
+        for name, table in tables.items():
+            write_table(table, out_dir, name)
             written += [f"{name}.parquet", f"{name}.csv"]
             advance(2)
-        write_json(out_dir / SUMMARY_JSON, run_json(result.summary, result.requests, result.config))
+        write_json(out_dir / SUMMARY_JSON, run_json(result.summary, result.request_columns, result.config))
         write_json(out_dir / "config.json", result.config)
         written += [SUMMARY_JSON, "config.json"]
         advance(2)
@@ -164,8 +228,9 @@ def write_run(
             def cached_any() -> bool:
                 return (result.step_column_max("cached_bytes") or 0.0) > 0
 
-            if draws_prefix_cache(result.requests, result.summary, cached_any) and plot_prefix_cache(
-                result.requests, result.step_table(CACHE_STEP_COLUMNS), result.summary, out_dir / "prefix_cache.png"
+            requests = result.request_columns
+            if draws_prefix_cache(requests, result.summary, cached_any) and plot_prefix_cache(
+                requests, result.step_table(CACHE_STEP_COLUMNS), result.summary, out_dir / "prefix_cache.png"
             ):
                 written.append("prefix_cache.png")
             advance(1)
@@ -207,6 +272,8 @@ def read_job(job_dir: Path) -> dict[str, Any] | None:
     problem = check_complete(job_dir, RESULT_FILES) if marker else None
     if marker and problem is None:
         try:
+            import pandas as pd
+
             return pd.read_parquet(job_dir / "summary.parquet").iloc[0].to_dict()
         except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a damaged file have no common base
             problem = (

@@ -34,13 +34,16 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from kvbench.metrics.catalogue import metric
 from kvbench.metrics.summary import PERCENTILES
+from kvbench.table import ColumnTable, as_table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: (vLLM's metric name, kvbench's summary prefix)
 LATENCY_METRICS = (("ttft", "ttft"), ("tpot", "tpot"), ("e2el", "e2e"))
@@ -55,11 +58,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _finished(requests: pd.DataFrame) -> pd.DataFrame:
-    return requests[requests["finish_s"] >= 0] if "finish_s" in requests else requests.iloc[0:0]
+def _finished(requests: ColumnTable | pd.DataFrame) -> ColumnTable:
+    table = as_table(requests)
+    finished = np.asarray(table["finish_s"]) >= 0 if "finish_s" in table else np.zeros(len(table), dtype=bool)
+    return table[finished]
 
 
-def request_latencies_s(requests: pd.DataFrame) -> dict[str, np.ndarray]:
+def request_latencies_s(requests: ColumnTable | pd.DataFrame) -> dict[str, np.ndarray]:
     """Per finished request, in seconds: ``ttft``, ``e2e`` and (requests with more than one output
     token on their longest branch) ``tpot``, as :func:`kvbench.metrics.summary.summarize` defines
     them. Metrics whose columns the table lacks are absent."""
@@ -67,19 +72,21 @@ def request_latencies_s(requests: pd.DataFrame) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     if not {"arrival_s", "finish_s"} <= set(done):
         return out
-    arrival_s = done["arrival_s"].to_numpy(dtype=float)
-    out["e2e"] = done["finish_s"].to_numpy(dtype=float) - arrival_s
+    arrival_s = np.asarray(done["arrival_s"], dtype=float)
+    out["e2e"] = np.asarray(done["finish_s"], dtype=float) - arrival_s
     if "first_token_s" in done:
-        out["ttft"] = done["first_token_s"].to_numpy(dtype=float) - arrival_s
+        out["ttft"] = np.asarray(done["first_token_s"], dtype=float) - arrival_s
         column = "max_branch_output_tokens" if "max_branch_output_tokens" in done else "output_tokens"
         if column in done:
-            tokens = done[column].to_numpy(dtype=np.int64)
+            tokens = np.asarray(done[column], dtype=np.int64)
             has_tpot = tokens > 1
             out["tpot"] = (out["e2e"] - out["ttft"])[has_tpot] / (tokens[has_tpot] - 1)
     return out
 
 
-def vllm_bench_serve_fields(summary: dict[str, Any], requests: pd.DataFrame, *, slo_given: bool) -> dict[str, Any]:
+def vllm_bench_serve_fields(
+    summary: dict[str, Any], requests: ColumnTable | pd.DataFrame, *, slo_given: bool
+) -> dict[str, Any]:
     """The run under ``vllm bench serve``'s result-JSON names (see the module's docstring)."""
     duration_s = summary.get("duration_s")
     rate = lambda count: count / duration_s if duration_s and duration_s > 0 else math.nan
@@ -96,10 +103,10 @@ def vllm_bench_serve_fields(summary: dict[str, Any], requests: pd.DataFrame, *, 
         if "num_requests" in summary:
             out["failed"] = summary["num_requests"] - summary["num_finished"]  # never finished
     done = _finished(requests)
-    input_tokens = int(done["prompt_tokens"].sum()) if "prompt_tokens" in done else None
+    input_tokens = int(np.asarray(done["prompt_tokens"]).sum()) if "prompt_tokens" in done else None
     output_tokens = summary.get("num_output_tokens")
     if output_tokens is None and "output_tokens" in done:
-        output_tokens = int(done["output_tokens"].sum())
+        output_tokens = int(np.asarray(done["output_tokens"]).sum())
     if input_tokens is not None:
         out["total_input_tokens"] = input_tokens
     if output_tokens is not None:
@@ -135,7 +142,7 @@ def _percentile(values: np.ndarray, p: int) -> float:
     return float(np.percentile(values, p)) if len(values) else math.nan
 
 
-def run_json(summary: dict[str, Any], requests: pd.DataFrame, config: dict[str, Any]) -> dict[str, Any]:
+def run_json(summary: dict[str, Any], requests: ColumnTable | pd.DataFrame, config: dict[str, Any]) -> dict[str, Any]:
     """The contents of a run's ``summary.json`` (see the module's docstring)."""
     from kvbench.provenance import provenance
 

@@ -5,7 +5,7 @@ end, the table alone would be most of the run's memory. :class:`StepFiles` is th
 sink instead: each batch of rows is appended to ``steps.parquet`` (one row group per batch) and
 ``steps.csv`` under temporary names, and :meth:`StepFiles.commit` renames both into place when the
 run has finished. The files are the very bytes that writing the whole table at the end gives
-(:func:`kvbench.atomic.write_frame`: the recorder's batches are the Parquet writer's row groups,
+(:func:`kvbench.atomic.write_table`: the recorder's batches are the Parquet writer's row groups,
 and the CSV is the same text row by row); the tests compare them.
 
 Readers (the figures) take only the columns they need back from the Parquet file.
@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from kvbench.atomic import PARQUET_ROW_GROUP_ROWS, commit, temporary_path
-from kvbench.numeric_csv import write_header, write_rows, writes_numeric_csv
+from kvbench.numeric_csv import write_header, write_rows
+from kvbench.table import ColumnTable
 
 #: the files a streamed step table is written to, in a run's folder
 STEP_FILES = ("steps.parquet", "steps.csv")
@@ -56,24 +56,28 @@ class StepFiles:
             raise StepFilesError(exc.errno, exc.strerror or str(exc)) from exc
 
     def _write(self, batch: dict[str, np.ndarray]) -> None:
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        frame = pd.DataFrame(batch, copy=False)
+        from kvbench.arrow_columns import arrow_table
+
+        names, columns = list(batch), [np.asarray(values) for values in batch.values()]
         if self._writer is None:
-            if not writes_numeric_csv(frame):  # (the recorder's columns are all numbers)
-                raise TypeError(f"a step table holds numbers only, got dtypes {dict(frame.dtypes)}")
+            dtypes = {name: values.dtype for name, values in zip(names, columns)}
+            if not columns or not all(d == np.float64 or d.kind in "iub" for d in dtypes.values()):
+                raise TypeError(f"a step table holds numbers only, got dtypes {dtypes}")
             self._parquet_tmp = temporary_path(self.out_dir / STEP_FILES[0])
             self._csv_tmp = temporary_path(self.out_dir / STEP_FILES[1])
-            # the schema a whole-table write gives: pandas' metadata names no index, and no row count
-            self._schema = pa.Schema.from_pandas(frame, preserve_index=False)
+            # the schema a whole-table write gives (kvbench.atomic.write_table_parquet)
+            self._schema = arrow_table(names, columns).schema
             self._writer = pq.ParquetWriter(self._parquet_tmp, self._schema)
             self._csv = open(self._csv_tmp, "w", encoding="utf-8", newline="")  # noqa: SIM115 (closed in commit/discard)
-            write_header(self._csv, frame.columns)
+            write_header(self._csv, names)
         # (an empty batch, a run with no step, is an empty row group, as the whole empty table writes)
-        table = pa.Table.from_pandas(frame, schema=self._schema, preserve_index=False)
+        table = arrow_table(names, columns)
+        if table.schema != self._schema:  # a plugin's rows changed shape mid-run
+            raise TypeError(f"a batch of step rows has columns {table.schema.names}, not {self._schema.names}")
         self._writer.write_table(table, row_group_size=PARQUET_ROW_GROUP_ROWS)
-        write_rows(self._csv, [frame.iloc[:, i].to_numpy() for i in range(frame.shape[1])])
+        write_rows(self._csv, columns)
 
     def commit(self) -> None:
         """Close both files and rename them into place (the run is over)."""
@@ -112,13 +116,15 @@ def step_file_rows(path: Path) -> int:
     return pq.ParquetFile(path).metadata.num_rows
 
 
-def read_step_columns(path: Path, columns: Sequence[str] | None = None, every: int = 1) -> pd.DataFrame:
+def read_step_columns(path: Path, columns: Sequence[str] | None = None, every: int = 1) -> ColumnTable:
     """The columns of a step table's Parquet file that it has, of ``columns`` (None: all), in that
     order; with ``every=k`` only rows 0, k, 2k, ... (what a figure draws of a long run).
 
     Read a row group at a time into arrays made for the result: ``pandas.read_parquet`` held about
     5x the columns' bytes at its peak (Arrow's buffers, then pandas' copy), which set a run's peak."""
     import pyarrow.parquet as pq
+
+    from kvbench.arrow_columns import numpy_values
 
     if every < 1:
         raise ValueError(f"every must be >= 1, got {every}")
@@ -136,10 +142,10 @@ def read_step_columns(path: Path, columns: Sequence[str] | None = None, every: i
             table = file.read_row_group(group, columns=names, use_threads=False)
             at = (first + offset) // every
             for name in names:
-                values = table.column(name).to_numpy()[offset::every]
+                values = numpy_values(table.column(name))[offset::every]
                 out[name][at : at + len(values)] = values
         first += size
-    return pd.DataFrame(out, columns=names, copy=False)
+    return ColumnTable(out)
 
 
 def step_file_column_max(path: Path, name: str) -> float | None:
@@ -159,7 +165,7 @@ def step_file_column_max(path: Path, name: str) -> float | None:
     stats = [group.column(index).statistics for group in groups if group.num_rows]
     if all(s is not None and s.has_min_max for s in stats):
         return float(max(s.max for s in stats))
-    return largest_value(read_step_columns(path, [name])[name].to_numpy(dtype=float))
+    return largest_value(np.asarray(read_step_columns(path, [name])[name], dtype=float))
 
 
 def largest_value(values: np.ndarray) -> float | None:

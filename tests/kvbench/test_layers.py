@@ -5,7 +5,8 @@ the core imports no plugin, the studies use only the public API. Read from the s
 The order, from the ground floor up (the engine is ``core`` to ``engine``; everything above it is
 a client of what is below):
 
-- ``errors``, ``suggest`` (the near-miss names of its one-line errors); ``textio``, ``atomic``; ``provenance``, ``specs``; ``workload``; ``core``: values and
+- ``errors``, ``suggest`` (the near-miss names of its one-line errors); ``textio``, ``table`` and
+  ``arrow_columns`` (a run's tables as numpy columns, and as Arrow's), ``numeric_csv``, ``atomic``; ``provenance``, ``specs``; ``workload``; ``core``: values and
   the files they come from;
 - ``memory``, ``kernels``, ``exec``, ``sched``, ``metrics``, ``engine``: the engine;
 - ``output``: results written and read; ``slo``: the SLO questions' closed forms and search;
@@ -29,6 +30,8 @@ ORDER = [
     "errors",
     "suggest",
     "textio",
+    "table",
+    "arrow_columns",
     "numeric_csv",
     "atomic",
     "provenance",

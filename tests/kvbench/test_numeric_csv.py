@@ -93,3 +93,52 @@ def test_a_float_format_is_left_to_pandas(tmp_path):
     frame = pd.DataFrame({"x": [math.pi, 1.0]})
     write_csv(frame, tmp_path / "out.csv", "%.10g")
     assert (tmp_path / "out.csv").read_text().splitlines() == ["x", "3.141592654", "1"]
+
+
+# --- a run's tables without pandas: kvbench.numeric_csv.write_table_csv ----------------------------
+
+#: a summary row's kinds of value, and text that the csv module must quote
+MIXED_ROW = {
+    "allocator": "paged",
+    "workload": 'trace "a, b"\nsecond line',
+    "calibration": None,
+    "event_driven": True,
+    "num_requests": 7,
+    "duration_s": 1.25,
+    "tpot_p50_s": math.nan,
+    "kv_budget_bytes": np.int64(62_500_000_000),
+}
+
+
+def _pandas_csv(frame: pd.DataFrame, tmp_path) -> bytes:
+    path = tmp_path / "pandas.csv"
+    frame.to_csv(path, index=False)
+    return path.read_bytes()
+
+
+def test_a_summary_row_is_written_as_pandas_writes_it(tmp_path):
+    from kvbench.numeric_csv import write_table_csv
+    from kvbench.table import ColumnTable
+
+    write_table_csv(ColumnTable.from_row(MIXED_ROW), tmp_path / "ours.csv")
+    assert (tmp_path / "ours.csv").read_bytes() == _pandas_csv(pd.DataFrame([MIXED_ROW]), tmp_path)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 10**6), FLOATS, st.one_of(st.none(), st.sampled_from(["fragmented", "too large", ""]))
+        ),
+        max_size=12,
+    )
+)
+def test_a_table_with_a_text_column_is_written_as_pandas_writes_it(tmp_path_factory, rows):
+    from kvbench.numeric_csv import write_table_csv
+    from kvbench.table import ColumnTable
+
+    tmp_path = tmp_path_factory.mktemp("csv")
+    columns = dict(zip(("request_id", "free_s", "reason"), map(list, zip(*rows)))) if rows else {}
+    table = ColumnTable(columns or {"request_id": [], "free_s": [], "reason": []})
+    write_table_csv(table, tmp_path / "ours.csv")
+    assert (tmp_path / "ours.csv").read_bytes() == _pandas_csv(table.to_pandas(), tmp_path)

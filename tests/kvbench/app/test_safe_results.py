@@ -27,14 +27,14 @@ import kvbench.output.results as results
 signal.signal(signal.SIGINT, signal.default_int_handler)
 action, table, job = sys.argv[1], sys.argv[2], sys.argv[3]
 del sys.argv[1:4]
-real = results.write_frame
-def write_frame(frame, out_dir, name):
+real = results.write_table
+def write_table(table_, out_dir, name):
     if name == table and (job == "*" or Path(out_dir).name == job):
         if action == "enospc":
             raise OSError(28, "No space left on device")
         os.kill(os.getpid(), getattr(signal, action))
-    return real(frame, out_dir, name)
-results.write_frame = write_frame
+    return real(table_, out_dir, name)
+results.write_table = write_table
 # the step table is written while the run goes, a batch of rows at a time
 import kvbench.output.step_files as step_files
 real_batch = step_files.StepFiles._write

@@ -48,7 +48,7 @@ def test_a_streamed_run_has_the_held_runs_table_and_summary(tmp_path, monkeypatc
     write_csv(held.steps, tmp_path / "held.csv")
     assert (folder / "steps.csv").read_bytes() == (tmp_path / "held.csv").read_bytes()
     pd.testing.assert_frame_equal(
-        streamed.step_table(["start_s", "num_running"]), held.steps[["start_s", "num_running"]]
+        streamed.step_table(["start_s", "num_running"]).to_pandas(), held.steps[["start_s", "num_running"]]
     )
     same_summary(streamed.summary, held.summary)
     pd.testing.assert_frame_equal(streamed.requests, held.requests)

@@ -52,16 +52,30 @@ def _spied(tmp_path, monkeypatch, *args: str) -> dict:
     return json.loads(line.removeprefix("SPY "))
 
 
-def test_a_run_without_figures_imports_neither_matplotlib_nor_the_gpu_stack(tmp_path, monkeypatch):
+def test_a_run_without_figures_imports_neither_matplotlib_nor_pandas_nor_the_gpu_stack(tmp_path, monkeypatch):
     spied = _spied(tmp_path, monkeypatch, *ONE_REQUEST, "output.figures=false", "hydra.run.dir=run")
-    assert set(spied["imported"]) == {"pandas", "rich"}  # its tables, its summary on screen
-    assert sorted(path.name for path in (tmp_path / "run").glob("*.png")) == []
+    assert set(spied["imported"]) == {"rich"}  # its summary on screen; its tables through pyarrow and numpy
+    tables = {f"{table}.{ext}" for table in ("refusals", "requests", "steps", "summary") for ext in ("csv", "parquet")}
+    written = {path.name for path in (tmp_path / "run").iterdir()}
+    assert written == {".hydra", "COMPLETE", "config.json", "summary.json", *tables}
 
 
-def test_a_run_draws_its_figure_without_pyplot(tmp_path, monkeypatch):
-    spied = _spied(tmp_path, monkeypatch, *ONE_REQUEST, "hydra.run.dir=run")
-    assert set(spied["imported"]) == {"matplotlib", "pandas", "rich"}
+#: a prefix-caching allocator on a trace with prompt content draws the prefix cache too
+#: (its first 5 requests: the trace's first is longer than the model's context)
+PREFIX_CACHING = [
+    "allocator=paged_cached",
+    "workload=mooncake_conversation",
+    "workload.num_requests=5",
+    "progress=false",
+]
+
+
+@pytest.mark.parametrize("overrides", [ONE_REQUEST, PREFIX_CACHING], ids=["paged", "prefix_caching"])
+def test_a_run_draws_its_figures_without_pyplot_or_pandas(tmp_path, monkeypatch, overrides):
+    spied = _spied(tmp_path, monkeypatch, *overrides, "hydra.run.dir=run")
+    assert set(spied["imported"]) == {"matplotlib", "rich"}
     assert (tmp_path / "run" / "memory.png").is_file()
+    assert (tmp_path / "run" / "prefix_cache.png").is_file() == (overrides is PREFIX_CACHING)
 
 
 @pytest.mark.parametrize("output", [[], ["output.write=false"]])

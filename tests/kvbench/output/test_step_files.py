@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvbench.atomic import PARQUET_ROW_GROUP_ROWS, write_frame
+from kvbench.atomic import PARQUET_ROW_GROUP_ROWS, write_table
 from kvbench.metrics.recorder import STEP_ROWS_BATCH
 from kvbench.output.step_files import (
     STEP_FILES,
@@ -19,6 +19,7 @@ from kvbench.output.step_files import (
     step_file_column_max,
     step_file_rows,
 )
+from kvbench.table import ColumnTable
 
 
 def table(num_rows: int, seed: int = 0) -> pd.DataFrame:
@@ -48,7 +49,7 @@ def test_streamed_files_are_the_bytes_of_the_whole_table(tmp_path, num_rows):
     whole, streamed = tmp_path / "whole", tmp_path / "streamed"
     whole.mkdir()
     streamed.mkdir()
-    write_frame(frame, whole, "steps")
+    write_table(ColumnTable.from_pandas(frame), whole, "steps")  # a held table, written at the end
     files = StepFiles(streamed)
     for batch in batches(frame, STEP_ROWS_BATCH):
         files(batch)
@@ -79,8 +80,8 @@ def test_every_kth_row_is_read_back_across_row_groups(tmp_path, every):
     assert step_file_rows(tmp_path / "steps.parquet") == len(frame)
     read = read_step_columns(tmp_path / "steps.parquet", ["saturated", "token_bytes", "step"], every=every)
     expected = frame[["saturated", "token_bytes", "step"]].iloc[::every].reset_index(drop=True)
-    pd.testing.assert_frame_equal(read, expected)
-    pd.testing.assert_frame_equal(read_step_columns(tmp_path / "steps.parquet"), frame)
+    pd.testing.assert_frame_equal(read.to_pandas(), expected)
+    pd.testing.assert_frame_equal(read_step_columns(tmp_path / "steps.parquet").to_pandas(), frame)
 
 
 def test_a_failed_run_leaves_no_file(tmp_path):
@@ -141,5 +142,5 @@ def test_an_empty_or_all_nan_column_has_no_largest_value(tmp_path):
     empty.commit()
     assert step_file_column_max(tmp_path / "empty" / "steps.parquet", "start_s") is None
     nan = table(5).assign(token_bytes=np.nan)
-    write_frame(nan, tmp_path, "steps")
+    write_table(ColumnTable.from_pandas(nan), tmp_path, "steps")
     assert step_file_column_max(tmp_path / "steps.parquet", "token_bytes") is None
