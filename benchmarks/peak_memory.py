@@ -175,7 +175,7 @@ def main(argv: list[str]) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "python benchmarks/peak_memory.py " + " ".join(argv),
         "machine": f"{platform.machine()}, Python {platform.python_version()}",
-        "scenario": f"{args.scenario}, {num_requests:,} requests",
+        "scenario": f"{args.scenario}, {num_requests:,} request{'' if num_requests == 1 else 's'}",
         "num_requests": num_requests,
         "pairs": args.pairs,
         "base": base_name,

@@ -59,15 +59,22 @@ COMMANDS = {
     "minimal_hydra": (RUN_1, 0),
     "run_1_request": (RUN_1, 0),
     "run_1_request_no_output": ([*RUN_1, "output.write=false"], 0),
+    "run_1_request_no_figures": ([*RUN_1, "output.figures=false"], 0),  # its tables, no figure
     "help": (["--help"], 0),
     "version": (["--version"], 0),
     "run_1_request_wandb_offline": ([*RUN_1, "wandb.mode=offline"], 0),  # needs kvbench[wandb]
     "typo": (["allocator=pagd"], 2),
 }
 BASELINE = "minimal_hydra"
-RUNS = ("minimal_hydra", "run_1_request", "run_1_request_no_output", "run_1_request_wandb_offline")
+RUNS = (
+    "minimal_hydra",
+    "run_1_request",
+    "run_1_request_no_output",
+    "run_1_request_no_figures",
+    "run_1_request_wandb_offline",
+)
 #: the runs the 1.5x goal is about
-GOAL_RUNS = ("run_1_request", "run_1_request_no_output")
+GOAL_RUNS = ("run_1_request", "run_1_request_no_output", "run_1_request_no_figures")
 
 
 def kvbench_command() -> list[str]:

@@ -63,7 +63,7 @@ def write_table_csv(table: ColumnTable, path: Path) -> None:
         return
     with open(path, "w", encoding="utf-8", newline="") as out:
         write_header(out, names)
-        if columns and all(values.dtype.kind in "iubf" for values in columns):
+        if all(values.dtype.kind in "iubf" for values in columns):
             if len(table):
                 write_rows(out, columns)
             return
