@@ -31,8 +31,8 @@ def arrow_array(values: np.ndarray) -> pa.Array:
         return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
     if kind == "b":
         return pa.Array.from_buffers(pa.bool_(), len(values), [None, _bits(values)])
-    if kind == "O" and all(value is None or isinstance(value, str) for value in values.tolist()):
-        texts = values.tolist()
+    texts = values.tolist() if kind == "O" else None
+    if texts is not None and all(value is None or isinstance(value, str) for value in texts):
         if all(text is None for text in texts):  # (as pyarrow types an empty object column too)
             return pa.nulls(len(texts))
         valid = np.array([text is not None for text in texts], dtype=bool)
@@ -60,6 +60,8 @@ def numpy_values(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
             return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
         return np.empty(0, dtype=_numpy_dtype(array.type))
     kind = array.type
+    if len(array) == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
+        return np.empty(0, dtype=_numpy_dtype(kind))  # (an empty array may have no data buffer)
     if array.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
         dtype = _numpy_dtype(kind)
         data = array.buffers()[1]

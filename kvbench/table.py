@@ -1,9 +1,10 @@
 """A run's table as named numpy columns of one length: what the run path builds, summarizes, writes
 and draws, without pandas.
 
-Importing pandas (which loads pyarrow's compute kernels) took about 0.17 s and 45 MB of a run's
-process on a 2-core x86_64 machine: a quarter of a 1-request run's time and a fifth of a
-100,000-request run's peak memory, for tables the run only adds up, writes and draws. A
+Importing pandas (which loads pyarrow's compute kernels) cost a run time and memory for tables it
+only adds up, writes and draws: without it a 1-request run took 1.10 s instead of 1.35 s and
+100,000 requests peaked at 178 MB instead of 208 MB (``benchmarks/peak_memory.py``, paired runs on
+a 2-core x86_64 machine: ``benchmarks/results/peak_memory-2026-12-05c/``). A
 :class:`ColumnTable` does those with numpy; :meth:`ColumnTable.to_pandas` gives the same table as a
 DataFrame (the columns' own memory, no copy) where a user asks for one (``RunResult.requests``).
 """

@@ -51,6 +51,20 @@ RESULT_FILES = (
 )
 
 
+def _frame_property(name: str, columns: str) -> property:
+    """``RunResult.<name>``: the table held in ``columns`` as a DataFrame, made on first use;
+    setting a DataFrame (or a ColumnTable, or None) replaces both."""
+
+    def get(self: RunResult) -> pd.DataFrame | None:
+        return self._frame(name, getattr(self, columns))
+
+    def set_(self: RunResult, table: ColumnTable | pd.DataFrame | None) -> None:
+        self._frames.pop(name, None)
+        setattr(self, columns, self._keep(name, table))
+
+    return property(get, set_)
+
+
 class RunResult:
     """One job's outputs. ``summary`` is one row; ``out_dir`` is set once written.
 
@@ -94,32 +108,9 @@ class RunResult:
             self._frames[name] = None if table is None else table.to_pandas()
         return self._frames[name]
 
-    @property
-    def requests(self) -> pd.DataFrame | None:
-        return self._frame("requests", self.request_columns)
-
-    @requests.setter
-    def requests(self, table: ColumnTable | pd.DataFrame | None) -> None:
-        self._frames.pop("requests", None)
-        self.request_columns = self._keep("requests", table)
-
-    @property
-    def steps(self) -> pd.DataFrame | None:
-        return self._frame("steps", self.step_columns)
-
-    @steps.setter
-    def steps(self, table: ColumnTable | pd.DataFrame | None) -> None:
-        self._frames.pop("steps", None)
-        self.step_columns = self._keep("steps", table)
-
-    @property
-    def refusals(self) -> pd.DataFrame | None:
-        return self._frame("refusals", self.refusal_columns)
-
-    @refusals.setter
-    def refusals(self, table: ColumnTable | pd.DataFrame | None) -> None:
-        self._frames.pop("refusals", None)
-        self.refusal_columns = self._keep("refusals", table)
+    requests = _frame_property("requests", "request_columns")
+    steps = _frame_property("steps", "step_columns")
+    refusals = _frame_property("refusals", "refusal_columns")
 
     def summary_frame(self) -> pd.DataFrame:
         import pandas as pd

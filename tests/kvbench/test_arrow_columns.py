@@ -67,6 +67,7 @@ def test_a_slice_and_a_chunked_column_read_back():
     chunked = pa.chunked_array([arrow_array(values[:10]), arrow_array(values[10:])])
     assert numpy_values(chunked).tolist() == values.tolist()
     assert numpy_values(pa.chunked_array([], type=pa.float64())).dtype == np.float64
+    assert numpy_values(pa.array([], type=pa.int64())).dtype == np.int64  # no data buffer to read
 
 
 def test_a_table_and_lists_of_token_ids():

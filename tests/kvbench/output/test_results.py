@@ -38,6 +38,25 @@ def test_rewriting_a_folder_drops_tables_the_new_run_does_not_write(tmp_path):
     assert not (tmp_path / "steps.parquet").exists() and read_job(tmp_path)["peak_concurrency"] == 3
 
 
+def test_the_tables_are_columns_and_dataframes_alike_and_a_frame_set_is_what_is_written(tmp_path):
+    from kvbench.table import ColumnTable
+
+    result = RunResult(
+        config={},
+        summary={"job": "j"},
+        requests=ColumnTable({"request_id": [0, 1]}),
+        steps=None,
+        refusals=ColumnTable({"step": []}),
+    )
+    assert isinstance(result.requests, pd.DataFrame) and result.requests is result.requests  # made once
+    assert result.requests["request_id"].tolist() == [0, 1] and result.steps is None
+    frame = pd.DataFrame({"step": [0, 1], "num_running": [3, 4]})
+    result.steps = frame  # a frame set replaces the columns that are written
+    assert result.steps is frame and result.step_columns.columns == ["step", "num_running"]
+    write_run(result, tmp_path, steps=True, figures=False)
+    assert pd.read_parquet(tmp_path / "steps.parquet")["num_running"].tolist() == [3, 4]
+
+
 def test_a_failure_replaces_an_earlier_result(tmp_path):
     write_run(_result(), tmp_path, figures=False)
     write_failure(tmp_path, "seed=-1", "seed=-1 is invalid")
