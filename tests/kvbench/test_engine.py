@@ -168,6 +168,30 @@ def test_every_combination_emits_every_token_and_both_loops_agree(allocator, sch
             assert 0 < s["swap_pool_peak_bytes"] <= 1e9
 
 
+#: the speed goals' arrival-heavy regime (vLLM v0's scheduling on real traces): a roomy budget, where
+#: each arrival that may be admitted ends a run of decode steps, and a tight one (about 11,400 tokens:
+#: four arXiv prompts), where the queue blocks, arrivals join behind it inside runs and the batch preempts
+ARRIVAL_HEAVY = [
+    "allocator=paged",
+    "scheduler=prefill_first",
+    "preemption=recompute",
+    "workload.num_requests=250",
+    "workload.too_long=clip",  # every row replayed (the Azure trace has prompts beyond Llama-2's 4,096)
+]
+ARRIVAL_TRACES = {"arxiv": ["workload=arxiv", "workload.rate_per_s=3"], "azure_conv": ["workload=azure_conv"]}
+
+
+@pytest.mark.parametrize("budget", ["roomy", "tight"])
+@pytest.mark.parametrize("trace", sorted(ARRIVAL_TRACES))
+def test_both_loops_agree_on_arrival_heavy_traces(trace, budget):
+    tight = ["hardware.kv_budget_bytes=6e9"] if budget == "tight" else []
+    result = both_loops(*ARRIVAL_HEAVY, *ARRIVAL_TRACES[trace], *tight)
+    r, s = result.requests, result.summary
+    assert len(r) == 250 and (r["num_generated"] == r["output_tokens"]).all()
+    assert s["num_steps"] > 5 * len(result.steps)  # long runs of decode steps between events
+    assert (s["num_preemptions"] > 0) == (budget == "tight")
+
+
 @pytest.mark.parametrize("allocator, budget", [("paged", "2.5e9"), ("naive", "9e9"), ("orca_oracle", "9e9")])
 def test_a_fan_out_workload_loses_no_branch(allocator, budget):
     # contiguous allocators reserve three whole ranges per request, so they need a larger budget

@@ -1,0 +1,178 @@
+"""Both loops, identical tables, at scale: the event-driven loop against the step-by-step reference on
+scale.py's scenarios (100,000-request arrival-heavy traces, preemption storms, 16x the tokens).
+
+    python benchmarks/loops_agree.py                          # every scenario, full size (about 10 min on 2 cores)
+    python benchmarks/loops_agree.py --scenarios poisson100k,azure100k
+    python benchmarks/loops_agree.py --quick                  # scale.py's small sizes (about 20 s)
+
+The unit tests check that ``event_driven=true`` and ``event_driven=false`` write the same tables on
+every allocator x scheduler x preemption, at tens of requests. This runs both loops on the scenarios
+the speed goals are measured on, each as a ``kvbench`` process writing its normal tables (Parquet
+and CSV, no figures), and compares what they wrote:
+
+- ``requests``, ``steps`` and ``refusals``, as CSV and as Parquet: byte for byte;
+- ``summary.json``: every key but the ones that are the run's own (its wall times, its job and
+  date), value for value.
+
+Where anything differs the scenario fails, with the files named, and the command exits with status 1.
+Each scenario's two loop times (``sim_wall_s``) are reported too: what running quiet decode steps as
+one computation buys there, on identical work.
+
+Writes ``<out>/loops_agree.json`` and ``<out>/loops_agree.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from scale import NAMES, RESULTS, SPECS
+from side_by_side import compile_kvbench, run_kvbench
+
+#: the tables both loops must write alike, byte for byte
+TABLE_FILES = tuple(f"{table}.{kind}" for table in ("requests", "steps", "refusals") for kind in ("csv", "parquet"))
+#: summary keys that belong to the run, not to what it simulated
+RUN_OWN_KEYS = frozenset({"sim_wall_s", "simulated_requests_per_wall_s", "job", "date"})
+#: the default: the speed goals' scenarios where both loops finish in minutes (all of scale.py's)
+DEFAULT_SCENARIOS = NAMES
+
+
+def _digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _summary(run_dir: Path) -> dict:
+    """``summary.json`` without the run's own keys, NaN as None (so that equal summaries compare equal)."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {
+        key: None if isinstance(value, float) and math.isnan(value) else value
+        for key, value in summary.items()
+        if key not in RUN_OWN_KEYS
+    }
+
+
+def differences(event_dir: Path, step_dir: Path) -> list[str]:
+    """What the two runs wrote differently: a table file's name, or ``summary.json: <key>``."""
+    found = []
+    for name in TABLE_FILES:
+        here, there = event_dir / name, step_dir / name
+        if not (here.is_file() and there.is_file()):
+            found.append(f"{name} (missing)")
+        elif here.stat().st_size != there.stat().st_size or _digest(here) != _digest(there):
+            found.append(name)
+    a, b = _summary(event_dir), _summary(step_dir)
+    found += [f"summary.json: {key}" for key in sorted(set(a) | set(b)) if a.get(key, ...) != b.get(key, ...)]
+    return found
+
+
+def check_scenario(name: str, scenario, work: Path) -> dict:
+    """Both loops on one scenario: their loop times and what they wrote differently."""
+    runs = {}
+    for loop, flag in (("event_driven", "true"), ("step_by_step", "false")):
+        started_s = time.perf_counter()
+        print(f"{name}: {loop.replace('_', ' ')} ...", file=sys.stderr, flush=True)
+        runs[loop] = run_kvbench(scenario, work / f"{name}-{loop}", extra=(f"event_driven={flag}",))
+        print(f"{name}: {loop.replace('_', ' ')} done in {time.perf_counter() - started_s:.1f} s", file=sys.stderr)
+    event, step = runs["event_driven"], runs["step_by_step"]
+    found = differences(work / f"{name}-event_driven", work / f"{name}-step_by_step")
+    for loop in runs:
+        shutil.rmtree(work / f"{name}-{loop}", ignore_errors=True)
+    return {
+        "description": scenario.description,
+        "requests": event["requests"],
+        "steps": event["steps"],
+        "preemptions": event["preemptions"],
+        "event_driven_loop_s": event["loop_s"],
+        "step_by_step_loop_s": step["loop_s"],
+        "speedup": step["loop_s"] / event["loop_s"] if event["loop_s"] > 0 else None,
+        "differences": found,
+        "identical": not found,
+    }
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        "# Both loops, identical tables, at scale",
+        "",
+        f"Measured {report['measured_at']} with `{report['command']}` on {report['machine']}: each scenario run "
+        "twice as a `kvbench` process (`event_driven=true`, then `event_driven=false`: every step one by one), "
+        "both writing their tables (Parquet and CSV); `requests`, `steps` and `refusals` compared byte for byte "
+        f"in both formats, `summary.json` key by key less the run's own ({', '.join(sorted(RUN_OWN_KEYS))}).",
+        "",
+        "| scenario | requests | steps | preemptions | event-driven loop s | step-by-step loop s | ratio | tables |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, row in report["scenarios"].items():
+        verdict = "identical" if row["identical"] else "**differ**: " + ", ".join(row["differences"])
+        ratio = f"{row['speedup']:.1f}x" if row["speedup"] else "n/a"
+        lines.append(
+            f"| {name}: {row['description']} | {row['requests']:,} | {row['steps']:,} | {row['preemptions']:,} | "
+            f"{row['event_driven_loop_s']:.3f} | {row['step_by_step_loop_s']:.3f} | {ratio} | {verdict} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python benchmarks/loops_agree.py", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--scenarios", default=",".join(DEFAULT_SCENARIOS), help=f"comma-separated, of {', '.join(NAMES)}"
+    )
+    parser.add_argument("--quick", action="store_true", help="scale.py's small sizes: a smoke test")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for loops_agree.{json,md}")
+    args = parser.parse_args(argv)
+    args.scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    unknown = sorted(set(args.scenarios) - set(NAMES))
+    if unknown or not args.scenarios:
+        parser.error(f"--scenarios: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(NAMES)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    report: dict = {
+        "command": " ".join(["python benchmarks/loops_agree.py", *argv]),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "quick": args.quick,
+        "scenarios": {},
+    }
+    compile_kvbench()
+    with tempfile.TemporaryDirectory(prefix="kvbench-loops-agree-") as tmp:
+        work = Path(tmp)
+        for spec in (s for s in SPECS if s.name in args.scenarios):
+            scenario = spec.build(spec.quick if args.quick else spec.full, work)
+            report["scenarios"][spec.name] = check_scenario(spec.name, scenario, work)
+    report["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    report["identical"] = all(row["identical"] for row in report["scenarios"].values())
+    text = markdown(report)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "loops_agree.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.out / "loops_agree.md").write_text(text)
+    return report
+
+
+if __name__ == "__main__":
+    from kvbench.commands.signals import exit_interrupted, handle_sigterm
+
+    handle_sigterm()  # SIGTERM unwinds like Ctrl-C: the running kvbench is stopped, nothing is written
+    try:
+        done = main()
+    except RuntimeError as exc:  # a kvbench run that failed: one line, no traceback
+        sys.exit(f"loops_agree: error: {exc}")
+    except KeyboardInterrupt as exc:
+        exit_interrupted(exc, "loops_agree", "no report was written")
+    sys.exit(0 if done["identical"] else 1)
