@@ -163,6 +163,12 @@ def _add_span(totals: list[float], spans: dict, durations, names: tuple[str, ...
         step_s = durations.tolist() if isinstance(durations, np.ndarray) else list(durations)
         out = []
         for total, values in zip(totals, series):
+            # a part that stays 0 through the run (the cache without prefix caching, external bytes
+            # of a budget that is whole blocks) adds 0.0 at every step: the total it had, to the
+            # bit (a total is never -0.0: it starts as 0.0 + a product)
+            if not any(values):
+                out.append(total)
+                continue
             for value, duration in zip(values, step_s):
                 total += value * duration
             out.append(total)
