@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
 from toy import request
 
 from kvbench.core.ledger import LEDGER_FIELDS, MemoryLedger
 from kvbench.core.sequence import SequenceGroup
 from kvbench.core.step import AdmissionRefusal, Mechanism, Preemption, PrefillChunk, StepPlan, StepResult
 from kvbench.memory.allocator import KVCopy, Refusal, Transfer
-from kvbench.metrics.recorder import STEP_COLUMNS, Recorder
+from kvbench.metrics.recorder import STEP_COLUMNS, Recorder, _add_span
 
 BUDGET = 1000
 
@@ -197,3 +199,24 @@ def test_every_step_column_holds_its_own_value():
     assert set(expected) == set(STEP_COLUMNS)  # a new column is added here too
     assert list(row) == list(STEP_COLUMNS)
     assert row == expected
+
+
+SPAN_PARTS = ("a", "zero", "b")
+
+
+@given(
+    st.lists(st.floats(1e-6, 1.0), min_size=1, max_size=40),
+    st.lists(st.floats(0.0, 1e12), min_size=3, max_size=3),
+    st.integers(0, 2**40),
+)
+def test_a_span_adds_each_part_step_by_step_and_a_part_at_zero_leaves_its_total(step_s, totals, value):
+    n = len(step_s)
+    spans = {"a": [value + i for i in range(n)], "zero": [0] * n, "b": [value] * n}
+    expected = []
+    for total, name in zip(totals, SPAN_PARTS):  # the definition: total + value x step time, step by step
+        for v, d in zip(spans[name], step_s):
+            total += v * d
+        expected.append(total)
+    got = _add_span(list(totals), spans, step_s, SPAN_PARTS)
+    assert [x.hex() for x in got] == [x.hex() for x in expected]  # to the bit
+    assert got[1] == totals[1]
