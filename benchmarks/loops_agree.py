@@ -1,7 +1,7 @@
 """Both loops, identical tables, at scale: the event-driven loop against the step-by-step reference on
 scale.py's scenarios (100,000-request arrival-heavy traces, preemption storms, 16x the tokens).
 
-    python benchmarks/loops_agree.py                          # every scenario, full size (about 10 min on 2 cores)
+    python benchmarks/loops_agree.py                          # every scenario, full size (about 4 min on 2 cores)
     python benchmarks/loops_agree.py --scenarios poisson100k,azure100k
     python benchmarks/loops_agree.py --quick                  # scale.py's small sizes (about 20 s)
 
