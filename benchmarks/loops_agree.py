@@ -14,7 +14,8 @@ and CSV, no figures), and compares what they wrote:
 - ``summary.json``: every key but the ones that are the run's own (its wall times, its job and
   date), value for value.
 
-Where anything differs the scenario fails, with the files named, and the command exits with status 1.
+Where anything differs the scenario fails, with the files named, and the command exits with status 1;
+it exits 2 where it cannot compare (a ``kvbench`` run that failed, an output folder it cannot write).
 Each scenario's two loop times (``sim_wall_s``) are reported too: what running quiet decode steps as
 one computation buys there, on identical work.
 
@@ -24,7 +25,7 @@ Writes ``<out>/loops_agree.json`` and ``<out>/loops_agree.md``.
 from __future__ import annotations
 
 import argparse
-import hashlib
+import filecmp
 import json
 import math
 import os
@@ -43,16 +44,6 @@ from side_by_side import compile_kvbench, run_kvbench
 TABLE_FILES = tuple(f"{table}.{kind}" for table in ("requests", "steps", "refusals") for kind in ("csv", "parquet"))
 #: summary keys that belong to the run, not to what it simulated
 RUN_OWN_KEYS = frozenset({"sim_wall_s", "simulated_requests_per_wall_s", "job", "date"})
-#: the default: the speed goals' scenarios where both loops finish in minutes (all of scale.py's)
-DEFAULT_SCENARIOS = NAMES
-
-
-def _digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _summary(run_dir: Path) -> dict:
@@ -72,15 +63,16 @@ def differences(event_dir: Path, step_dir: Path) -> list[str]:
         here, there = event_dir / name, step_dir / name
         if not (here.is_file() and there.is_file()):
             found.append(f"{name} (missing)")
-        elif here.stat().st_size != there.stat().st_size or _digest(here) != _digest(there):
+        elif not filecmp.cmp(here, there, shallow=False):
             found.append(name)
     a, b = _summary(event_dir), _summary(step_dir)
     found += [f"summary.json: {key}" for key in sorted(set(a) | set(b)) if a.get(key, ...) != b.get(key, ...)]
     return found
 
 
-def check_scenario(name: str, scenario, work: Path) -> dict:
+def check_scenario(scenario, work: Path) -> dict:
     """Both loops on one scenario: their loop times and what they wrote differently."""
+    name = scenario.name
     runs = {}
     for loop, flag in (("event_driven", "true"), ("step_by_step", "false")):
         started_s = time.perf_counter()
@@ -137,9 +129,7 @@ def markdown(report: dict) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python benchmarks/loops_agree.py", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--scenarios", default=",".join(DEFAULT_SCENARIOS), help=f"comma-separated, of {', '.join(NAMES)}"
-    )
+    parser.add_argument("--scenarios", default=",".join(NAMES), help=f"comma-separated, of {', '.join(NAMES)}")
     parser.add_argument("--quick", action="store_true", help="scale.py's small sizes: a smoke test")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for loops_agree.{json,md}")
     args = parser.parse_args(argv)
@@ -164,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict:
         work = Path(tmp)
         for spec in (s for s in SPECS if s.name in args.scenarios):
             scenario = spec.build(spec.quick if args.quick else spec.full, work)
-            report["scenarios"][spec.name] = check_scenario(spec.name, scenario, work)
+            report["scenarios"][spec.name] = check_scenario(scenario, work)
     report["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     report["identical"] = all(row["identical"] for row in report["scenarios"].values())
     text = markdown(report)
@@ -181,8 +171,9 @@ if __name__ == "__main__":
     handle_sigterm()  # SIGTERM unwinds like Ctrl-C: the running kvbench is stopped, nothing is written
     try:
         done = main()
-    except RuntimeError as exc:  # a kvbench run that failed: one line, no traceback
-        sys.exit(f"loops_agree: error: {exc}")
+    except (RuntimeError, OSError) as exc:  # a kvbench run that failed, an unwritable --out: no traceback
+        print(f"loops_agree: error: {exc}", file=sys.stderr)
+        sys.exit(2)
     except KeyboardInterrupt as exc:
         exit_interrupted(exc, "loops_agree", "no report was written")
     sys.exit(0 if done["identical"] else 1)

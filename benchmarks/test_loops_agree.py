@@ -53,3 +53,23 @@ def test_quick_mode_finds_both_loops_alike(tmp_path):
     assert arxiv["steps"] > arxiv["rows"] > arxiv["requests"]  # quiet runs merged into rows
     assert "| arxiv10k" in (tmp_path / "loops_agree.md").read_text()
     assert json.loads((tmp_path / "loops_agree.json").read_text())["identical"] is True
+
+
+def test_an_output_folder_it_cannot_write_is_one_line_and_status_2(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    script = Path(loops_agree.__file__)
+    done = subprocess.run(
+        [sys.executable, str(script), "--quick", "--scenarios", "tokens1x", "--out", str(blocker / "out")],
+        capture_output=True,
+        text=True,
+        cwd=script.parent,
+        check=False,
+    )
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("loops_agree: error:") and "Traceback" not in done.stderr
