@@ -25,6 +25,12 @@ next). Measured, per command:
 - the exit status, which must be the expected one (0, or 2 for the typo): a timing of a command that
   failed would measure the failure.
 
+The minimal app also runs writing what a kvbench run writes by default, with the same libraries
+and nothing else (``output.tables=true``: a one-row table as Parquet and CSV; ``output.figure=true``:
+one matplotlib figure saved as PNG): each 1-request kvbench run is paired with the app writing the
+same kinds of output (``vs_own_floor``), which says how much of its time is kvbench's own and how
+much the libraries its outputs need.
+
 Also: the imports of the 1-request run (``python -X importtime``) with the largest cumulative time,
 which say where the start-up time goes. The goals: under a second for every command, and a
 1-request run within 1.5x the minimal Hydra application.
@@ -57,6 +63,10 @@ RUN_1 = ["workload.num_requests=1"]  # W&B is off by default (and an optional ex
 #: time, so that no run finds the previous one's files). The minimal Hydra app is the baseline.
 COMMANDS = {
     "minimal_hydra": (RUN_1, 0),
+    # the same app writing what kvbench writes by default, with the same libraries: the floor of
+    # a run that writes its tables, and of one that also draws its figure
+    "minimal_hydra_tables": ([*RUN_1, "output.tables=true"], 0),
+    "minimal_hydra_outputs": ([*RUN_1, "output.tables=true", "output.figure=true"], 0),
     "run_1_request": (RUN_1, 0),
     "run_1_request_no_output": ([*RUN_1, "output.write=false"], 0),
     "run_1_request_no_figures": ([*RUN_1, "output.figures=false"], 0),  # its tables, no figure
@@ -66,8 +76,10 @@ COMMANDS = {
     "typo": (["allocator=pagd"], 2),
 }
 BASELINE = "minimal_hydra"
+#: the minimal Hydra app's commands
+HYDRA_APPS = ("minimal_hydra", "minimal_hydra_tables", "minimal_hydra_outputs")
 RUNS = (
-    "minimal_hydra",
+    *HYDRA_APPS,
     "run_1_request",
     "run_1_request_no_output",
     "run_1_request_no_figures",
@@ -75,6 +87,12 @@ RUNS = (
 )
 #: the runs the 1.5x goal is about
 GOAL_RUNS = ("run_1_request", "run_1_request_no_output", "run_1_request_no_figures")
+#: each of those runs' own floor: the minimal Hydra app writing the same outputs
+OWN_FLOOR = {
+    "run_1_request": "minimal_hydra_outputs",
+    "run_1_request_no_output": "minimal_hydra",
+    "run_1_request_no_figures": "minimal_hydra_tables",
+}
 
 
 def kvbench_command() -> list[str]:
@@ -86,7 +104,7 @@ def kvbench_command() -> list[str]:
 def command(name: str) -> list[str]:
     """The argv that starts ``name`` (without its run folder)."""
     args, _ = COMMANDS[name]
-    if name == BASELINE:
+    if name in HYDRA_APPS:
         return [sys.executable, str(MINIMAL_HYDRA_APP), *args]
     return [*kvbench_command(), *args]
 
@@ -94,7 +112,7 @@ def command(name: str) -> list[str]:
 def display(name: str) -> str:
     """How the table shows a command."""
     args, _ = COMMANDS[name]
-    return " ".join(["minimal Hydra app" if name == BASELINE else "kvbench", *args])
+    return " ".join(["minimal Hydra app" if name in HYDRA_APPS else "kvbench", *args])
 
 
 def child_env() -> dict[str, str]:
@@ -136,7 +154,7 @@ def measure(names: list[str], repeat: int, scratch: Path) -> dict[str, dict]:
                 flush=True,
             )
     base = walls_s[BASELINE]
-    return {
+    measured = {
         name: {
             "command": display(name),
             "exit_status": COMMANDS[name][1],
@@ -150,6 +168,11 @@ def measure(names: list[str], repeat: int, scratch: Path) -> dict[str, dict]:
         }
         for name in names
     }
+    for name, floor in OWN_FLOOR.items():
+        if name in walls_s and floor in walls_s:  # paired with its own floor, round by round
+            measured[name]["own_floor"] = floor
+            measured[name]["vs_own_floor"] = statistics.median(w / f for w, f in zip(walls_s[name], walls_s[floor]))
+    return measured
 
 
 def top_imports(scratch: Path, top: int) -> list[dict]:
@@ -188,6 +211,8 @@ def _goal(name: str, row: dict) -> tuple[str, str]:
     """The goal a command is held to, in words, and whether it is met."""
     if name == BASELINE:
         return "the floor", ""
+    if name in HYDRA_APPS:
+        return "a floor with outputs", ""
     if name in GOAL_RUNS:
         met = row["vs_hydra"] <= GOAL_VS_HYDRA and row["wall_s"] < GOAL_S
         return f"< {GOAL_S:g} s, <= {GOAL_VS_HYDRA:g}x", "yes" if met else "no"
@@ -203,17 +228,23 @@ def markdown(result: dict) -> str:
         "warm-up round, each round running every command once in turn, as a fresh process (with Python's "
         "bytecode cache, as an installed package runs); the median wall time, and the median of each "
         "round's ratio to the minimal Hydra application's time in that round (`benchmarks/minimal_hydra/app.py`: "
-        "a `@hydra.main` app with four config groups that composes, prints one line and exits).",
+        "a `@hydra.main` app with four config groups that composes, prints one line and exits). "
+        "With `output.tables=true` the same app also writes a one-row table as Parquet and CSV, and with "
+        "`output.figure=true` it draws one matplotlib figure and saves it as PNG: the libraries a kvbench "
+        "run writes its default outputs with, and nothing else. *vs its own floor* pairs a kvbench run with "
+        "the app writing the same kinds of output (nothing; tables; tables and a figure).",
         "",
-        "| command | exit | median wall s | min-max s | vs minimal Hydra app | peak RSS MiB | goal | met |",
-        "|---|---:|---:|---:|---:|---:|---|---|",
+        "| command | exit | median wall s | min-max s | vs minimal Hydra app | vs its own floor "
+        "| peak RSS MiB | goal | met |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for name, row in result["commands"].items():
         goal, met = _goal(name, row)
+        own = f"{row['vs_own_floor']:.2f}x" if "vs_own_floor" in row else ""
         lines.append(
             f"| `{row['command']}` | {row['exit_status']} | {row['wall_s']:.2f} | "
-            f"{row['wall_min_s']:.2f}-{row['wall_max_s']:.2f} | {row['vs_hydra']:.2f}x | {row['peak_rss_mib']:.0f} | "
-            f"{goal} | {met} |"
+            f"{row['wall_min_s']:.2f}-{row['wall_max_s']:.2f} | {row['vs_hydra']:.2f}x | {own} | "
+            f"{row['peak_rss_mib']:.0f} | {goal} | {met} |"
         )
     lines += [
         "",
@@ -251,7 +282,8 @@ def main() -> None:
         scratch = Path(tmp)
         commands = measure(list(COMMANDS), args.repeat, scratch)
         for row in commands.values():
-            print(f"{row['command']}: {row['wall_s']:.2f} s, {row['vs_hydra']:.2f}x the minimal Hydra app")
+            own = f", {row['vs_own_floor']:.2f}x its own floor" if "vs_own_floor" in row else ""
+            print(f"{row['command']}: {row['wall_s']:.2f} s, {row['vs_hydra']:.2f}x the minimal Hydra app{own}")
         imports = top_imports(scratch, args.top)
     result = {
         "measured_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
