@@ -16,6 +16,9 @@ ARROW_MEMORY_POOL = "system"
 
 
 def main() -> None:
+    from kvbench.commands import startup_gc
+
+    startup_gc.begin()  # no collector passes over what start-up makes (startup_gc.py says why)
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", ARROW_MEMORY_POOL)
     from kvbench.commands.signals import exit_interrupted, handle_sigterm
 
@@ -31,6 +34,8 @@ def main() -> None:
         cli_main()
     except KeyboardInterrupt as exc:  # each command handles its own; this is one that came before it could
         exit_interrupted(exc, "kvbench", "nothing was written")
+    finally:  # the collector as it was, whichever way the command ended (a caller's process goes on)
+        startup_gc.end(freeze=False)
 
 
 if __name__ == "__main__":  # python -m kvbench.commands.entry, where no kvbench script is installed

@@ -29,6 +29,7 @@ from kvbench.app.compose_once import composed_once
 from kvbench.app.config import KvbenchConfig
 from kvbench.app.folders import prepare_output
 from kvbench.app.searchpath import register as register_searchpath
+from kvbench.commands import startup_gc
 from kvbench.commands.arguments import renamed_slo_flag
 from kvbench.commands.help import wants_help
 from kvbench.commands.signals import handle_sigterm, signal_number
@@ -174,6 +175,7 @@ def _already_complete(out_dir: Path, cfg: DictConfig, label: str) -> bool:
 
 @hydra.main(version_base="1.3", config_path="pkg://kvbench.conf", config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
+    startup_gc.end()  # the config is composed: the run's own work, the collector back on
     from kvbench.app.progress import phase_progress
     from kvbench.app.run import execute  # after Hydra has parsed: `kvbench --help` stays fast
     from kvbench.output.results import write_failure, write_run
@@ -392,6 +394,7 @@ def main() -> None:
     if args and args[0] in SUBCOMMANDS:
         module = importlib.import_module(SUBCOMMANDS[args[0]].module)
         sys.argv = [f"{sys.argv[0]} {args[0]}", *args[1:]]
+        startup_gc.end()  # the subcommand's own work: the collector back on
         module.main()
         return
     from kvbench.commands.completion import query_shell
