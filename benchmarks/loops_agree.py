@@ -11,8 +11,9 @@ the speed goals are measured on, each as a ``kvbench`` process writing its norma
 and CSV, no figures), and compares what they wrote:
 
 - ``requests``, ``steps`` and ``refusals``, as CSV and as Parquet: byte for byte;
-- ``summary.json``: every key but the ones that are the run's own (its wall times, its job and
-  date), value for value.
+- ``summary.json``: every key but the ones that are the run's own (its job and date, and those
+  ``kvbench compare``'s default tolerances hold as machine noise or provenance: its wall times and
+  rates, the version), value for value.
 
 Where anything differs the scenario fails, with the files named, and the command exits with status 1;
 it exits 2 where it cannot compare (a ``kvbench`` run that failed, an output folder it cannot write).
@@ -40,19 +41,31 @@ import pyarrow.parquet as pq
 from scale import NAMES, RESULTS, SPECS
 from side_by_side import compile_kvbench, run_kvbench
 
+from kvbench.compare.tolerance import default_rules, tolerance_for
+
 #: the tables both loops must write alike, byte for byte
 TABLE_FILES = tuple(f"{table}.{kind}" for table in ("requests", "steps", "refusals") for kind in ("csv", "parquet"))
-#: summary keys that belong to the run, not to what it simulated
-RUN_OWN_KEYS = frozenset({"sim_wall_s", "simulated_requests_per_wall_s", "job", "date"})
+#: the run's labels: its job (which names its own overrides, the loop among them) and its date
+RUN_LABELS = frozenset({"job", "date"})
+#: how ``kvbench compare`` holds a metric that measures the machine, not the simulation (its default
+#: tolerances: wall-clock times and rates are ratios, provenance is ignored)
+MACHINE_KINDS = ("ratio", "ignore")
+
+
+def run_own(key: str, rules: list | None = None) -> bool:
+    """Whether a summary key belongs to the run rather than to what it simulated: a label, or a
+    metric ``kvbench compare``'s default tolerances treat as machine noise or provenance."""
+    return key in RUN_LABELS or tolerance_for(key, rules or default_rules()).kind in MACHINE_KINDS
 
 
 def _summary(run_dir: Path) -> dict:
     """``summary.json`` without the run's own keys, NaN as None (so that equal summaries compare equal)."""
     summary = json.loads((run_dir / "summary.json").read_text())
+    rules = default_rules()
     return {
         key: None if isinstance(value, float) and math.isnan(value) else value
         for key, value in summary.items()
-        if key not in RUN_OWN_KEYS
+        if not run_own(key, rules)
     }
 
 
@@ -106,7 +119,9 @@ def markdown(report: dict) -> str:
         f"Measured {report['measured_at']} with `{report['command']}` on {report['machine']}: each scenario run "
         "twice as a `kvbench` process (`event_driven=true`, then `event_driven=false`: every step one by one), "
         "both writing their tables (Parquet and CSV); `requests`, `steps` and `refusals` compared byte for byte "
-        f"in both formats, `summary.json` key by key less the run's own ({', '.join(sorted(RUN_OWN_KEYS))}).",
+        "in both formats, `summary.json` key by key less the run's own (its job and date, and what `kvbench "
+        "compare`'s default tolerances hold as machine noise or provenance: wall-clock times and rates, the "
+        "version).",
         "",
         "A row of the step table is a step, or a run of quiet decode steps (the event-driven loop advances "
         "it in one turn, the step-by-step loop one step at a time; the recorder merges both alike).",

@@ -73,3 +73,12 @@ def test_an_output_folder_it_cannot_write_is_one_line_and_status_2(tmp_path):
     assert done.returncode == 2
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("loops_agree: error:") and "Traceback" not in done.stderr
+
+
+def test_the_runs_own_keys_are_what_kvbench_compare_holds_as_machine_noise():
+    # wall-clock times and rates follow kvbench compare's default tolerances, so a new one is left
+    # out without this script knowing its name; every simulated number is compared
+    for key in ("sim_wall_s", "simulated_requests_per_wall_s", "some_new_wall_s", "kvbench_commit", "job", "date"):
+        assert loops_agree.run_own(key), key
+    for key in ("num_steps", "tpot_p50_s", "num_preemptions", "kv_budget_bytes", "allocator"):
+        assert not loops_agree.run_own(key), key

@@ -488,6 +488,8 @@ class ComparisonTable(Callback):
     it to the sinks, and count the jobs that failed or did not finish (for the exit status)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        # the sweep's own work: with a launcher that runs the jobs elsewhere, no job ends start-up here
+        startup_gc.end()
         # in-process jobs raise their own errors (a bug keeps its traceback); a launcher's are caught
         if not str(config.hydra.launcher.get("_target_", "")).endswith(".BasicLauncher"):
             _Current.launched_sweep = Path(config.hydra.sweep.dir)

@@ -5,8 +5,8 @@ thousands of objects that live as long as the process: modules, classes, functio
 With the collector on, each of its full passes walks all of them again, and they come often while
 so many objects are being made: measured on a 2-core x86_64 CPU, 141 collections took 45 ms of a
 1-request run's 0.49 s (and 104 ms of 1.07 s with its tables and figures). So the console script
-turns the collector off for start-up (:func:`begin`), and where start-up ends (a run's job starts,
-or a subcommand's own code) :func:`end` moves what start-up made to the collector's permanent
+turns the collector off for start-up (:func:`begin`), and where start-up ends (a sweep or a run's
+job starts, or a subcommand's own code) :func:`end` moves what start-up made to the collector's permanent
 generation (``gc.freeze``: never walked again) and turns it back on for the work itself.
 
 What freezing costs: the cycles that became garbage during start-up stay (about 6,000 objects in a

@@ -86,6 +86,13 @@ run.execute = probed_execute
 compare = importlib.import_module(SUBCOMMANDS["compare"].module)
 compare.main = lambda: report("subcommand")
 
+from kvbench.commands.main import ComparisonTable
+sweep_start = ComparisonTable.on_multirun_start
+def probed_sweep_start(self, *args, **kwargs):
+    sweep_start(self, *args, **kwargs)
+    report("sweep")  # before its first job: a launcher may run the jobs in other processes
+ComparisonTable.on_multirun_start = probed_sweep_start
+
 from kvbench.commands.entry import main
 main()
 """
@@ -93,7 +100,11 @@ main()
 
 @pytest.mark.parametrize(
     "args, where",
-    [(("workload.num_requests=1", "output.write=false", "progress=false"), "run"), (("compare",), "subcommand")],
+    [
+        (("workload.num_requests=1", "output.write=false", "progress=false"), "run"),
+        (("compare",), "subcommand"),
+        (("-m", "workload.num_requests=1", "output.figures=false", "progress=false", "hydra.sweep.dir=s"), "sweep"),
+    ],
 )
 def test_the_work_runs_with_the_collector_on_and_start_up_frozen(tmp_path, args, where):
     proc = kvbench(*args, cwd=tmp_path, code=PROBE)
