@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
+from hang import hang_message
 from hypothesis import HealthCheck, settings
 from toy import TOY_KV_BYTES, TOY_MODEL, ToyRun, toy_hardware
 
@@ -15,6 +18,16 @@ from kvbench.testing import build_engine
 # busy machine. Examples stay random (a failure found is a real bug, printed with its seed).
 settings.register_profile("kvbench", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("kvbench")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A child process or a thread that outlived the hang guard fails its test in words that say
+    so (tests/support/hang.py), not as a bare TimeoutExpired a reader could take for slowness."""
+    try:
+        return (yield)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(hang_message(f"the command {exc.cmd[0] if isinstance(exc.cmd, list) else exc.cmd}"), pytrace=False)
 
 
 @pytest.fixture

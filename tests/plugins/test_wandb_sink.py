@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hang import HANG_S
 from kvbench_plugins import wandb_sink
 
 from kvbench.output.results import RunResult
@@ -309,7 +310,7 @@ def test_a_run_asking_for_wandb_without_it_is_one_line_and_exit_2(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
@@ -325,7 +326,7 @@ def test_a_sweep_asking_for_wandb_without_it_is_refused_before_any_job(tmp_path)
     env.update(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore")
     args = ["-m", "allocator=naive,paged", "wandb.mode=disabled,offline", "workload.num_requests=5", "progress=false"]
     proc = subprocess.run(
-        [sys.executable, "-c", hide, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", hide, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_S
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
@@ -400,7 +401,7 @@ def offline_sweep(tmp_path_factory):
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=HANG_S,
     )
     return tmp_path, proc
 
@@ -421,7 +422,7 @@ def test_an_offline_sweep_says_how_to_upload_its_runs_and_wandb_sync_finds_them(
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert "Would sync 3 run(s)" in listed.stdout + listed.stderr, listed.stdout + listed.stderr
 
@@ -497,7 +498,7 @@ def test_an_offline_run_writes_nothing_outside_its_folder(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=HANG_S,
     )
     assert proc.returncode == 0, proc.stderr
     # (matplotlib keeps its font cache under ~/.cache/matplotlib, as for any program that draws)

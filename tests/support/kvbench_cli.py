@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hang import HANG_S
+
 MAIN = "from kvbench.commands.main import main; main()"
 
 
@@ -14,7 +16,7 @@ def kvbench(*args: str, cwd: Path, code: str = MAIN) -> subprocess.CompletedProc
     """``kvbench <args>`` in ``cwd``; ``code`` replaces the entry point (a test may wrap it first)."""
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "PYTHONWARNINGS": "ignore"}
     return subprocess.run(
-        [sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=HANG_S
     )
 
 

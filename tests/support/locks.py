@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from hang import HANG_S
+
 HOLD = """
 import sys
 from pathlib import Path
@@ -29,5 +31,5 @@ def held_lock(folder: Path) -> Iterator[subprocess.Popen]:
         yield proc
     finally:
         proc.stdin.close()
-        proc.wait(timeout=60)
+        proc.wait(timeout=HANG_S)
         proc.stdout.close()

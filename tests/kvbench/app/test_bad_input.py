@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hang import HANG_S
 from kvbench_cli import assert_one_line_error, kvbench
 
 import kvbench.app.checks as checks_module
@@ -296,7 +297,7 @@ def test_real_mode_without_torch_is_one_line_naming_the_extra(tmp_path):
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [

@@ -13,6 +13,7 @@ import sys
 import threading
 
 import pytest
+from hang import HANG_S
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import configure_log
@@ -106,8 +107,8 @@ def _run_on_a_terminal(args: list[str], cwd) -> tuple[subprocess.CompletedProces
 
     reader = threading.Thread(target=read)
     reader.start()
-    stdout, _ = child.communicate(timeout=600)
-    reader.join(timeout=60)
+    stdout, _ = child.communicate(timeout=HANG_S)
+    reader.join(timeout=HANG_S)
     os.close(leader)
     return subprocess.CompletedProcess(child.args, child.returncode, stdout, ""), received.decode(errors="replace")
 

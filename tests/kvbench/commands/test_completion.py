@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hang import HANG_S
 
 from kvbench.commands.completion import outside_searchpaths
 from kvbench.commands.main import SUBCOMMANDS
@@ -25,7 +26,7 @@ def query(line: str, point: int | None = None, shell: str = "bash", cwd: Path | 
     by default), as the installed function runs it; nothing may reach the terminal on stderr."""
     env = {**ENV, "COMP_LINE": line, "COMP_POINT": str(len(line) if point is None else point)}
     proc = subprocess.run(
-        [str(SCRIPT), "-sc", f"query={shell}"], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
+        [str(SCRIPT), "-sc", f"query={shell}"], env=env, cwd=cwd, capture_output=True, text=True, timeout=HANG_S
     )
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     return proc.stdout.splitlines() if shell == "fish" else proc.stdout.split()
@@ -52,7 +53,7 @@ COMP_WORDS=($COMP_LINE)
 hydra_bash_completion
 printf '%s\\n' "${{COMPREPLY[@]}}"
 """
-    proc = subprocess.run(["bash", "-c", program], env=ENV, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(["bash", "-c", program], env=ENV, capture_output=True, text=True, timeout=HANG_S)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     return [reply for reply in proc.stdout.splitlines() if reply]
 

@@ -6,12 +6,14 @@ import json
 import subprocess
 import sys
 
+from hang import HANG_S
+
 NANO = ["--peer", "nano_vllm", "engine=nano_vllm", "allocator.block_size_tokens=256", "workload.num_requests=200"]
 
 
 def kvbench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "kvbench.commands.diff_engine", *args], capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "kvbench.commands.diff_engine", *args], capture_output=True, text=True, timeout=HANG_S
     )
 
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from hang import HANG_S
 from kvbench_cli import MAIN, kvbench
 
 #: Hydra's own --help, for the same command line (kvbench's main() renders it itself)
@@ -67,4 +68,4 @@ def test_a_help_page_cut_short_by_its_reader_is_no_traceback(tmp_path):
     )
     proc.stdout.close()
     stderr = proc.stderr.read().decode()
-    assert proc.wait(timeout=120) == 141 and stderr == "", stderr
+    assert proc.wait(timeout=HANG_S) == 141 and stderr == "", stderr

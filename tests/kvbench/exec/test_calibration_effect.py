@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from hang import HANG_S
 
 from kvbench.exec.costmodel import CostModel
 from kvbench.specs.calibration import load_calibration, load_decode_efficiency
@@ -97,7 +98,7 @@ def test_a_kernel_sweep_with_calibrations_gives_different_rows_and_no_warning(tm
         f"hydra.sweep.dir={sweep}",
     ]
     env = {**os.environ, "COLUMNS": "200"}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=False)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S, env=env, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "same simulated speed" not in done.stdout + done.stderr
     rows = {}

@@ -10,6 +10,7 @@ import sys
 
 import pandas as pd
 import pytest
+from hang import HANG_S
 
 # found, never imported here: Triton picks interpreter-or-compiled when first imported in a process,
 # and tests/plugins/kernels/test_kernel_triton.py must be the one to import it in pytest's process
@@ -39,7 +40,7 @@ def tokens(kernel: str, folder) -> list:
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert proc.returncode == 0, proc.stderr
     frame = pd.read_parquet(folder / "requests.parquet")

@@ -10,6 +10,7 @@ import sys
 import pandas as pd
 import pytest
 import torch
+from hang import HANG_S
 
 from kvbench.kernelbench.report import COLUMNS, efficiency_table, write_calibrations
 
@@ -25,7 +26,7 @@ def bench(tmp_path, *overrides: str, interpret: bool = False) -> subprocess.Comp
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
 
 

@@ -10,6 +10,7 @@ import random
 from functools import cache
 
 import pytest
+from hang import HANG_S
 
 from kvbench.core.request import Request
 from kvbench.metrics import prefix_bounds
@@ -264,7 +265,7 @@ def test_a_job_waits_for_the_one_computing_the_same_bounds(tmp_path, computation
     planted = {name: 0.5 for name in prefix_bounds._RATES}
     path.write_text(json.dumps({"key": key, "bounds": planted}))
     os.close(fd)  # the first worker is done
-    waiting.join(timeout=60)
+    waiting.join(timeout=HANG_S)
     assert got == [planted] and computations == []
 
 

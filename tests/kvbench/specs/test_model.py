@@ -10,6 +10,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from hang import HANG_S
 from omegaconf import OmegaConf
 
 from kvbench.app.config import to_dataclass
@@ -287,7 +288,7 @@ def test_building_a_model_spec_imports_neither_transformers_nor_torch():
         "model_spec(ModelConfig(hf_config={'model_type': 'opt'})); "
         "loaded = [m for m in ('transformers', 'torch') if m in sys.modules]; assert not loaded, loaded"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S)
     assert proc.returncode == 0, proc.stderr
 
 

@@ -17,6 +17,7 @@ import textwrap
 
 import pytest
 import torch
+from hang import HANG_S
 
 HAS_CUDA = torch.cuda.is_available()
 if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ and not HAS_CUDA:
@@ -105,7 +106,7 @@ def test_config_values_are_range_checked(field, value):
         TritonConfig(**{field: value}).validate()
 
 
-def _run_clean(code: str, tmp_path, timeout_s: int = 300) -> subprocess.CompletedProcess:
+def _run_clean(code: str, tmp_path, timeout_s: int = HANG_S) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter with TRITON_INTERPRET unset and a private Triton cache."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton-cache")  # compile for real, not from a cache
