@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvbench.errors import ConfigError
+from kvbench.errors import ConfigError, visible
 
 if TYPE_CHECKING:  # pandas is only needed once a DataFrame is written: the lock and marker paths stay light
     import pandas as pd
@@ -51,9 +51,56 @@ def _fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+#: what a path that is not a regular file is, by its mode's type bits, in a refusal's words
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def kind_of(path: Path) -> str | None:
+    """What ``path`` is when it exists and is not a regular file (``"a FIFO"``, ``"a symbolic link
+    to a character device"``), following a symbolic link to what a write would reach; None for a
+    regular file, or where nothing is (a dangling link included: a rename replaces the link)."""
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return None  # unreadable metadata: the write itself will say what is wrong
+    if stat.S_ISREG(info.st_mode):
+        return None
+    kind = next((words for test, words in _KINDS if test(info.st_mode)), "not a regular file")
+    return f"a symbolic link to {kind}" if os.path.islink(path) else kind
+
+
+def check_target(path: Path, hint: str = "remove it or write elsewhere") -> None:
+    """Refuse, in one line, to write ``path`` when it exists and is not a regular file.
+
+    Every file kvbench writes is renamed onto its name (:func:`commit`), which would put a regular
+    file where a device, a FIFO or a socket was (``/dev/null`` itself, as root), or fail on a
+    folder; writing through a symbolic link to one of them is no better. So each writer asks here
+    first: before any work for a path the user named (``--json FILE``), and again at the rename."""
+    kind = kind_of(path)
+    if kind is not None:
+        raise ConfigError(f"{visible(str(path), 200)} is {kind}, not a regular file: kvbench never replaces it; {hint}")
+
+
+def check_targets(out_dir: Path, names: Iterable[str], hint: str = "remove it or write elsewhere") -> None:
+    """:func:`check_target` for each file ``names`` a writer will put in ``out_dir``, before the first
+    is written or an earlier one cleared: a refusal leaves the folder as it was."""
+    for name in names:
+        check_target(out_dir / name, hint)
+
+
 def temporary_path(path: Path) -> Path:
     """A new, empty temporary file beside ``path``, to be renamed onto it by :func:`commit` (or
-    removed): a reader takes it for a writer's leftover, never for a result."""
+    removed): a reader takes it for a writer's leftover, never for a result. Refused when ``path``
+    is not a regular file (:func:`check_target`), before anything is made beside it."""
+    check_target(path)
     tmp = path.parent / f"{_TMP_PREFIX}{path.name}.{os.getpid()}.{secrets.token_hex(4)}"
     # created here with the usual permissions (0666 less the umask; mkstemp would make it 0600)
     os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
@@ -61,7 +108,9 @@ def temporary_path(path: Path) -> Path:
 
 
 def commit(tmp: Path, path: Path) -> None:
-    """Flush the written ``tmp`` to the disk and rename it onto ``path``."""
+    """Flush the written ``tmp`` to the disk and rename it onto ``path``, unless ``path`` has become
+    something other than a regular file meanwhile (:func:`check_target`)."""
+    check_target(path)
     # before the rename: otherwise a crash could leave the final name pointing at no data yet
     _fsync_path(tmp)
     os.replace(tmp, path)
@@ -90,8 +139,13 @@ def write_text(path: Path, text: str) -> Path:
     return write_file(path, lambda tmp: tmp.write_text(text))
 
 
+def json_text(data: Any) -> str:
+    """``data`` as the JSON text kvbench writes (indented, values it cannot encode as strings)."""
+    return json.dumps(data, indent=2, default=str) + "\n"
+
+
 def write_json(path: Path, data: Any) -> Path:
-    return write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+    return write_text(path, json_text(data))
 
 
 #: rows per Parquet row group: what the writer converts and encodes at a time (about 1 MB of a
@@ -208,6 +262,7 @@ def clear_incomplete(out_dir: Path) -> None:
     """Remove leftovers of an interrupted write (temporary files, a stale marker) before rewriting."""
     if not out_dir.is_dir():
         return
+    check_target(out_dir / COMPLETE)  # a FIFO or a device there is the user's: never unlinked
     for leftover in out_dir.glob(f"{_TMP_PREFIX}*"):
         leftover.unlink(missing_ok=True)
     (out_dir / COMPLETE).unlink(missing_ok=True)

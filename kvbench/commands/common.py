@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -75,9 +75,14 @@ def run_cli(body: Callable[[list[str]], int], prog: str = "kvbench") -> None:
         sys.exit(status)
 
 
-def resolve_out_dir(given: str | None, kind: str) -> Path:
-    """``--out``, or ``results/slo/<date>/<kind>-<time>/`` (microseconds: two runs never share one)."""
+def resolve_out_dir(given: str | None, kind: str, files: Iterable[str] = ()) -> Path:
+    """``--out``, or ``results/slo/<date>/<kind>-<time>/`` (microseconds: two runs never share one),
+    checked before any run: a folder that cannot be written, or one where a name of ``files`` is a
+    FIFO, a device or a folder, is one line up front."""
+    from kvbench.slo.common import check_folder_files
+
     now = datetime.now()
     out_dir = Path(given) if given else Path("results") / "slo" / f"{now:%Y-%m-%d}" / f"{kind}-{now:%H-%M-%S-%f}"
-    check_writable(out_dir, "--out")  # before any run: a folder that cannot be written is one line up front
+    check_writable(out_dir, "--out")
+    check_folder_files(out_dir, files)
     return out_dir

@@ -26,7 +26,7 @@ from kvbench.compare.diff import FAILING, compare_jobs, unused_patterns
 from kvbench.compare.load import load_side
 from kvbench.compare.match import explain_unmatched, match_jobs
 from kvbench.compare.report import console, print_report, verdict_line
-from kvbench.compare.save import save
+from kvbench.compare.save import FILES, save
 from kvbench.compare.tolerance import SPEC_HELP, default_rules, load_rules, parse_option
 from kvbench.errors import ConfigError, error_line
 
@@ -79,6 +79,7 @@ def build_parser() -> OneLineParser:
 
 def run(argv: list[str]) -> int:
     from kvbench.app.folders import check_writable
+    from kvbench.atomic import COMPLETE, check_targets
 
     args = build_parser().parse_args(argv)
     user_rules = ([] if args.tolerances is None else load_rules(args.tolerances)) + [parse_option(t) for t in args.tol]
@@ -93,6 +94,7 @@ def run(argv: list[str]) -> int:
             if out_dir.resolve() == folder.resolve() or folder.resolve() in out_dir.resolve().parents:
                 raise ConfigError(f"--out {out_dir} is inside {side} ({folder}); write the comparison elsewhere")
         check_writable(out_dir, "--out")  # before any reading: an unwritable folder is one line up front
+        check_targets(out_dir, (*FILES, COMPLETE), "remove it or choose another --out DIR")
     base, head = load_side(args.base, "base"), load_side(args.head, "head")
     matching = match_jobs(base, head, ignored)
     if not matching.pairs:

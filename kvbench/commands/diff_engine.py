@@ -12,16 +12,19 @@ sides' decisions), 2 for bad input or a peer that is not installed.
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 from rich.table import Table
 
-from kvbench.atomic import write_json
+from kvbench.atomic import check_target, json_text, write_json
 from kvbench.commands.common import Parser, compose_checked, run_cli
 from kvbench.errors import ConfigError, require
 from kvbench.output.report import wide_console
 from kvbench.validation.differential import DEFAULT_STEP_S, PEERS, describe, difference, run_differential
 
+#: ``--json -``: the report to stdout (the usual convention), the table to stderr
+STDOUT = "-"
 #: the longest line of one side's decisions printed (the JSON report has them whole)
 _SHOWN_CHARS = 400
 
@@ -37,7 +40,10 @@ def _main(argv: list[str]) -> int:
     )
     parser.add_argument("--step-ms", type=float, default=DEFAULT_STEP_S * 1e3, help="every step's length on both sides")
     parser.add_argument(
-        "--json", default=None, metavar="FILE", help="also write the comparison, both sides' steps included, here"
+        "--json",
+        default=None,
+        metavar="FILE",
+        help="also write the comparison, both sides' steps included, here (-: to stdout, the table then to stderr)",
     )
     args, overrides = parser.parse(argv)
     require(
@@ -50,11 +56,15 @@ def _main(argv: list[str]) -> int:
     peer = args.peer or str(cfg.engine.name)
     if peer not in PEERS:
         raise ConfigError(f"--peer={peer!r}: choose one of {', '.join(PEERS)} (or engine=<one of them>)")
-    if args.json is not None:
+    to_stdout = args.json == STDOUT
+    if args.json is not None and not to_stdout:  # said before the run, not after it
         out = Path(args.json)
         require(out.parent.is_dir(), "--json", args.json, "its folder does not exist")
+        check_target(out, f"give the path of a file, or --json {STDOUT} for stdout")
     c = run_differential(cfg, peer, args.step_ms / 1e3)
     console = wide_console()
+    if to_stdout:  # stdout holds the JSON alone, for a pipe to read
+        console.file = sys.stderr
     table = Table(
         title=f"{c.num_requests} requests, every step {args.step_ms:g} ms on both sides", title_justify="left"
     )
@@ -96,8 +106,11 @@ def _main(argv: list[str]) -> int:
                 for side in (c.kvbench, c.peer)
             },
         }
-        write_json(Path(args.json), report)  # written whole: a reader never sees half a file
-        console.print(f"wrote {args.json}")
+        if to_stdout:
+            sys.stdout.write(json_text(report))
+        else:
+            write_json(Path(args.json), report)  # written whole: a reader never sees half a file
+            console.print(f"wrote {args.json}")
     return 0 if c.identical else 1
 
 

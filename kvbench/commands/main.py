@@ -178,7 +178,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     startup_gc.end()  # the config is composed: the run's own work, the collector back on
     from kvbench.app.progress import phase_progress
     from kvbench.app.run import execute  # after Hydra has parsed: `kvbench --help` stays fast
-    from kvbench.output.results import write_failure, write_run
+    from kvbench.output.results import check_run_targets, write_failure, write_run
     from kvbench.output.run_report import print_summary
     from kvbench.output.step_files import StepFilesError
 
@@ -199,7 +199,7 @@ def _hydra_main(cfg: DictConfig) -> None:
         # NOTE: a bad job must not stop the sweep: record it, and the final table shows why
         try:
             write_failure(out_dir, label, reason)
-        except OSError:
+        except (OSError, ConfigError):
             pass  # the disk that failed the run may fail this record too; the line below still says why
         print(visible(f"kvbench: job {hc.job.num} ({label}) failed: {reason}"), file=sys.stderr)
 
@@ -209,6 +209,8 @@ def _hydra_main(cfg: DictConfig) -> None:
     # the step table goes to its files as the run goes (a long run's table is most of its memory)
     steps_dir = out_dir if cfg.output.write and cfg.output.steps else None
     try:
+        if cfg.output.write:  # a FIFO, a device or a folder where a result goes: said before the run
+            check_run_targets(out_dir)
         result = execute(cfg, dict(hc.runtime.choices), steps_dir=steps_dir)
     except ConfigError as exc:
         from kvbench.app.overrides import with_suggestion
@@ -236,6 +238,9 @@ def _hydra_main(cfg: DictConfig) -> None:
                 f"could not write the results to {out_dir}: {exc.strerror or exc}; "
                 "free space or write elsewhere with hydra.run.dir=<folder>"
             )
+            return
+        except ConfigError as exc:  # a result's name became a FIFO, a device or a folder during the run
+            fail(str(exc))
             return
     if not multirun:  # the numbers first: a sink (W&B) takes seconds and may say where its files went
         print_summary(result.summary, out_dir if cfg.output.write else None)

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from kvbench.atomic import kind_of
 from kvbench.commands.common import Parser, run_cli
 from kvbench.errors import ConfigError
 from kvbench.studies.paper.document import Source
@@ -116,8 +117,14 @@ def _body(argv: list[str]) -> int:
     if args.check and args.only:
         raise ConfigError("--check compares the whole paper: drop --only")
     out_dir = Path(args.out)
+    if out_dir.is_symlink():  # renamed aside, the link would go and its folder stay as it was
+        raise ConfigError(
+            f"--out {out_dir} is a symbolic link: kvbench paper replaces the folder it names; give the folder itself"
+        )
     if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out {out_dir} is a file, not a folder")
+        raise ConfigError(
+            f"--out {out_dir} is {kind_of(out_dir) or 'a file'}, not a folder: kvbench paper never replaces it"
+        )
     parent = out_dir.resolve().parent
     if not args.check:
         parent.mkdir(parents=True, exist_ok=True)  # the staging folder is made beside the target

@@ -34,7 +34,7 @@ from kvbench.slo.batch import (
     memory_ceiling,
     slo_batch,
 )
-from kvbench.slo.common import fmt_seconds, write_folder
+from kvbench.slo.common import fmt_seconds, folder_files, write_folder
 
 
 def _main(argv: list[str]) -> int:
@@ -61,7 +61,9 @@ def _main(argv: list[str]) -> int:
     )
     parser.add_argument("--out", default=None, help="output folder (default results/slo/<date>/batch-<time>/)")
     args, overrides = parser.parse(argv)
-    out_dir = resolve_out_dir(args.out, "batch")
+    out_dir = resolve_out_dir(
+        args.out, "batch", folder_files(["tpot_vs_batch"], ["tpot_vs_batch.png", "slo_batch.json"])
+    )
     require(
         1 <= args.context_tokens <= MAX_CONTEXT_TOKENS,
         "--context-tokens",

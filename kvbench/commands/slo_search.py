@@ -14,7 +14,7 @@ from kvbench.commands.common import Parser, compose_checked, resolve_out_dir, ru
 from kvbench.errors import ConfigError, require
 from kvbench.output.figures import pyplot
 from kvbench.output.report import wide_console
-from kvbench.slo.common import write_folder
+from kvbench.slo.common import folder_files, write_folder
 from kvbench.slo.search import (
     KNOBS,
     MAX_NUM_SEQS,
@@ -59,7 +59,7 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--max-runs", type=int, default=20, help="most simulated runs (default 20)")
     parser.add_argument("--out", default=None, help="output folder (default results/slo/<date>/search-<time>/)")
     args, overrides = parser.parse(argv)
-    out_dir = resolve_out_dir(args.out, "search")
+    out_dir = resolve_out_dir(args.out, "search", folder_files(["curve"], ["curve.png", "search.json"]))
     knob = KNOBS[args.over]
     low = knob.default_low if args.low is None else args.low
     high = knob.default_high if args.high is None else args.high

@@ -8,6 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from kvbench.atomic import (
+    COMPLETE,
+    check_targets,
     clear_incomplete,
     folder_lock,
     mark_complete,
@@ -24,11 +26,16 @@ def file_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return stored
 
 
+#: what ``--out DIR`` receives, besides ``COMPLETE``
+FILES = ("compare.parquet", "compare.csv", "compare.png")
+
+
 def save(frame: pd.DataFrame, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     with folder_lock(out_dir):
+        check_targets(out_dir, (*FILES, COMPLETE), "remove it or choose another --out DIR")
         clear_incomplete(out_dir)
         write_frame(file_frame(frame), out_dir, "compare")
         plot_changes(frame, out_dir / "compare.png")
-        mark_complete(out_dir, ["compare.parquet", "compare.csv", "compare.png"])
+        mark_complete(out_dir, list(FILES))
     return out_dir

@@ -29,7 +29,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from kvbench.atomic import mark_complete, write_file, write_json
+from kvbench.atomic import COMPLETE, check_targets, mark_complete, write_file, write_json
 from kvbench.errors import require
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
@@ -124,6 +124,10 @@ def run(cfg: BenchKernelsConfig, hardware, out_dir: Path, command: str) -> dict:
     from kvbench.kernelbench.sweep import Runner
     from kvbench.kernelbench.timing import copy_bandwidth_bytes_per_s
 
+    # a FIFO, a device or a folder where a result goes: said before the GPU's minutes, not after
+    check_targets(
+        out_dir, ("results.csv", "meta.json", COMPLETE), "remove it or write elsewhere with hydra.run.dir=<folder>"
+    )
     device = torch.device("cpu" if cfg.dry_run else "cuda")
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (dry run)"
     if device.type == "cuda" and hardware.name.split("-")[0].lower() not in device_name.lower():

@@ -18,7 +18,15 @@ import numpy as np
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from kvbench.atomic import COMPLETE, check_complete, clear_incomplete, mark_complete, write_json, write_table
+from kvbench.atomic import (
+    COMPLETE,
+    check_complete,
+    check_targets,
+    clear_incomplete,
+    mark_complete,
+    write_json,
+    write_table,
+)
 from kvbench.errors import ConfigError
 from kvbench.output.run_json import run_json
 from kvbench.output.step_files import (
@@ -146,9 +154,22 @@ class RunResult:
         return step_file_column_max(self.steps_file, name)
 
 
+def check_run_targets(out_dir: Path) -> None:
+    """Refuse, in one line, a run folder where a name the run writes is a FIFO, a device, a socket
+    or a folder (:func:`kvbench.atomic.check_target`): checked before the run, and again before an
+    earlier run's files are cleared."""
+    check_targets(
+        out_dir,
+        RESULT_FILES,
+        "remove it or write elsewhere (hydra.run.dir=<folder>, hydra.sweep.dir=<folder> for a sweep)",
+    )
+
+
 def clear_run(out_dir: Path, keep: Collection[str] = ()) -> None:
     """Remove what an earlier (finished, failed or interrupted) run left in ``out_dir``, but the
-    files named in ``keep`` (this run's own, written as it went)."""
+    files named in ``keep`` (this run's own, written as it went). Refused, before anything is
+    removed, when one of those names is not a regular file (a FIFO, a device, a folder: the user's)."""
+    check_run_targets(out_dir)
     clear_incomplete(out_dir)
     for name in RESULT_FILES:
         if name not in keep:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from kvbench.atomic import PARQUET_ROW_GROUP_ROWS, commit, temporary_path
+from kvbench.errors import ConfigError
 from kvbench.numeric_csv import write_header, write_rows
 from kvbench.table import ColumnTable
 
@@ -90,6 +91,9 @@ class StepFiles:
         except OSError as exc:
             self.discard()
             raise StepFilesError(exc.errno, exc.strerror or str(exc)) from exc
+        except ConfigError:  # a name that became a FIFO, a device or a folder meanwhile: never replaced
+            self.discard()
+            raise
 
     def discard(self) -> None:
         """Close and remove the temporary files (the run failed: no table)."""

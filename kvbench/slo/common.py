@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
 from kvbench.atomic import (
+    COMPLETE,
+    check_targets,
     clear_incomplete,
     folder_lock,
     mark_complete,
@@ -16,6 +19,20 @@ from kvbench.atomic import (
     write_json,
 )
 
+#: what a refused output file's line says to do
+_HINT = "remove it or choose another --out folder"
+
+
+def folder_files(tables: Iterable[str], others: Iterable[str] = ()) -> list[str]:
+    """Every name :func:`write_folder` writes for these tables (Parquet + CSV) and other files."""
+    return [*(f"{name}.{ext}" for name in tables for ext in ("parquet", "csv")), *others, COMPLETE]
+
+
+def check_folder_files(out_dir: Path, names: Iterable[str]) -> None:
+    """Refuse, before any work, an output folder where one of ``names`` is a FIFO, a device, a
+    socket or a folder (:func:`kvbench.atomic.check_target`)."""
+    check_targets(out_dir, names, _HINT)
+
 
 def write_folder(out_dir: Path, frames: dict[str, pd.DataFrame], figures: dict, documents: dict) -> None:
     """Tables (Parquet + CSV), figures (``name -> matplotlib figure``) and JSON documents, then
@@ -23,6 +40,7 @@ def write_folder(out_dir: Path, frames: dict[str, pd.DataFrame], figures: dict, 
     out_dir.mkdir(parents=True, exist_ok=True)
     files: list[str] = []
     with folder_lock(out_dir):
+        check_folder_files(out_dir, folder_files(frames, [*figures, *documents]))
         clear_incomplete(out_dir)
         for name, frame in frames.items():
             write_frame(frame, out_dir, name)

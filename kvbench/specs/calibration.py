@@ -231,9 +231,11 @@ def write_calibration(
     """Write (or update) a calibration file: entries of ``efficiency`` replace the same layouts in
     an existing file, other layouts are kept; ``provenance`` (command, commit, date) and the
     ``fitted`` terms (prefill_flops_efficiency, step_overhead_s) replace the file's."""
-    from kvbench.atomic import write_json
+    from kvbench.atomic import check_target, write_json
     from kvbench.textio import read_json
 
+    # a FIFO there would block the read below, a device or a folder be replaced by the write
+    check_target(path, "remove it or write the calibration elsewhere with --out <folder>")
     doc: dict = {"hardware": hardware_name, "kernel": kernel_name, "efficiency": {}}
     if _exists(path):
         old = read_json(path, "calibration file to update")

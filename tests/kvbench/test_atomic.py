@@ -12,10 +12,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hang import HANG_S
 from locks import held_lock
+from special_files import KINDS, assert_unchanged, make, words
 
 from kvbench.atomic import (
+    COMPLETE,
     LOCK,
+    check_target,
     clear_incomplete,
     folder_lock,
     is_complete,
@@ -232,7 +236,7 @@ def test_four_processes_contending_never_hold_the_lock_together(tmp_path):
     for w in workers:
         w.stdin.write("go\n")
         w.stdin.flush()
-    counts = [tuple(map(int, w.communicate(timeout=600)[0].split())) for w in workers]
+    counts = [tuple(map(int, w.communicate(timeout=HANG_S)[0].split())) for w in workers]
     assert [c[0] for c in counts] == [1500] * 4, counts
     assert sum(c[2] for c in counts) == 0, counts  # never two holders at once
     assert sum(c[1] for c in counts) > 0, counts  # they did contend
@@ -247,7 +251,7 @@ def held_lock_refused(folder):
         "from kvbench.atomic import folder_lock\n"
         "try:\n    folder_lock(Path(sys.argv[1])).__enter__()\nexcept ConfigError as exc:\n    print(exc)"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=HANG_S)
     assert "being written by another kvbench run (its holder did not say who it is)" in done.stdout, (
         done.stdout + done.stderr
     )
@@ -258,3 +262,46 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_write_replaces_what_is_not_a_regular_file(tmp_path, kind):
+    target = tmp_path / "out.json"
+    before = make(target, kind)
+    with pytest.raises(ConfigError, match=words(kind)):
+        write_text(target, "{}")
+    assert_unchanged(target, before)
+    assert not list(tmp_path.glob(".tmp-*")), "nothing is made beside it either"
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "device"])
+def test_a_name_that_becomes_a_fifo_during_the_write_is_not_replaced(tmp_path, kind):
+    target = tmp_path / "out.json"
+    holder = {}
+
+    def write(tmp: Path) -> None:  # the target appears while the temporary file is written
+        tmp.write_text("{}")
+        holder["before"] = make(target, kind)
+
+    with pytest.raises(ConfigError, match=words(kind)):
+        write_file(target, write)
+    assert_unchanged(target, holder["before"])
+    assert not list(tmp_path.glob(".tmp-*")), "the temporary file is removed"
+
+
+def test_regular_files_links_to_them_and_dangling_links_are_written(tmp_path):
+    (tmp_path / "plain").write_text("old")
+    check_target(tmp_path / "plain")
+    (tmp_path / "link").symlink_to("plain")
+    check_target(tmp_path / "link")  # a rename replaces the link itself, never what it points to
+    (tmp_path / "dangling").symlink_to("nowhere")
+    write_text(tmp_path / "dangling", "new")
+    assert (tmp_path / "dangling").read_text() == "new" and not (tmp_path / "nowhere").exists()
+    check_target(tmp_path / "absent")
+
+
+def test_clearing_an_incomplete_folder_never_unlinks_a_fifo_marker(tmp_path):
+    before = make(tmp_path / COMPLETE, "FIFO")
+    with pytest.raises(ConfigError, match="is a FIFO"):
+        clear_incomplete(tmp_path)
+    assert_unchanged(tmp_path / COMPLETE, before)

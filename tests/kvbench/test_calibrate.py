@@ -6,6 +6,7 @@ import json
 
 import pytest
 from real_runs import ARGS, synthetic_real_run
+from special_files import BASIC, assert_unchanged, make, words
 
 from kvbench import calibrate as fitmod
 from kvbench.commands import calibrate as command
@@ -303,3 +304,23 @@ def test_out_inside_the_installed_package_is_refused(runs, tmp_path, capsys):
         err = capsys.readouterr().err
         assert stop.value.code == 2 and err.count("\n") == 1 and "is inside the installed kvbench package" in err
     assert files() == before and not (CALIBRATION_DIR.parent / "elsewhere").exists()
+
+
+@pytest.mark.parametrize("kind", BASIC)
+def test_a_calibration_file_that_is_not_a_regular_file_is_never_replaced(runs, tmp_path, capsys, kind):
+    target = tmp_path / "cal" / "h100-sxm" / "triton.json"
+    before = make(target, kind)
+    with pytest.raises(SystemExit) as stopped:
+        command.main([str(runs[0]), "--out", str(tmp_path / "cal")])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and words(kind) in err, err
+    assert_unchanged(target, before)
+
+
+def test_an_out_that_is_a_fifo_is_refused(runs, tmp_path, capsys):
+    before = make(tmp_path / "cal", "FIFO")
+    with pytest.raises(SystemExit):
+        command.main([str(runs[0]), "--out", str(tmp_path / "cal")])
+    assert "is a FIFO, not a folder" in capsys.readouterr().err
+    assert_unchanged(tmp_path / "cal", before)
