@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from typing import Any
 
@@ -55,6 +56,25 @@ def invisible_characters(text: str) -> list[str]:
     return list(dict.fromkeys(_escape(ch) for ch in text if is_invisible(ch)))
 
 
+#: the most characters of one word (a run without a space) an error line echoes: a value pasted by
+#: mistake (100,000 characters of ``--model``) is cut, its length said, the advice after it kept
+ECHO_CHARS = 200
+_LONG_WORD = re.compile(r"\S{%d,}" % (ECHO_CHARS + 1))
+_QUOTES = "'\"`"
+
+
+def shorten_long_words(text: str) -> str:
+    """``text`` with every word over :data:`ECHO_CHARS` cut to that many, followed by ``...`` and
+    its length, quotes around it not counted (``'xxxx... (100,000 characters)``)."""
+
+    def cut(match: re.Match) -> str:
+        word = match.group()
+        return f"{word[:ECHO_CHARS]}... ({len(word.strip(_QUOTES)):,} characters)"
+
+    return _LONG_WORD.sub(cut, text)
+
+
 def error_line(prog: str, message: object) -> str:
-    """``<prog>: error: <message>`` on exactly one visible line (what every command prints)."""
-    return f"{prog}: error: {visible(str(message))}"
+    """``<prog>: error: <message>`` on exactly one visible line (what every command prints), every
+    over-long value in it cut the same way (:func:`shorten_long_words`)."""
+    return f"{prog}: error: {visible(shorten_long_words(str(message)))}"

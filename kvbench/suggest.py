@@ -32,12 +32,29 @@ def _best(scored: list[tuple[float, int, str]], cutoff: float) -> list[tuple[flo
     return sorted((item for item in scored if item[0] >= best - TIE), key=lambda item: (-item[0], item[1]))
 
 
+def _starts_words(typed: str, name: str) -> bool:
+    """Whether ``typed`` is the whole of ``name``'s first words (`h100` of `h100-sxm`, `llama2` of
+    `llama2-7b`): a name cut short, which edit distance misses (`h100` is nearer `h200`)."""
+    return (
+        len(typed) >= MIN_WORD_CHARS and len(name) > len(typed) and name.startswith(typed) and name[len(typed)] in "_-."
+    )
+
+
 def near_misses(word: str, names: Iterable[object], most: int = 3) -> list[str]:
-    """The names ``word`` most likely misspells, best first (none when nothing is close); case is
-    ignored. A name close as a whole wins over one with a close word (`pagd` means `paged`, not
-    `paged_cached`); only when no whole name is close are the words tried."""
+    """The names ``word`` most likely misspells or cuts short, best first (none when nothing is
+    close); case is ignored. Names that ``word`` begins word for word come first, shortest first
+    (`h100` means `h100-sxm` before `h200`); then a name close as a whole wins over one with a close
+    word (`pagd` means `paged`, not `paged_cached`); only when no whole name is close are the words
+    tried."""
     unique = [name for name in dict.fromkeys(str(name) for name in names) if name != word]
     typed = word.lower()
+    cut_short = sorted((name for name in unique if _starts_words(typed, name.lower())), key=len)
+    misspelt = [name for name in _misspellings(typed, unique) if name not in cut_short]
+    return [*cut_short, *misspelt][:most]
+
+
+def _misspellings(typed: str, unique: list[str]) -> list[str]:
+    """The names ``typed`` (lower case) is a near miss of, best first."""
     whole = [(difflib.SequenceMatcher(None, typed, name.lower()).ratio(), i, name) for i, name in enumerate(unique)]
     close = _best(whole, WHOLE_CUTOFF)
     if not close:
@@ -47,7 +64,7 @@ def near_misses(word: str, names: Iterable[object], most: int = 3) -> list[str]:
             ratio = max((difflib.SequenceMatcher(None, typed, w).ratio() for w in words), default=0.0)
             by_word.append((ratio, i, name))
         close = _best(by_word, WORD_CUTOFF)
-    return [name for _, _, name in close[:most]]
+    return [name for _, _, name in close]
 
 
 def did_you_mean(word: str, names: Iterable[object], prefix: str = "") -> str:

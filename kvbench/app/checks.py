@@ -136,10 +136,9 @@ def check_memory(source_cls, source_config, allocator, enabled: bool = True) -> 
     rather than exhausting it part-way. A trace's rows are counted first (a fast scan of the file)."""
     if not enabled:
         return
-    available = _available_memory_bytes()
     planned = getattr(source_cls, "planned_requests", None)
     num_requests = planned(source_config) if planned is not None else getattr(source_config, "num_requests", None)
-    if num_requests is None or available is None:
+    if num_requests is None:
         return
     branches = int(getattr(source_config, "num_branches", 1) or 1)
     trace = getattr(source_cls, "replays_a_file", False)
@@ -147,17 +146,24 @@ def check_memory(source_cls, source_config, allocator, enabled: bool = True) -> 
         getattr(source_cls, "carries_prefix_hashes", lambda config: False)(source_config)
     )
     estimate, words = memory_estimate(int(num_requests), trace=trace, branches=branches, prefix_cached=prefix_cached)
-    if estimate > available:
-        given = getattr(source_config, "num_requests", None)
-        what = (
-            f"workload.num_requests={given}"
-            if given is not None
-            else f"the {int(num_requests):,} rows of workload.path={getattr(source_config, 'path', '?')}"
-        )
-        if branches > 1:
-            what += f" with workload.num_branches={branches}"
+    given = getattr(source_config, "num_requests", None)
+    what = (
+        f"workload.num_requests={given}"
+        if given is not None
+        else f"the {int(num_requests):,} rows of workload.path={getattr(source_config, 'path', '?')}"
+    )
+    if branches > 1:
+        what += f" with workload.num_branches={branches}"
+    refuse_beyond_memory(estimate, what, words)
+
+
+def refuse_beyond_memory(estimate_bytes: int, what: str, words: str) -> None:
+    """One line, before the work starts, when ``what`` needs more memory than the machine has
+    available (``words``: the estimate's arithmetic); nothing where the platform does not say."""
+    available = _available_memory_bytes()
+    if available is not None and estimate_bytes > available:
         raise ConfigError(
-            f"{what} needs about {estimate / 1e9:,.1f} GB of memory ({words}), more than the "
+            f"{what} needs about {estimate_bytes / 1e9:,.1f} GB of memory ({words}), more than the "
             f"{available / 1e9:,.1f} GB this machine has available: use fewer requests "
             "(workload.num_requests=<n>), or check_memory=false to run anyway"
         )

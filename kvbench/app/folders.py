@@ -83,10 +83,13 @@ def check_writable(folder: Path, option: str) -> None:
     while not ancestor.exists():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        raise ConfigError(f"{option}={str(folder)!r} is invalid: {ancestor} is a file, not a folder; write elsewhere")
+        from kvbench.atomic import kind_of
+
+        kind = kind_of(ancestor) or "a file"  # a FIFO or a device named as a folder: said as what it is
+        raise ConfigError(f"{option}={_short(folder)} is invalid: {ancestor} is {kind}, not a folder; write elsewhere")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise ConfigError(
-            f"{option}={str(folder)!r} is invalid: {ancestor} is not writable; write elsewhere with {option}=<folder>"
+            f"{option}={_short(folder)} is invalid: {ancestor} is not writable; write elsewhere with {option}=<folder>"
         )
 
 
@@ -105,6 +108,8 @@ def prepare_output(args: list[str]) -> Path | None:
     root = output_root(args)
     check_writable(root, option)
     fixed = explicit_output_dir(args)
+    if fixed is not None:
+        check_hydra_files(fixed, _is_multirun(args), _output_subdir(args))
     made = _topmost_missing(Path(os.path.abspath(root)))  # the mkdir below makes it: it is this command's
     fixed_existed = fixed is not None and os.path.lexists(fixed)
     try:
@@ -119,6 +124,58 @@ def prepare_output(args: list[str]) -> Path | None:
     global _BEFORE
     _BEFORE = _Before(clock_ns, made, None if fixed is None else Path(os.path.abspath(fixed)), fixed_existed)
     return fixed
+
+
+#: what Hydra writes at the top of a sweep's folder
+MULTIRUN_FILE = "multirun.yaml"
+
+
+def _output_subdir(args: list[str]) -> str | None:
+    """Hydra's output subfolder of each job (``hydra.output_subdir``: ``.hydra`` unless the command
+    line says otherwise; None when it says ``null``, and Hydra writes none)."""
+    values = [a.split("=", 1)[1] for a in args if a.startswith("hydra.output_subdir=")]
+    value = values[-1] if values else ".hydra"
+    return None if value in ("null", "~", "") else value
+
+
+def check_hydra_files(folder: Path, multirun: bool, subdir: str | None) -> None:
+    """Refuse, in one line, a named results folder where Hydra would write through a symbolic link
+    or into something other than a file: Hydra opens ``.hydra/`` and its three files (and a sweep's
+    ``multirun.yaml``) as plain paths, so a link there takes its config files outside the results
+    folder, and a FIFO blocks the run. Checked in the run's folder, or in each job folder a sweep
+    re-run into its folder finds."""
+    jobs = [folder] if not multirun else _subfolders(folder)
+    places = [(folder / MULTIRUN_FILE, "file"), *((job, "folder") for job in jobs)] if multirun else []
+    if subdir is not None:
+        for job in jobs:
+            places.append((job / subdir, "folder"))
+            places += [(job / subdir / name, "file") for name in sorted(HYDRA_FILES)]
+    for path, want in places:
+        if path.is_symlink():
+            raise ConfigError(
+                f"{path} is a symbolic link: Hydra would write the run's config through it, outside the results "
+                "folder; remove the link and run again"
+            )
+        if not os.path.lexists(path):
+            continue
+        if want == "folder" and not path.is_dir():
+            from kvbench.atomic import kind_of
+
+            raise ConfigError(f"{path} is {kind_of(path) or 'a file'}, not Hydra's folder: remove it and run again")
+        if want == "file" and not path.is_file():
+            from kvbench.atomic import kind_of
+
+            raise ConfigError(
+                f"{path} is {kind_of(path)}, not a file: Hydra would write into it; remove it and run again"
+            )
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    """The folders in ``folder`` (a sweep's job folders), links to folders included; none when it is absent."""
+    try:
+        return sorted(Path(e.path) for e in os.scandir(folder) if e.is_dir())
+    except OSError:
+        return []
 
 
 @dataclass(frozen=True)

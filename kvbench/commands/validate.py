@@ -19,10 +19,12 @@ from rich.table import Table
 
 from kvbench.app.folders import check_writable
 from kvbench.app.progress import progress_bar
+from kvbench.atomic import COMPLETE
 from kvbench.commands.common import Parser, run_cli
-from kvbench.errors import require
+from kvbench.errors import ConfigError, require, visible
 from kvbench.output.report import wide_console
-from kvbench.slo.common import write_folder
+from kvbench.slo.common import check_folder_files, folder_files, write_folder
+from kvbench.textio import read_json_object
 from kvbench.validation.validate import GOALS, parity_figure, run_validation, worst
 
 
@@ -46,6 +48,26 @@ def _table(title: str, frame, clocks, keys) -> Table:
     return table
 
 
+#: what the output folder receives (the names ``write_folder`` below gives it)
+TABLES = ("rows", "groups", "headline")
+DOCUMENT = "validate.json"
+FILES = folder_files(TABLES, ["parity.png", DOCUMENT])
+
+
+def _refuse_finished(out_dir: Path) -> None:
+    """A complete result in ``--out`` is never overwritten: a replay takes minutes, and its numbers
+    may be the ones a report quotes. Refused in one line that says what is there."""
+    if (out_dir / COMPLETE).is_file():
+        try:
+            command = read_json_object(out_dir / DOCUMENT, "validate record").get("command", "?")
+        except ConfigError:
+            command = "not a validate folder"
+        raise ConfigError(
+            f"--out {visible(str(out_dir), 200)} already holds a complete result ({visible(str(command), 200)}): "
+            "kvbench validate never overwrites one; choose another --out folder, or remove this one to write it again"
+        )
+
+
 def _main(argv: list[str]) -> int:
     parser = Parser(
         "kvbench validate",
@@ -66,6 +88,8 @@ def _main(argv: list[str]) -> int:
     now = datetime.now()
     out_dir = Path(args.out) if args.out else Path("results") / "validate" / f"{now:%Y-%m-%d}" / f"{now:%H-%M-%S-%f}"
     check_writable(out_dir, "--out")
+    check_folder_files(out_dir, FILES)
+    _refuse_finished(out_dir)
     from kvbench.validation.silicon import admitted, read_silicon, select
 
     frame, _ = read_silicon()
@@ -106,9 +130,9 @@ def _main(argv: list[str]) -> int:
     command = shlex.join(["kvbench", "validate", *argv])
     write_folder(
         out_dir,
-        {"rows": v.rows, "groups": v.groups, "headline": v.headline},
+        dict(zip(TABLES, (v.rows, v.groups, v.headline))),
         {"parity.png": parity_figure(v.rows, clocks)},
-        {"validate.json": {"command": command, "source": v.source, "aic": v.aic_status or "ran"}},
+        {DOCUMENT: {"command": command, "source": v.source, "aic": v.aic_status or "ran"}},
     )
     console.print(f"wrote {out_dir}/ (rows, groups, headline as Parquet and CSV; parity.png)")
     return 0

@@ -22,6 +22,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from kvbench.api import RunSetup, build
+from kvbench.app.checks import MEMORY_BASE_BYTES, refuse_beyond_memory
 from kvbench.core.request import Request, requests_from_workload
 from kvbench.core.step import StepPlan, StepResult
 from kvbench.engine import Engine
@@ -83,6 +84,33 @@ class Setup:
     engine_label: str
 
 
+#: what a differential check holds per token of its requests, besides what a process holds before
+#: its first request (:data:`kvbench.app.checks.MEMORY_BASE_BYTES`): both sides keep every prompt's
+#: token ids (the peer's own sequences again) and every step's decisions, so its memory grows with
+#: tokens, not with requests as a run's does. Fitted by benchmarks/diff_engine_memory.py on 12
+#: points of 2,000 to 12,000 requests against nano-vllm (68 B per prompt token, 101 B per output
+#: token, every point predicted within 5.9 % by the fit without it:
+#: benchmarks/results/diff_engine_memory-nano_vllm.md), each rounded up by about a quarter
+MEMORY_BYTES_PER_PROMPT_TOKEN = 86
+MEMORY_BYTES_PER_OUTPUT_TOKEN = 126
+
+
+def check_memory(prompt_tokens: int, output_tokens: int, num_requests: int) -> None:
+    """Refuse, in one line, a check whose requests would not fit in this machine's memory (as the
+    run's own check does: ``kvbench/app/checks.py``): 1,000,000 lecture requests (512 + 128 tokens) need about 60 GB."""
+    estimate = (
+        MEMORY_BASE_BYTES
+        + prompt_tokens * MEMORY_BYTES_PER_PROMPT_TOKEN
+        + output_tokens * MEMORY_BYTES_PER_OUTPUT_TOKEN
+    )
+    words = (
+        f"{MEMORY_BASE_BYTES / 1e6:,.0f} MB + {prompt_tokens:,} prompt tokens x {MEMORY_BYTES_PER_PROMPT_TOKEN} B "
+        f"+ {output_tokens:,} output tokens x {MEMORY_BYTES_PER_OUTPUT_TOKEN} B: both sides keep every token "
+        "and every step's decisions; measured"
+    )
+    refuse_beyond_memory(estimate, f"the differential check of {num_requests:,} requests", words)
+
+
 def prepare(cfg: DictConfig, step_s: float = DEFAULT_STEP_S) -> Setup:
     """What both sides run for the composed config ``cfg``: refuses (one line) what a peer cannot
     express (a non-paged allocator, fan-outs, a closed loop, a queue the peers lack)."""
@@ -94,6 +122,8 @@ def prepare(cfg: DictConfig, step_s: float = DEFAULT_STEP_S) -> Setup:
             "(block_size_tokens as the engine: vLLM 16, nano-vllm 256)"
         )
     workload = s.workload_source.generate(np.random.default_rng(int(cfg.seed)))
+    if cfg.get("check_memory", True):  # before either side holds a request: one line, not a machine out of memory
+        check_memory(int(workload.prompt_tokens.sum()), int(workload.output_tokens.sum()), len(workload.prompt_tokens))
     requests = requests_from_workload(workload, int(cfg.seed))
     if workload.max_concurrency is not None:
         raise ConfigError("workload.arrival=closed_loop: the peers are driven open loop; use another arrival")

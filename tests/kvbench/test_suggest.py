@@ -22,6 +22,10 @@ SUBCOMMANDS = ["bench-kernels", "calibrate", "compare", "diff-engine", "paper", 
         ("Compare", SUBCOMMANDS, ["compare"]),  # case is ignored
         ("zzz", SUBCOMMANDS, []),
         ("s", ["s_max_tokens", "seed"], []),  # too short to mean anything
+        # a name cut short at a word's end first (edit distance alone offers h200 for h100)
+        ("h100", ["a100-40gb", "a100-80gb", "h100-sxm", "h200"], ["h100-sxm", "h200"]),
+        ("a100", ["a100-40gb", "a100-80gb", "h100-sxm", "h200"], ["a100-40gb", "a100-80gb"]),
+        ("llama2", ["llama2-7b-32k", "llama2-7b", "opt-13b"], ["llama2-7b", "llama2-7b-32k"]),
     ],
 )
 def test_near_misses(word, names, meant):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from hang import HANG_S
 
 from kvbench.errors import ConfigError
 from kvbench.validation.silicon import MODELS, admitted, read_silicon, replay, select
@@ -71,12 +72,23 @@ def test_the_command_writes_tables_and_the_parity_figure(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert done.returncode == 0, done.stderr
     assert "TP1 profiled" in done.stdout or "TP>1" in done.stdout
     for name in ("rows.csv", "groups.csv", "headline.csv", "parity.png", "COMPLETE"):
         assert (out / name).is_file()
+    # the same --out again: a complete result is never overwritten, said in one line before any replay
+    marker = (out / "COMPLETE").read_text()
+    again = subprocess.run(
+        [sys.executable, "-m", "kvbench.commands.validate", "--limit", "1", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+    )
+    assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1, again.stderr
+    assert "already holds a complete result (kvbench validate --backend vllm" in again.stderr
+    assert (out / "COMPLETE").read_text() == marker
 
 
 @pytest.mark.parametrize("args", [["--limit", "0"], ["--bogus"], ["model=llama3.1-8b"]])
@@ -85,7 +97,7 @@ def test_bad_arguments_are_one_line_and_exit_2(args, tmp_path):
         [sys.executable, "-m", "kvbench.commands.validate", *args, "--out", str(tmp_path / "x")],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
@@ -96,7 +108,7 @@ def test_profiles_lists_the_measured_kernels_per_gpu():
         [sys.executable, "-m", "kvbench.commands.profiles", "--hardware", "h200"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert done.returncode == 0, done.stderr
     for name in ("vllm_fa3", "sglang_fa3", "trtllm"):
@@ -105,6 +117,6 @@ def test_profiles_lists_the_measured_kernels_per_gpu():
         [sys.executable, "-m", "kvbench.commands.profiles", "--hardware", "a100-40gb"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert bad.returncode == 2 and "no public measured tables" in bad.stderr
