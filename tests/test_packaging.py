@@ -1,4 +1,4 @@
-"""The wheel carries what an installed kvbench needs: the config tree, the plugins, the entry points."""
+"""The wheel carries what an installed kvbench needs: the config tree, the plugins, the entry points,\nits license and the notices of the data it ships."""
 
 from __future__ import annotations
 
@@ -48,6 +48,17 @@ def test_wheel_ships_conf_plugins_and_entry_points(tmp_path):
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "[kvbench]" in text and "paged = kvbench_plugins.allocators.paged" in text
     assert "kvbench = kvbench.commands.entry:main" in text
+    # kvbench's license, and beside the aiconfigurator-core excerpt its Apache-2.0 text and notice
+    assert {"kvbench/profiles/LICENSE", "kvbench/profiles/NOTICE", "kvbench/profiles/README.md"} <= names
+    licenses = {n.partition(".dist-info/licenses/")[2] for n in names if ".dist-info/licenses/" in n}
+    assert licenses == {"LICENSE", "kvbench/profiles/LICENSE", "kvbench/profiles/NOTICE"}
+    [metadata] = [n for n in names if n.endswith(".dist-info/METADATA")]
+    assert "License-Expression: Apache-2.0" in zipfile.ZipFile(wheel).read(metadata).decode().splitlines()
+    for name in ("LICENSE", "kvbench/profiles/LICENSE"):
+        assert "Apache License\n                           Version 2.0" in (ROOT / name).read_text()
+    assert "NVIDIA CORPORATION & AFFILIATES" in (ROOT / "kvbench/profiles/NOTICE").read_text()
+    # kvbench writes its own code: nano-vllm is a dependency loaded where installed, never a copy
+    assert not [n for n in names if "_nanovllm" in n or n.startswith("nanovllm/")]
 
 
 def test_every_package_of_the_source_tree_is_listed_in_pyproject():

@@ -7,6 +7,10 @@
 The overrides are any kvbench run's: the same requests and caps go to both sides. Exit status 0
 when every step is identical, 1 when they diverge (the first divergent step is printed with both
 sides' decisions), 2 for bad input or a peer that is not installed.
+
+nano-vllm comes from its repository, not PyPI (kvbench.validation.peers.nano_vllm): the installed
+``nanovllm`` package, or a checkout given with ``--nano-vllm-path``. Its Config takes block sizes
+that are multiples of 256 tokens only; ``--any-block-size`` runs its scheduler at another anyway.
 """
 
 from __future__ import annotations
@@ -45,6 +49,17 @@ def _main(argv: list[str]) -> int:
         metavar="FILE",
         help="also write the comparison, both sides' steps included, here (-: to stdout, the table then to stderr)",
     )
+    parser.add_argument(
+        "--nano-vllm-path",
+        default=None,
+        metavar="DIR",
+        help="nano_vllm: load its scheduler from this checkout of nano-vllm (default: the installed nanovllm package)",
+    )
+    parser.add_argument(
+        "--any-block-size",
+        action="store_true",
+        help="nano_vllm: run its scheduler at a block size its Config refuses (not a multiple of 256 tokens)",
+    )
     args, overrides = parser.parse(argv)
     require(
         math.isfinite(args.step_ms) and 1e-3 <= args.step_ms <= 1e6,
@@ -56,12 +71,19 @@ def _main(argv: list[str]) -> int:
     peer = args.peer or str(cfg.engine.name)
     if peer not in PEERS:
         raise ConfigError(f"--peer={peer!r}: choose one of {', '.join(PEERS)} (or engine=<one of them>)")
+    peer_options = {}
+    if args.nano_vllm_path is not None:
+        peer_options["nano_vllm_path"] = args.nano_vllm_path
+    if args.any_block_size:
+        peer_options["allow_any_block_size"] = True
+    if peer_options and peer != "nano_vllm":
+        raise ConfigError(f"--nano-vllm-path and --any-block-size are nano_vllm's options, not --peer={peer}'s")
     to_stdout = args.json == STDOUT
     if args.json is not None and not to_stdout:  # said before the run, not after it
         out = Path(args.json)
         require(out.parent.is_dir(), "--json", args.json, "its folder does not exist")
         check_target(out, f"give the path of a file, or --json {STDOUT} for stdout")
-    c = run_differential(cfg, peer, args.step_ms / 1e3)
+    c = run_differential(cfg, peer, args.step_ms / 1e3, peer_options)
     console = wide_console()
     if to_stdout:  # stdout holds the JSON alone, for a pipe to read
         console.file = sys.stderr

@@ -15,6 +15,7 @@ step where they differ, with both sides' decisions.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -29,7 +30,7 @@ from kvbench.engine import Engine
 from kvbench.errors import ConfigError
 from kvbench.validation.peers.types import PeerCaps, PeerRequest, PeerStep, PeerTrace
 
-#: peer name -> its module (each exposes VERSION, unavailable_reason() and run(requests, caps))
+#: peer name -> its module (each exposes VERSION, unavailable_reason() and run(requests, caps, **options))
 PEERS = {
     "vllm_v1": "kvbench.validation.peers.vllm_v1",
     "nano_vllm": "kvbench.validation.peers.nano_vllm",
@@ -244,16 +245,22 @@ def compare(kv: PeerTrace, peer: PeerTrace, num_requests: int) -> Comparison:
     return Comparison(kv, peer, first, identical, same_finish, num_requests, per_side)
 
 
-def run_differential(cfg: DictConfig, peer: str, step_s: float = DEFAULT_STEP_S) -> Comparison:
-    """Drive kvbench and ``peer`` over the composed config's requests and caps and compare."""
+def run_differential(
+    cfg: DictConfig, peer: str, step_s: float = DEFAULT_STEP_S, peer_options: dict | None = None
+) -> Comparison:
+    """Drive kvbench and ``peer`` over the composed config's requests and caps and compare.
+    ``peer_options``: keywords the peer's module takes (nano_vllm: ``nano_vllm_path``,
+    ``allow_any_block_size``); its ``unavailable_reason`` gets those it names."""
     module = peer_module(peer)
-    reason = module.unavailable_reason()
+    options = dict(peer_options or {})
+    where = {k: v for k, v in options.items() if k in inspect.signature(module.unavailable_reason).parameters}
+    setup = prepare(cfg, step_s)  # what no peer can run is said first, installed or not
+    reason = module.unavailable_reason(**where)
     if reason:
         raise ConfigError(f"--peer={peer}: {reason}")
-    setup = prepare(cfg, step_s)
     kv = run_kvbench(setup)
     try:
-        other = module.run(setup.peer_requests, setup.caps)
+        other = module.run(setup.peer_requests, setup.caps, **options)
     except ValueError as exc:  # a cap the peer cannot honour, said by its driver
         raise ConfigError(f"--peer={peer}: {exc}") from None
     except RuntimeError as exc:  # the peer could not finish this config (it stalled, or hit max_steps)

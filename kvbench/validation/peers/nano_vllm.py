@@ -1,4 +1,20 @@
-"""nano-vllm's own scheduler, driven step by step (the vendored copy in ``_nanovllm``; see its README).
+"""nano-vllm's own scheduler, driven step by step, loaded from an installed or checked-out nano-vllm.
+
+nano-vllm is not a PyPI package: its README installs it from its repository, and so does kvbench
+(``pip install --no-deps git+https://github.com/GeeeekExplorer/nano-vllm.git`` and ``pip install
+xxhash``: the scheduler needs only xxhash and numpy, not the torch, flash-attn and transformers its
+metadata asks for), or takes a checkout's folder (``kvbench diff-engine --nano-vllm-path DIR``).
+Checked against upstream commit ``bb823b3`` (version 0.2.0).
+
+Upstream's ``nanovllm/__init__.py`` imports its LLM class and with it torch and flash-attn, and its
+``nanovllm/config.py`` imports transformers and needs a model folder; the scheduler needs neither.
+So kvbench loads only the four modules the scheduler is made of (``engine/scheduler.py``,
+``engine/block_manager.py``, ``engine/sequence.py``, ``sampling_params.py``), from the files of the
+package that ``importlib.util.find_spec("nanovllm")`` locates (which runs none of its code) or of
+the given checkout, under empty parent modules that kvbench makes (``nanovllm``,
+``nanovllm.engine``) and a ``nanovllm.config`` of kvbench's own holding :class:`SchedulerConfig`.
+Those names are in ``sys.modules`` only while the four modules import; whatever was there before
+is put back, so a real ``import nanovllm`` afterwards is unaffected.
 
 No model runs: a fake model returns one token for every scheduled sequence, as nano-vllm's
 ModelRunner.run does (one sampled token per sequence, a partial prefill chunk included), and
@@ -14,28 +30,157 @@ requests admitted in the same step never share blocks.
 
 from __future__ import annotations
 
+import functools
+import importlib
+import importlib.metadata
 import importlib.util
+import inspect
+import json
+import re
+import sys
+import types
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
+from kvbench.errors import clip
 from kvbench.validation.peers.types import PeerCaps, PeerRequest, PeerStep, PeerTrace, join_arrivals
 
-#: upstream commit the vendored files come from, and the version its pyproject.toml gives there
-UPSTREAM_COMMIT = "bb823b3e06983d71485a8e1f23715ebd87d98ef8"
-UPSTREAM_VERSION = "0.2.0"
-VERSION = f"{UPSTREAM_VERSION} ({UPSTREAM_COMMIT[:7]})"
+#: the upstream commit this driver and its hand-worked tests were checked against, and the
+#: version upstream's pyproject.toml gives there
+TESTED_COMMIT = "bb823b3e06983d71485a8e1f23715ebd87d98ef8"
+TESTED_VERSION = "0.2.0"
+VERSION = f"{TESTED_VERSION} ({TESTED_COMMIT[:7]})"
+REPOSITORY = "https://github.com/GeeeekExplorer/nano-vllm.git"
+#: how to get it, in one line: its metadata pins CUDA torch and flash-attn, which the scheduler never imports
+INSTALL_HINT = (
+    f"pip install --no-deps git+{REPOSITORY} && pip install xxhash, or give a checkout of it with --nano-vllm-path DIR"
+)
 
 #: upstream's Config asserts this: the block size its flash-attn paged KV cache takes
 _UPSTREAM_BLOCK_MULTIPLE_TOKENS = 256
 #: never produced: every generated token id is negative and below it (and ignore_eos is set anyway)
 _EOS_TOKEN_ID = -1
+#: the scheduler's modules, under nanovllm/, in an order each one's imports are already loaded
+_MODULES = ("sampling_params", "engine.sequence", "engine.block_manager", "engine.scheduler")
 
 
-def unavailable_reason() -> str | None:
-    """None when the vendored scheduler can run here; else one line saying how to install it."""
+@dataclass(slots=True)
+class SchedulerConfig:
+    """What nano-vllm's ``Scheduler.__init__`` reads from its Config, with upstream's field names.
+
+    kvbench's own, not upstream's Config (which imports transformers and needs a model folder);
+    upstream's block-size assert is made by :func:`run` instead."""
+
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    eos: int
+    kvcache_block_size: int
+    num_kvcache_blocks: int
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """nano-vllm's scheduler modules, loaded from ``package_dir`` (a ``nanovllm`` folder)."""
+
+    package_dir: Path
+    #: e.g. "nano-vllm 0.2.0 (bb823b3)": the version and commit where the install records them
+    label: str
+    Scheduler: type
+    Sequence: type
+    SamplingParams: type
+
+
+def unavailable_reason(nano_vllm_path: str | None = None) -> str | None:
+    """None when nano-vllm's scheduler loads here (from the installed ``nanovllm`` package, or from
+    the checkout ``nano_vllm_path``); else one line saying how to get it."""
+    try:
+        load(nano_vllm_path)
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+def load(nano_vllm_path: str | None = None) -> Upstream:
+    """nano-vllm's scheduler modules, from the installed package or the checkout
+    ``nano_vllm_path`` (its root, or its ``nanovllm`` folder); ImportError, one line saying how to
+    get it, when they cannot be loaded."""
     missing = [name for name in ("xxhash", "numpy") if importlib.util.find_spec(name) is None]
     if missing:
-        return f"nano-vllm's block manager needs {' and '.join(missing)}: pip install 'kvbench[peers]'"
-    return None
+        raise ImportError(f"nano-vllm's block manager needs {' and '.join(missing)}: pip install {' '.join(missing)}")
+    if nano_vllm_path is not None:
+        root = Path(nano_vllm_path).expanduser()
+        package_dir = root / "nanovllm" if (root / "nanovllm").is_dir() else root
+        if not (package_dir / "engine" / "scheduler.py").is_file():
+            raise ImportError(
+                f"--nano-vllm-path {clip(repr(nano_vllm_path))}: no nanovllm/engine/scheduler.py there; give a checkout of "
+                f"nano-vllm (git clone {REPOSITORY})"
+            )
+        return _load(package_dir.resolve(), None)
+    spec = importlib.util.find_spec("nanovllm")  # locates the package, runs none of its code
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"nano-vllm is not installed: {INSTALL_HINT}")
+    return _load(Path(list(spec.submodule_search_locations)[0]).resolve(), "nano-vllm")
+
+
+@functools.cache
+def _load(package_dir: Path, distribution: str | None) -> Upstream:
+    saved = {name: module for name, module in sys.modules.items() if name.partition(".")[0] == "nanovllm"}
+    for name in saved:
+        del sys.modules[name]
+    try:
+        parents = {"nanovllm": package_dir, "nanovllm.engine": package_dir / "engine"}
+        for name, folder in parents.items():
+            parent = types.ModuleType(name, "made by kvbench: a parent for nano-vllm's scheduler modules")
+            parent.__path__ = [str(folder)]
+            sys.modules[name] = parent
+        config = types.ModuleType("nanovllm.config", "kvbench's stand-in for nano-vllm's Config (SchedulerConfig)")
+        config.Config = SchedulerConfig
+        sys.modules["nanovllm.config"] = config
+        try:
+            modules = {name: importlib.import_module(f"nanovllm.{name}") for name in _MODULES}
+        except Exception as exc:  # a file that does not import here: one line, not its traceback
+            raise ImportError(
+                f"nano-vllm's scheduler at {package_dir} does not load ({type(exc).__name__}: {exc}): {INSTALL_HINT}"
+            ) from None
+    finally:
+        for name in [name for name in sys.modules if name.partition(".")[0] == "nanovllm"]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+    scheduler_cls = modules["engine.scheduler"].Scheduler
+    if "is_prefill" not in inspect.signature(scheduler_cls.postprocess).parameters:
+        raise ImportError(
+            f"nano-vllm's scheduler at {package_dir} predates chunked prefill (postprocess takes no is_prefill); "
+            f"kvbench drives {VERSION} or later: {INSTALL_HINT}"
+        )
+    return Upstream(
+        package_dir,
+        _label(package_dir, distribution),
+        scheduler_cls,
+        modules["engine.sequence"].Sequence,
+        modules["sampling_params"].SamplingParams,
+    )
+
+
+def _label(package_dir: Path, distribution: str | None) -> str:
+    """The peer's name in reports, ``nano-vllm <version> (<commit>)``: the installed distribution's
+    version and the commit pip recorded for a git install (its direct_url.json), else the version in
+    the pyproject.toml beside the package (a checkout), else the package's folder."""
+    version, commit = None, None
+    if distribution is not None:
+        try:
+            dist = importlib.metadata.distribution(distribution)
+            version = dist.version
+            commit = json.loads(dist.read_text("direct_url.json") or "{}").get("vcs_info", {}).get("commit_id")
+        except (importlib.metadata.PackageNotFoundError, ValueError, AttributeError):
+            pass
+    pyproject = package_dir.parent / "pyproject.toml"
+    if version is None and pyproject.is_file():
+        found = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text(errors="replace"), re.MULTILINE)
+        version = found.group(1) if found else None
+    if version is None:
+        return f"nano-vllm at {package_dir}"
+    return f"nano-vllm {version}" + (f" ({commit[:7]})" if commit else "")
 
 
 def run(
@@ -44,12 +189,17 @@ def run(
     *,
     max_steps: int = 1_000_000,
     allow_any_block_size: bool = False,
+    nano_vllm_path: str | None = None,
 ) -> PeerTrace:
     """Feed ``requests`` to nano-vllm's scheduler on kvbench's clock and record every step.
 
-    ``allow_any_block_size``: upstream nano-vllm refuses a block size that is not a multiple of
-    256 tokens (its Config asserts it); its scheduler and block manager work with any size, so
-    True runs them at ``caps.block_size_tokens`` anyway (decisions nano-vllm itself could not run).
+    ``nano_vllm_path``: a checkout of nano-vllm to load the scheduler from (default: the installed
+    ``nanovllm`` package); RuntimeError, saying how to get it, when neither loads.
+
+    ``allow_any_block_size`` (``kvbench diff-engine --any-block-size``): upstream nano-vllm refuses
+    a block size that is not a multiple of 256 tokens (its Config asserts it); its scheduler and
+    block manager work with any size, so True runs them at ``caps.block_size_tokens`` anyway
+    (decisions nano-vllm itself could not run).
 
     ``caps.prefix_caching`` False is honoured by turning off the block manager's hashing on this
     run's instance (no block ever gets a hash, so no lookup ever hits); nano-vllm itself always
@@ -60,18 +210,14 @@ def run(
     ``long_prefill_token_threshold``: one below ``max_num_batched_tokens`` raises ValueError.
     ``caps.num_blocks`` are all usable (nano-vllm has no null block).
     """
-    reason = unavailable_reason()
-    if reason is not None:
-        raise RuntimeError(reason)
-    _check(requests, caps, allow_any_block_size)
+    _check(requests, caps, allow_any_block_size)  # nano-vllm's rules, known without loading it
+    try:
+        upstream = load(nano_vllm_path)
+    except ImportError as exc:
+        raise RuntimeError(str(exc)) from None
+    Scheduler, Sequence, SamplingParams = upstream.Scheduler, upstream.Sequence, upstream.SamplingParams
 
-    # imported here, not at the top: the block manager imports xxhash at import time
-    from kvbench.validation.peers._nanovllm.config import Config
-    from kvbench.validation.peers._nanovllm.sampling_params import SamplingParams
-    from kvbench.validation.peers._nanovllm.scheduler import Scheduler
-    from kvbench.validation.peers._nanovllm.sequence import Sequence
-
-    config = Config(
+    config = SchedulerConfig(
         max_num_batched_tokens=caps.max_num_batched_tokens,
         max_num_seqs=caps.max_num_seqs,
         eos=_EOS_TOKEN_ID,
@@ -136,7 +282,7 @@ def run(
                 raise RuntimeError(
                     f"nano-vllm: request {r.request_id} generated {seq.num_completion_tokens} tokens, {r.output_tokens} asked"
                 )
-    return PeerTrace(engine=f"nano-vllm {VERSION}", steps=steps, blocks_used=blocks_used)
+    return PeerTrace(engine=upstream.label, steps=steps, blocks_used=blocks_used)
 
 
 def _check(requests: list[PeerRequest], caps: PeerCaps, allow_any_block_size: bool) -> None:
@@ -149,8 +295,9 @@ def _check(requests: list[PeerRequest], caps: PeerCaps, allow_any_block_size: bo
     if caps.block_size_tokens % _UPSTREAM_BLOCK_MULTIPLE_TOKENS and not allow_any_block_size:
         raise ValueError(
             f"nano-vllm takes block sizes that are multiples of {_UPSTREAM_BLOCK_MULTIPLE_TOKENS} tokens only "
-            f"(its Config asserts it), not {caps.block_size_tokens}; pass allow_any_block_size=True to run its "
-            "scheduler at this size anyway"
+            f"(its Config asserts it), not {caps.block_size_tokens}: set allocator.block_size_tokens="
+            f"{_UPSTREAM_BLOCK_MULTIPLE_TOKENS} (or a multiple of it), or add --any-block-size (from Python: "
+            f"allow_any_block_size=True) to run its scheduler at {caps.block_size_tokens} anyway"
         )
     if caps.block_size_tokens == 1:
         # can_append/may_append take a block when len(seq) % block_size == 1: never, at size 1

@@ -1,9 +1,12 @@
 """kvbench's presets against the engines' own schedulers, step by step (kvbench.validation.differential).
 
-nano-vllm's scheduler is vendored, so its checks always run; vLLM's need its own venv
-(tools/install_vllm_scheduler.sh) and skip elsewhere with the reason."""
+Each peer's checks run where it is installed and skip elsewhere with the one line that says how to
+get it: nano-vllm from its repository (``pip install --no-deps git+https://github.com/GeeeekExplorer/nano-vllm.git``
+and ``pip install xxhash``), vLLM in its own venv (tools/install_vllm_scheduler.sh)."""
 
 from __future__ import annotations
+
+import importlib.util
 
 import numpy as np
 import pytest
@@ -11,7 +14,7 @@ import pytest
 from kvbench.api import compose
 from kvbench.errors import ConfigError
 from kvbench.validation.differential import compare, difference, run_differential
-from kvbench.validation.peers import vllm_v1
+from kvbench.validation.peers import nano_vllm, vllm_v1
 from kvbench.validation.peers.types import PeerStep, PeerTrace
 
 NANO = ["engine=nano_vllm", "allocator.block_size_tokens=256"]
@@ -19,6 +22,9 @@ VLLM = ["engine=vllm_v1"]
 #: the Azure conversation trace's first 2,000 rows (1,857 fit llama2-7b), 20 x faster: contended
 AZURE = ["workload=azure_conv", "workload.num_requests=2000", "workload.rate_scale=20"]
 needs_vllm = pytest.mark.skipif(vllm_v1.unavailable_reason() is not None, reason=str(vllm_v1.unavailable_reason()))
+needs_nano_vllm = pytest.mark.skipif(
+    nano_vllm.unavailable_reason() is not None, reason=str(nano_vllm.unavailable_reason())
+)
 
 
 def diff(overrides: list[str], peer: str):
@@ -30,6 +36,7 @@ def numbers(c) -> list[tuple[int, int, int, int]]:
     return [(n["steps"], n["preemptions"], n["peak_blocks"], n["finished"]) for n in c.per_side.values()]
 
 
+@needs_nano_vllm
 def test_the_nano_vllm_preset_decides_as_nano_vllm_on_the_lecture_workload():
     c = diff(NANO, "nano_vllm")
     assert c.identical
@@ -37,18 +44,21 @@ def test_the_nano_vllm_preset_decides_as_nano_vllm_on_the_lecture_workload():
     assert c.num_identical_finish_steps == c.num_requests == 1000
 
 
+@needs_nano_vllm
 def test_the_nano_vllm_preset_decides_as_nano_vllm_on_a_replayed_trace():
     c = diff(NANO + AZURE, "nano_vllm")
     assert c.identical
     assert numbers(c) == [(7437, 441, 465, 1857)] * 2
 
 
+@needs_nano_vllm
 def test_the_nano_vllm_preset_with_every_block_cached_decides_as_nano_vllm():
     c = diff(NANO + ["allocator=paged_cached", "allocator.cache_generated_blocks=true"], "nano_vllm")
     assert c.identical
     assert numbers(c) == [(941, 325, 465, 1000)] * 2
 
 
+@needs_nano_vllm
 def test_nano_vllm_hashes_blocks_after_the_step_which_kvbench_does_not_model():
     # Mooncake's first two requests share a 512-token prefix and are admitted in one step: kvbench
     # keys the first one's blocks as they are scheduled, so the second hits them; nano-vllm hashes
@@ -59,6 +69,7 @@ def test_nano_vllm_hashes_blocks_after_the_step_which_kvbench_does_not_model():
     assert difference(c.first_divergence) == "request 1: kvbench 6810, peer 7322"
 
 
+@needs_nano_vllm
 def test_kvbench_s_own_defaults_are_not_nano_vllm_and_the_first_divergence_says_where():
     c = diff(["scheduler=prefill_first", "allocator.block_size_tokens=256"], "nano_vllm")
     assert not c.identical
@@ -83,12 +94,36 @@ def test_compare_counts_identical_steps_and_finish_steps():
         (["allocator=naive"], "use allocator=paged"),
         (["workload=synthetic", "workload.num_branches=2", "workload.num_requests=4"], "branches"),
         (["scheduler.queue=shortest_prompt"], "the peers schedule fcfs or priority"),
-        (NANO + ["allocator.block_size_tokens=16"], "256"),
+        pytest.param(
+            NANO + ["allocator.block_size_tokens=16"],
+            "set allocator.block_size_tokens=256 .or a multiple of it., or add --any-block-size",
+            marks=needs_nano_vllm,
+        ),
     ],
 )
 def test_what_a_peer_cannot_run_is_one_line(overrides, message):
+    """Said whether the peer is installed or not (but the block size, which needs nano-vllm loaded)."""
     with pytest.raises(ConfigError, match=message):
         diff(overrides, "nano_vllm")
+
+
+@needs_nano_vllm
+def test_a_block_size_nano_vllm_refuses_runs_with_any_block_size():
+    cfg, _ = compose(NANO + ["allocator.block_size_tokens=16", "workload.num_requests=200"])
+    c = run_differential(cfg, "nano_vllm", peer_options={"allow_any_block_size": True})
+    assert c.identical and c.num_identical_finish_steps == 200
+
+
+def test_a_missing_nano_vllm_is_one_line_saying_how_to_get_it(tmp_path, monkeypatch):
+    cfg, _ = compose(NANO + ["workload.num_requests=10"])
+    with pytest.raises(ConfigError, match=r"--peer=nano_vllm: --nano-vllm-path .*: no nanovllm/engine/scheduler.py"):
+        run_differential(cfg, "nano_vllm", peer_options={"nano_vllm_path": str(tmp_path)})
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "nanovllm" else find_spec(name, *a)
+    )
+    with pytest.raises(ConfigError, match=r"--peer=nano_vllm: nano-vllm is not installed: pip install --no-deps git\+"):
+        run_differential(cfg, "nano_vllm")
 
 
 @needs_vllm
