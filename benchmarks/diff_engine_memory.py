@@ -5,6 +5,9 @@ before either side runs.
     python benchmarks/diff_engine_memory.py                     # nano-vllm's peer; about 4 minutes on 2 cores
     python benchmarks/diff_engine_memory.py --peer vllm_v1 --kvbench .venv-vllm/bin/kvbench
 
+nano-vllm installs from its repository (README, "Engines by name"); vLLM's scheduler with
+tools/install_vllm_scheduler.sh.
+
 Both sides of a differential check keep every request's prompt token ids (the peer's own
 sequences hold them again) and every step's decisions, so its memory grows with the prompt and
 output tokens of its requests, far faster than a run's (``benchmarks/memory_per_request.py``).
