@@ -115,10 +115,20 @@ class EngineConfig:
     #: the block pool keeps one block out of use (vLLM's null block, the placeholder a padded block
     #: table points at): the KV budget holds one block fewer
     null_block: bool = False
+    #: with a paged allocator's prefix cache: a block computed with content another block already
+    #: holds is cached too (vLLM's BlockPool does not de-duplicate); turns on the allocator's
+    #: ``cache_duplicate_blocks``, and changes nothing without prefix caching
+    cache_duplicate_blocks: bool = False
 
     def validate(self) -> None:
         require(isinstance(self.name, str) and bool(self.name), "engine.name", self.name, "name the engine")
         require(isinstance(self.null_block, bool), "engine.null_block", self.null_block, "use true or false")
+        require(
+            isinstance(self.cache_duplicate_blocks, bool),
+            "engine.cache_duplicate_blocks",
+            self.cache_duplicate_blocks,
+            "use true or false",
+        )
 
 
 def _group() -> Any:

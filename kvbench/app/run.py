@@ -85,10 +85,12 @@ def _instantiate(group: str, node, **kwargs):
     return cls(plugin_config(cls, node, group), **kwargs)
 
 
-def _allocator(cfg: DictConfig, model: ModelSpec, budget_bytes: int) -> Allocator:
+def _allocator(cfg: DictConfig, model: ModelSpec, budget_bytes: int, engine: EngineConfig) -> Allocator:
     """The allocator ``cfg.allocator`` names. A paged one, for a model with sliding-window layers in
     a simulation, keeps one block table per KV-cache group and frees what leaves a window
-    (``hybrid_paged``, the same options); every other allocator keeps every token of every layer."""
+    (``hybrid_paged``, the same options); every other allocator keeps every token of every layer.
+    ``engine.cache_duplicate_blocks`` turns on the paged allocator's own option where its prefix
+    cache is on (``hybrid_paged`` keeps one block per key)."""
     node = cfg.allocator
     if model.kv_groups and cfg.mode == "sim" and node is not None and node.get("name") == "paged":
         cls = lookup("allocator", "hybrid_paged")
@@ -96,6 +98,13 @@ def _allocator(cfg: DictConfig, model: ModelSpec, budget_bytes: int) -> Allocato
         return cls(
             config, budget_bytes=budget_bytes, kv_bytes_per_token=model.kv_bytes_per_token, kv_groups=model.kv_groups
         )
+    if (
+        engine.cache_duplicate_blocks
+        and node is not None
+        and node.get("name") == "paged"
+        and node.get("prefix_caching") is True
+    ):
+        node = {**OmegaConf.to_container(node, resolve=True), "cache_duplicate_blocks": True}
     return _instantiate("allocator", node, budget_bytes=budget_bytes, kv_bytes_per_token=model.kv_bytes_per_token)
 
 
@@ -120,10 +129,10 @@ def setup(cfg: DictConfig) -> RunSetup:
     hardware = to_dataclass(HardwareSpec, cfg.hardware, "hardware")
     engine = to_dataclass(EngineConfig, cfg.get("engine") or {}, "engine")
     budget_bytes = hardware.kv_budget(model.weight_bytes)
-    allocator = _allocator(cfg, model, budget_bytes)
+    allocator = _allocator(cfg, model, budget_bytes, engine)
     if engine.null_block:  # one block of the pool is never handed out: the budget holds one fewer
         budget_bytes -= getattr(allocator, "page_bytes", allocator.block_size_tokens * model.kv_bytes_per_token)
-        allocator = _allocator(cfg, model, budget_bytes)
+        allocator = _allocator(cfg, model, budget_bytes, engine)
     kernel = _instantiate("kernel", cfg.kernel)
     if cfg.mode == "real":
         if model.kv_groups:  # the real kernels attend to every cached token: a window would be ignored

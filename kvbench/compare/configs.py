@@ -17,6 +17,7 @@ ADDED_KEY_DEFAULTS: dict[str, Any] = {
     "engine.name": "kvbench",
     "engine.version": None,
     "engine.null_block": False,
+    "engine.cache_duplicate_blocks": False,
     "scheduler.queue": "fcfs",
     "scheduler.watermark_in_blocks": False,
     "scheduler.full_prompt_admission": False,
@@ -26,6 +27,7 @@ ADDED_KEY_DEFAULTS: dict[str, Any] = {
     "scheduler.head_only_chunking": False,
     # the paged allocator's (on another allocator's config both sides get it alike: no difference)
     "allocator.cache_generated_blocks": False,
+    "allocator.cache_duplicate_blocks": False,
     # the paged allocator's host tier for evicted prefix blocks: off
     "allocator.host_cache_bytes": 0,
     "allocator.host_reload": "overlapped",

@@ -77,6 +77,10 @@ class AllocatorCapabilities:
     #: prefix, generated tokens included (vLLM hashes every full block), so a request without
     #: prefix hashes still finds its own blocks again after a recompute preemption. Set per instance
     caches_own_blocks: bool = False
+    #: with ``caches_prefixes``: a block computed with content another block already holds keeps
+    #: the key too (vLLM's BlockPool does not de-duplicate), so a key may have several blocks; a
+    #: lookup takes the earliest still cached. Set per instance
+    caches_duplicate_blocks: bool = False
     #: maps physical pages into virtual ranges as sequences grow (vAttention), work that takes
     #: time: the scheduler puts :meth:`Allocator.drain_page_mapping` in each step plan
     maps_pages: bool = False

@@ -17,6 +17,13 @@ Prefix caching (``prefix_caching=true``, vLLM's automatic prefix caching, v1's b
   caches blocks when it schedules them). A key is held by one block at most: a block that fills
   with a key some other block already holds stays private (it is recomputed content, e.g. the last
   block of a fully cached prompt), and is freed as an ordinary block.
+- ``cache_duplicate_blocks=true`` (vLLM's BlockPool, which does not de-duplicate: a block id never
+  changes once in a block table): such a block takes the key too, beside the block holding it. A
+  lookup finds the key's earliest holder still cached; freed, a duplicate joins the back of the
+  LRU queue like any keyed block (not the free pool), and the key is dropped only with its last
+  holder. What changes is which blocks an allocation evicts: a request preempted by recompute,
+  whose chain of cached blocks broke at an evicted one, recomputes the rest beside the cached
+  copies, and those copies then wait their turn in the queue instead of being reused at once.
 - ``allocate`` reuses every cached block of the longest cached run of the prompt's keys, up to
   ``min(prompt, num_tokens - 1)`` tokens, in whole blocks (as vLLM: a fully cached prompt still
   computes its last token to get logits, so its last full block is computed again). A live hit
@@ -94,6 +101,11 @@ class PagedConfig:
     #: (LMCache, vLLM's offloading connector, SGLang HiCache); a later prefix hit on them reloads
     #: them over the host link. 0: no host tier (evicted blocks are gone)
     host_cache_bytes: float = 0
+    #: with prefix_caching: a block computed with content another block already holds (the last
+    #: block of a fully cached prompt, a recomputed block whose cached copy is past a broken chain)
+    #: takes the key too and, freed, is cached and evictable like it, as vLLM's BlockPool keeps
+    #: duplicates; false: it stays private and is freed as an ordinary block (one block per key)
+    cache_duplicate_blocks: bool = False
     #: how a reload is paid: overlapped (started when the request is first considered, the request
     #: admitted once its blocks have arrived, other requests running meanwhile) or blocking (the
     #: copy is added to the step that admits the request)
@@ -114,6 +126,12 @@ class PagedConfig:
             isinstance(self.cache_generated_blocks, bool) and (self.prefix_caching or not self.cache_generated_blocks),
             "allocator.cache_generated_blocks",
             self.cache_generated_blocks,
+            "use true with allocator.prefix_caching=true, or false",
+        )
+        require(
+            isinstance(self.cache_duplicate_blocks, bool) and (self.prefix_caching or not self.cache_duplicate_blocks),
+            "allocator.cache_duplicate_blocks",
+            self.cache_duplicate_blocks,
             "use true with allocator.prefix_caching=true, or false",
         )
         validate_host_tier(self.host_cache_bytes, self.host_reload, self.prefix_caching)
@@ -170,10 +188,17 @@ class PagedAllocator(Allocator):
         self._cache_generated = self._caching and bool(self.config.cache_generated_blocks)
         if self._caching:
             self.capabilities = replace(
-                type(self).capabilities, caches_prefixes=True, caches_own_blocks=self._cache_generated
+                type(self).capabilities,
+                caches_prefixes=True,
+                caches_own_blocks=self._cache_generated,
+                caches_duplicate_blocks=bool(self.config.cache_duplicate_blocks),
             )
-        self._cached_block_id: dict[BlockKey, int] = {}  # key -> the one block holding it, live or evictable
+        self._cached_block_id: dict[BlockKey, int] = {}  # key -> the block holding it (the earliest), live or evictable
         self._block_key: dict[int, BlockKey] = {}  # block -> its key
+        # cache_duplicate_blocks: key -> its other holders, in the order they took it (only keys
+        # held by two blocks or more, so that a key with one holder costs nothing here)
+        self._cache_duplicates = self._caching and bool(self.config.cache_duplicate_blocks)
+        self._later_holders: dict[BlockKey, dict[int, None]] = {}
         # blocks with a key that no sequence holds, least recently freed first (evicted from the front)
         self._evictable: OrderedDict[int, None] = OrderedDict()
         self._prompt_keys: dict[int, list[BlockKey]] = {}  # seq -> its prompt's full-block keys
@@ -550,11 +575,7 @@ class PagedAllocator(Allocator):
         for seq_id, _, _, _ in structure:
             self._refresh_future(seq_id)
         for p, key in position_keys.items():  # a key nobody took meanwhile serves hits again
-            if key not in self._cached_block_id:
-                self._cached_block_id[key] = blocks[p]
-                self._block_key[blocks[p]] = key
-                if self.host_cache is not None:  # the tiers are exclusive
-                    self.host_cache.discard(key)
+            self._add_key(blocks[p], key)  # (beside its holders with cache_duplicate_blocks)
         for seq_id, (keys, pending) in prompt_keys.items():
             self._prompt_keys[seq_id] = keys
             if pending is not None:
@@ -790,7 +811,8 @@ class PagedAllocator(Allocator):
         self._num_fresh -= num_new
         for _ in range(num_blocks - len(taken)):
             block_id, _ = self._evictable.popitem(last=False)  # the least recently used
-            if self.host_cache is not None:  # copied to host memory instead of vanishing
+            if self.host_cache is not None and self._block_key[block_id] not in self._later_holders:
+                # its last holder: the key is copied to host memory instead of vanishing
                 self.host_cache.offload(self._block_key[block_id])
             self._drop_key(block_id)
             self.num_evicted_blocks += 1
@@ -909,25 +931,48 @@ class PagedAllocator(Allocator):
 
     def _drop_key(self, block_id: int) -> None:
         key = self._block_key.pop(block_id, None)
-        if key is not None:
+        if key is None:
+            return
+        later = self._later_holders.get(key) if self._later_holders else None
+        if later is None:
             del self._cached_block_id[key]
+            return
+        if self._cached_block_id[key] == block_id:  # the next holder in line serves lookups now
+            next_id = next(iter(later))
+            del later[next_id]
+            self._cached_block_id[key] = next_id
+        else:
+            del later[block_id]
+        if not later:
+            del self._later_holders[key]
+
+    def _add_key(self, block_id: int, key: BlockKey) -> None:
+        """``block_id`` (holding no key) takes ``key`` if no block holds it, or beside its holders
+        with ``cache_duplicate_blocks``; otherwise it stays private."""
+        cached = self._cached_block_id
+        if key not in cached:
+            cached[key] = block_id
+            if self.host_cache is not None:  # computed again: the GPU copy replaces the host one
+                self.host_cache.discard(key)
+        elif self._cache_duplicates:
+            self._later_holders.setdefault(key, {})[block_id] = None
+        else:
+            return
+        self._block_key[block_id] = key
 
     def _key_full_blocks(self, seq_id: int) -> None:
         """Give the sequence's newly full prompt blocks their keys (a key another block already
-        holds leaves the block private)."""
+        holds leaves the block private, or makes it one more holder with cache_duplicate_blocks)."""
         keys = self._prompt_keys[seq_id]
         start = self._pending_keys[seq_id]
         end = min(len(keys), self._num_tokens[seq_id] // self._block_size_tokens)
         if end <= start:
             return
-        table, cached, keyed = self._tables[seq_id], self._cached_block_id, self._block_key
+        table, keyed = self._tables[seq_id], self._block_key
         for index in range(start, end):
-            key, block_id = keys[index], table[index]
-            if key not in cached and block_id not in keyed:
-                cached[key] = block_id
-                keyed[block_id] = key
-                if self.host_cache is not None:  # computed again: the GPU copy replaces the host one
-                    self.host_cache.discard(key)
+            block_id = table[index]
+            if block_id not in keyed:
+                self._add_key(block_id, keys[index])
         if end == len(keys):
             del self._pending_keys[seq_id]
         else:

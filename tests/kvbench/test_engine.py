@@ -210,6 +210,29 @@ def test_a_fan_out_workload_loses_no_branch(allocator, budget):
         assert result.summary["num_swap_preemptions"] > 0
 
 
+#: vLLM's prefix cache (every full block keyed) on 100 lognormal requests that share a 1,000-token
+#: system prompt, in 2.5 GB: requests preempted by recompute come back to partly evicted blocks
+VLLM_SHARED_PREFIX = [
+    "engine=vllm_v1",
+    "allocator=paged_cached",
+    "allocator.cache_generated_blocks=true",
+    "workload=lognormal",
+    "workload.num_requests=100",
+    "workload.shared_prefix_tokens=1000",
+    "hardware.kv_budget_bytes=2.5e9",
+]
+
+
+def test_both_loops_agree_with_recomputed_copies_of_cached_blocks_kept_cached():
+    kept = both_loops(*VLLM_SHARED_PREFIX)  # engine=vllm_v1 sets engine.cache_duplicate_blocks
+    private = run([*FAST, *VLLM_SHARED_PREFIX, "engine.cache_duplicate_blocks=false"])
+    assert kept.summary["num_preemptions"] == private.summary["num_preemptions"] > 0
+    # the copies wait their turn in the evictable queue, so one readmitted request finds one
+    # 16-token block fewer of its own than where they were freed at once
+    served = (kept.requests["recompute_cached_tokens"] - private.requests["recompute_cached_tokens"]).tolist()
+    assert sorted(served)[0] == -16 and sum(1 for tokens in served if tokens) == 1
+
+
 # --- lecture 10.4: copy-on-write fan-out, out of a run ------------------------------------------
 
 # a 4K prompt plus its outputs is longer than Llama-2-7B's 4,096 positions: its 32K variant has the

@@ -205,3 +205,27 @@ def test_vllm_s_prefix_cache_on_a_trace_with_shared_prefixes():
     c = diff(VLLM + ["allocator=paged_cached", "allocator.cache_generated_blocks=true", *trace], "vllm_v1")
     assert c.identical
     assert numbers(c) == [(12496, 16, 7449, 364)] * 2
+
+
+#: 500 lognormal requests (medians 512 + 128) whose prompts all start with one 1,000-token system
+#: prompt (a shorter prompt is all system prompt), all at t = 0, in 4 GB: 475 blocks of 16 tokens
+#: beside the null block, so requests are preempted and come back to partly evicted blocks
+SHARED_PREFIX = [
+    "workload=lognormal",
+    "workload.num_requests=500",
+    "workload.shared_prefix_tokens=1000",
+    "hardware.kv_budget_bytes=4e9",
+]
+
+
+@needs_vllm
+def test_vllm_s_prefix_cache_under_memory_pressure_on_a_shared_system_prompt():
+    cached = VLLM + ["allocator=paged_cached", "allocator.cache_generated_blocks=true", *SHARED_PREFIX]
+    c = diff(cached, "vllm_v1")
+    assert c.identical, difference(c.first_divergence)
+    assert numbers(c) == [(7465, 336, 475, 500)] * 2
+    # vLLM keeps a recomputed copy of a cached block cached too (its BlockPool does not
+    # de-duplicate); freed at once instead, it spares one of a preempted request's own blocks
+    private = diff(cached + ["engine.cache_duplicate_blocks=false"], "vllm_v1")
+    assert private.first_divergence.step == 1508
+    assert difference(private.first_divergence) == "request 116: kvbench 658, peer 674"

@@ -245,6 +245,27 @@ class TestPagedWithPrefixCachingConforms(CachingAllocatorConformance):
         )
 
 
+class TestPagedKeepingDuplicateBlocksConforms(CachingAllocatorConformance):
+    """vLLM's prefix cache: a recomputed copy of a cached block keeps the key beside it."""
+
+    @pytest.fixture(
+        params=[(False, False), (True, False), (True, True)], ids=["prompt_blocks", "every_block", "host_tier"]
+    )
+    def allocator_factory(self, request):
+        every_block, host_tier = request.param
+        return lambda budget_bytes, kv_bytes_per_token: PagedAllocator(
+            PagedConfig(
+                8,
+                prefix_caching=True,
+                cache_generated_blocks=every_block,
+                cache_duplicate_blocks=True,
+                host_cache_bytes=budget_bytes if host_tier else 0,
+            ),
+            budget_bytes=budget_bytes,
+            kv_bytes_per_token=kv_bytes_per_token,
+        )
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     block_size_tokens=st.sampled_from([1, 4, 16, 32]),

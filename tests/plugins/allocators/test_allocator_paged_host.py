@@ -229,3 +229,26 @@ def test_the_host_ledger_accounts_for_every_byte_of_the_host_budget():
     assert alloc.host_ledger() == MemoryLedger(3 * B + 8, 0, 0, 0, 8, B, 2 * B)
     check_cache(alloc, {2: 2 * B})
     assert make(budget_blocks=4, host_blocks=0).host_ledger() is None
+
+
+def test_a_key_held_by_two_blocks_moves_to_host_with_its_last_holder():
+    alloc = PagedAllocator(
+        PagedConfig(B, prefix_caching=True, cache_duplicate_blocks=True, host_cache_bytes=2 * B),
+        budget_bytes=4 * B,
+        kv_bytes_per_token=1,
+    )
+    assert alloc.allocate(1, shape(1, 32, 32)) == 0
+    x0, x1 = alloc.block_table(1)
+    alloc.free(1)
+    assert alloc.allocate(2, shape(2, 32, 32)) == B  # a fully cached prompt computes block 1 again
+    y1 = alloc.block_table(2)[1]
+    key = alloc.block_key(x1)
+    assert alloc.block_key(y1) == key  # the copy holds the key beside x1
+    alloc.free(2)
+    assert alloc.cached_block_ids() == [x1, y1, x0]
+    assert alloc.allocate(3, SeqShape(2 * B, 4 * B, 2 * B)) == 0  # the free block, then x1 evicted
+    assert alloc.block_key(x1) is None and key not in alloc.host_cache  # y1 still holds it
+    check_exclusive(alloc)
+    assert alloc.allocate(4, SeqShape(B, 4 * B, B)) == 0  # y1 evicted: the key's last GPU copy
+    assert alloc.host_cache.keys() == [key] and alloc.num_evicted_blocks == 2
+    check_exclusive(alloc)

@@ -159,3 +159,100 @@ def test_a_short_projection_that_evicts_equals_the_array_projection(max_steps):
         assert alloc.append(2, 1)
         assert all(short.ledgers[f][step] == getattr(alloc.ledger(), f) for f in short.ledgers)
     assert alloc.num_evicted_blocks == (max_steps >= 32) + (max_steps >= 48)
+
+
+# --- cache_duplicate_blocks: vLLM's BlockPool keeps a recomputed copy of a cached block cached ----
+
+
+def make_vllm(budget_blocks: int) -> PagedAllocator:
+    """Every full block keyed (generated ones too) and duplicates kept, as vLLM's prefix cache."""
+    return PagedAllocator(
+        PagedConfig(B, prefix_caching=True, cache_generated_blocks=True, cache_duplicate_blocks=True),
+        budget_bytes=budget_blocks * B,
+        kv_bytes_per_token=1,
+    )
+
+
+def test_a_recomputed_copy_of_a_cached_block_holds_its_key_beside_it_until_the_last_holder_goes():
+    alloc = make_vllm(budget_blocks=4)
+    assert alloc.allocate(1, shape(1, 32, 32)) == 0
+    x0, x1 = alloc.block_table(1)
+    alloc.free(1)  # queue: x1, x0
+    # a fully cached prompt computes its last block again (see above): the copy takes the key too
+    assert alloc.allocate(2, shape(2, 32, 32)) == B
+    y1 = alloc.block_table(2)[1]
+    assert alloc.block_key(y1) == alloc.block_key(x1) is not None
+    alloc.free(2)
+    assert alloc.cached_block_ids() == [x1, y1, x0]  # the copy is cached and evictable, not free
+    check_cache(alloc, {})
+    led = check_ledger(alloc)
+    assert (led.free_bytes, led.cached_bytes) == (B, 3 * B)
+    # a lookup takes the earliest holder: x1 comes back out of the queue, y1 stays there
+    assert alloc.allocate(3, shape(3, 33, 32)) == 2 * B and alloc.block_table(3)[:2] == [x0, x1]
+    assert alloc.cached_block_ids() == [y1]
+    alloc.free(3)
+    assert alloc.cached_block_ids() == [y1, x1, x0]
+    # 2 blocks: the free one, then y1 evicted (the front); its key stays with x1
+    assert alloc.allocate(4, SeqShape(2 * B, 4 * B, 2 * B)) == 0
+    assert alloc.block_key(y1) is None and alloc.num_evicted_blocks == 1
+    assert alloc.num_cached_tokens(shape(5, 33, 32)) == 2 * B
+    alloc.free(4)
+    # evicting the earliest holder hands the key to the next one in line
+    assert alloc.allocate(6, shape(6, 32, 32)) == B  # x0 hit, a new copy y of block 1 (a duplicate)
+    y = alloc.block_table(6)[1]
+    assert alloc.allocate(7, SeqShape(2 * B, 4 * B, 2 * B)) == 0  # the free block, then x1 evicted
+    assert alloc.block_key(x1) is None and alloc.block_key(y) is not None
+    assert alloc.num_cached_tokens(shape(8, 33, 32)) == 2 * B  # block 1 is still found: in y
+    check_cache(alloc, {6: 32, 7: 2 * B})
+
+
+def test_without_duplicates_the_recomputed_copy_is_private_and_reused_first():
+    alloc = make(budget_blocks=4)
+    assert alloc.allocate(1, shape(1, 32, 32)) == 0
+    x0, x1 = alloc.block_table(1)
+    alloc.free(1)
+    assert alloc.allocate(2, shape(2, 32, 32)) == B
+    y1 = alloc.block_table(2)[1]
+    alloc.free(2)
+    assert alloc.block_key(y1) is None and alloc.cached_block_ids() == [x1, x0]
+    assert alloc.allocate(3, SeqShape(2 * B, 4 * B, 2 * B)) == 0  # the free ones: y1 first
+    assert alloc.block_table(3)[0] == y1 and alloc.num_evicted_blocks == 0
+
+
+def own_tokens(request: int, tokens: int, final: int) -> SeqShape:
+    """A request without prefix hashes: every full block has its own key (cache_generated_blocks)."""
+    return SeqShape(tokens, 100, final, 1, 24, (), 0, request)
+
+
+@pytest.mark.parametrize("duplicates, found_tokens", [(True, 8), (False, 16)])
+def test_a_readmitted_request_finds_the_blocks_vllm_s_free_queue_left_it(duplicates, found_tokens):
+    """The decision kvbench made differently from vLLM 0.33 (issue 45): a request preempted by
+    recompute, readmitted, found one cached block more in kvbench.
+
+    8-token blocks, 6 of them. R1 (a 16-token system prompt) leaves blocks 0 and 1 cached; P (24
+    tokens of its own) holds 2, 3, 4 and is preempted: the queue is 1 0 4 3 2 (each request's tail
+    first). R2 (the system prompt again) hits block 0 and, as a fully cached prompt must, computes
+    block 1's content again in block 5. Freed, vLLM caches that copy behind P's blocks (queue
+    1 4 3 2 5 0); a de-duplicating cache frees it (queue 1 4 3 2 0, block 5 free). Q then takes 3
+    blocks: vLLM evicts 1, 4, 3, leaving P's first block only (8 tokens); the de-duplicating cache
+    takes block 5 and evicts 1, 4, leaving P's first two (16 tokens)."""
+    alloc = PagedAllocator(
+        PagedConfig(8, prefix_caching=True, cache_generated_blocks=True, cache_duplicate_blocks=duplicates),
+        budget_bytes=6 * 8,
+        kv_bytes_per_token=1,
+    )
+    system = [SeqShape(16, 100, 16, 1, 16, prefix_hashes(16, 8, 2, 0, r), 8, r) for r in (0, 1)]
+    assert alloc.allocate(1, system[0]) == 0 and alloc.block_table(1) == [0, 1]
+    alloc.free(1)
+    assert alloc.allocate(9, own_tokens(9, 24, 40)) == 0 and alloc.block_table(9) == [2, 3, 4]
+    alloc.free(9)  # preempted by recompute
+    assert alloc.cached_block_ids() == [1, 0, 4, 3, 2]
+    assert alloc.allocate(2, system[1]) == 8 and alloc.block_table(2) == [0, 5]
+    alloc.free(2)
+    assert alloc.cached_block_ids() == ([1, 4, 3, 2, 5, 0] if duplicates else [1, 4, 3, 2, 0])
+    assert alloc.allocate(3, own_tokens(3, 24, 24)) == 0
+    assert alloc.block_table(3) == ([1, 4, 3] if duplicates else [5, 1, 4])
+    alloc.free(3)
+    # P comes back with one generated token more (25): at most 24 tokens can come from the cache
+    assert alloc.allocate(9, own_tokens(9, 25, 40)) == found_tokens
+    check_cache(alloc, {9: 25})
