@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kvbench.app.progress import progress_bar
 from kvbench.commands.arguments import renamed_slo_flag
 from kvbench.commands.common import Parser, compose_checked, resolve_out_dir, run_cli
 from kvbench.errors import ConfigError, require
@@ -116,25 +116,24 @@ def _main(argv: list[str]) -> int:
     rows: list[dict] = []
     out = wide_console()
     estimate = min(args.max_runs, expected_runs(low, high, knob.integer, args.rel_tol))
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=out, transient=True) as progress:
-        task = progress.add_task("slo-search", total=estimate)
+    # the probes' bar on a terminal, a line every 10 s in a log (stderr); each probe's line on stdout
+    with progress_bar(estimate, "slo-search", enabled=bool(cfg.progress), unit="probes") as advance:
 
         def passes(value: float) -> bool:
             text = value_text(value, knob, digits)
-            progress.update(task, description=f"probe {len(rows) + 1}: {args.over}={text}")
+            advance(0, note=f"probe {len(rows) + 1}: {args.over}={text}")
             value_arg = int(value) if knob.integer else repr(float(value))
             result = run([*overrides, f"{knob.key}={value_arg}", "progress=false"])
             row = {"probe": len(rows) + 1, "value": value, **{k: result.summary[k] for k in PROBE_COLUMNS}}
             # NaN attainment (nothing finished) fails: the comparison is False
             row["passed"] = bool(row["slo_attainment"] >= args.attainment)
             rows.append(row)
-            progress.console.print(
+            out.print(
                 f"probe {row['probe']}: {args.over}={text} {knob.unit}: attainment {row['slo_attainment']:.1%} "
                 f"-> {'pass' if row['passed'] else 'fail'}",
                 highlight=False,
             )
-            progress.update(task, advance=1, total=max(estimate, len(rows)))
+            advance(1)
             return row["passed"]
 
         search = bisect(passes, low, high, integer=knob.integer, rel_tol=args.rel_tol, max_runs=args.max_runs)

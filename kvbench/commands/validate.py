@@ -71,7 +71,7 @@ def _main(argv: list[str]) -> int:
     frame, _ = read_silicon()
     rows, _ = admitted(frame)
     total = 2 * len(select(rows, args.model, args.system, args.backend, args.limit))
-    with progress_bar(total, "replaying", enabled=True) as advance:
+    with progress_bar(total, "replaying", enabled=True, unit="runs") as advance:
         v = run_validation(
             models=args.model,
             systems=args.system,
