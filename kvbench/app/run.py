@@ -183,11 +183,11 @@ def _clock(cfg, model, model_config, hardware, allocator, kernel) -> tuple[Decod
     step), else the roofline with the kernel's calibration file, if any."""
     measured = getattr(type(kernel), "measured", None)
     if measured is not None:
-        from kvbench.exec.profiled import ProfiledCostModel, load_tables  # a measured kernel's tables only
+        from kvbench.exec.profiled import ProfiledCostModel, load_tables, table_kv_dtype  # a measured kernel's only
         from kvbench.specs.profiles import hardware_system
 
         system = hardware_system(hardware.name)
-        kv_dtype = "fp8" if model.kv_element_bytes == 1 else "bfloat16"
+        kv_dtype = table_kv_dtype(model)
         try:
             tables = load_tables(measured, system, model, kernel.gemm_dtype(model_config.dtype), kv_dtype)
         except ConfigError as exc:
