@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+from rich import box
 from rich.table import Table
 
 from kvbench.app.progress import progress_bar
@@ -140,19 +141,26 @@ def _main(argv: list[str]) -> int:
 
     curve = pd.DataFrame(rows).sort_values("value", kind="stable").reset_index(drop=True)
     curve.insert(0, "knob", knob.key)
-    table = Table(title=f"kvbench slo-search over {knob.key}: {slo_text(slo)}, target {args.attainment * 100:g} %")
+    # units under the headers and no vertical rules: the table fits 100 columns (a pipe's width)
+    table = Table(
+        title=f"kvbench slo-search over {knob.key}: {slo_text(slo)}, target {args.attainment * 100:g} %",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for header in (
         args.over,
         "attainment",
-        "goodput req/s",
-        "throughput req/s",
-        "TTFT p99 s",
-        "TPOT p99 ms",
-        "E2E p99 s",
+        "goodput\nreq/s",
+        "throughput\nreq/s",
+        "TTFT p99\ns",
+        "TPOT p99\nms",
+        "E2E p99\ns",
         "pass?",
         "probe #",
     ):
-        table.add_column(header, justify="right")
+        table.add_column(header, justify="right", no_wrap=True)
     for row in curve.itertuples():
         table.add_row(
             value_text(row.value, knob, digits),
