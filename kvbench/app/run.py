@@ -32,6 +32,7 @@ from kvbench.engine import Engine
 from kvbench.errors import ConfigError, require
 from kvbench.exec.costmodel import CostModel
 from kvbench.exec.sim import SimExecutor
+from kvbench.extras import install_hint
 from kvbench.memory.allocator import Allocator
 from kvbench.memory.host_pool import HostSwapPool
 from kvbench.metrics.host_tier import host_tier_summary
@@ -409,7 +410,7 @@ def _check_real_mode_installed() -> None:
     if missing:
         raise ConfigError(
             f"mode=real runs a model with torch and transformers ({' and '.join(missing)} not installed): "
-            "pip install 'kvbench[real]', or use mode=sim"
+            f"{install_hint('real')}, or use mode=sim"
         )
 
 

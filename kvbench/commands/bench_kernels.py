@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kvbench.app.config import to_dataclass
 from kvbench.errors import ConfigError
+from kvbench.extras import install_hint
 from kvbench.kernelbench.bench import DRY_RUN_SHAPES, BenchKernelsConfig, run
 
 
@@ -56,7 +57,7 @@ def _no_gpu(args: list[str]) -> str | None:
     if dry and dry[-1] in ("true", "yes", "on", "1"):
         return None
     if importlib.util.find_spec("torch") is None:
-        return "kvbench bench-kernels times kernels with torch, which is not installed: pip install 'kvbench[kernels]'"
+        return f"kvbench bench-kernels times kernels with torch, which is not installed: {install_hint('kernels')}"
     import torch
 
     if not torch.cuda.is_available():

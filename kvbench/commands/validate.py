@@ -1,11 +1,12 @@
 """``kvbench validate``: replay public end-to-end measurements of real engines and report how far
 kvbench's clocks are from them (:mod:`kvbench.validation`).
 
-    pip install -e '.[profiles]' && kvbench validate
+    kvbench validate
     kvbench validate --model Qwen/Qwen3-32B --backend trtllm --workers 2 --out results/validate/qwen
 
-Without the ``profiles`` extra it replays the excerpt of the measurements kvbench ships (the
-rows of its dense models), priced by its excerpt of the tables.
+It needs no extra: without the ``profiles`` extra it replays the excerpt of the measurements
+kvbench ships (the rows of its dense models), priced by its excerpt of the tables. The extra adds
+aiconfigurator's own estimate beside kvbench's clocks (``--no-aic`` leaves it out).
 """
 
 from __future__ import annotations
@@ -103,7 +104,9 @@ def _main(argv: list[str]) -> int:
     parser = Parser(
         "kvbench validate",
         "Replay public end-to-end TTFT/TPOT measurements of real vLLM, SGLang and TRT-LLM deployments "
-        "(aiconfigurator-core's silicon sample) on kvbench's profiled clock and its roofline, and report the errors.",
+        "(aiconfigurator-core's silicon sample) on kvbench's profiled clock and its roofline, and report the errors. "
+        "Runs on what kvbench ships; the profiles extra (pip install -e '.[profiles]' in a clone) adds "
+        "aiconfigurator's own estimate beside them.",
     )
     parser.add_argument("--model", action="append", help="only this model_path (repeatable), e.g. Qwen/Qwen3-32B")
     parser.add_argument("--system", action="append", help="only this GPU (repeatable): a100_sxm, h100_sxm, h200_sxm")
