@@ -73,6 +73,7 @@ def test_plain_lines_on_stderr_in_a_pipe(fake_paper, monkeypatch, tmp_path, caps
     ticks = iter(range(0, 10**6, 11))  # a fake clock: 11 s pass between two readings
     monkeypatch.setattr(progress, "monotonic", lambda: float(next(ticks)))
     monkeypatch.setattr(progress, "PLAIN_POLL_S", 3600.0)  # lines come from the runs, not the ticker
+    monkeypatch.setattr(progress, "_last_line_s", float("-inf"))  # no line written yet in this process
     assert paper(monkeypatch, "--out", str(tmp_path / "paper")) == 0
     out, err = capsys.readouterr()
     lines = [line for line in err.splitlines() if line.startswith("kvbench paper: ")]
