@@ -1,6 +1,6 @@
 """Weights & Biases sink: every finished run becomes a W&B run, when asked for.
 
-W&B is an optional extra (``pip install 'kvbench[wandb]'``) and off by default (``wandb.mode=disabled``):
+W&B is an optional extra (``pip install -e '.[wandb]'``) and off by default (``wandb.mode=disabled``):
 a run writes its tables under ``results/`` whether or not it is logged. ``wandb.mode=offline`` needs
 no account and makes no network call; it writes under the job's results folder
 (``<run folder>/wandb/offline-run-*``), and nowhere else: W&B's own cache and data folders

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from kvbench.errors import ConfigError, require
+from kvbench.extras import install_hint
 from kvbench.metrics.slo_config import SloConfig  # pandas-free, for --help
 
 MODES = ("sim", "real")
@@ -43,7 +44,7 @@ class OutputConfig:
 @dataclass
 class WandbConfig:
     #: disabled (default), offline (no account, no network: runs to upload later with ``wandb sync``)
-    #: or online; W&B is an optional extra (``pip install 'kvbench[wandb]'``). The environment
+    #: or online; W&B is an optional extra (``pip install -e '.[wandb]'`` in a clone). The environment
     #: variable WANDB_MODE, when set, overrides it (see kvbench_plugins.wandb_sink)
     mode: str = "disabled"
     project: str = "kvbench"
@@ -68,7 +69,7 @@ class WandbConfig:
             off = "unset WANDB_MODE" if env_mode else "leave wandb.mode at disabled"
             raise ConfigError(
                 f"{asked_by} logs the run to Weights & Biases, which is not installed: "
-                f"pip install 'kvbench[wandb]', or {off}"
+                f"{install_hint('wandb')}, or {off}"
             )
 
 
@@ -83,7 +84,7 @@ def wandb_refusal(args: list[str]) -> str | None:
     if env_mode in logging_modes:
         return (
             f"WANDB_MODE={env_mode} (environment) logs the run to Weights & Biases, which is not installed: "
-            "pip install 'kvbench[wandb]', or unset WANDB_MODE"
+            f"{install_hint('wandb')}, or unset WANDB_MODE"
         )
     for arg in args:
         key, _, value = arg.lstrip("+~").partition("=")
@@ -91,7 +92,7 @@ def wandb_refusal(args: list[str]) -> str | None:
         if key == "wandb.mode" and asked and env_mode is None:
             return (
                 f"wandb.mode={asked[0]} logs the run to Weights & Biases, which is not installed: "
-                "pip install 'kvbench[wandb]', or leave wandb.mode at disabled"
+                f"{install_hint('wandb')}, or leave wandb.mode at disabled"
             )
     return None
 

@@ -13,6 +13,7 @@ import ast
 import re
 from collections.abc import Sequence
 
+from kvbench.extras import install_hint
 from kvbench.suggest import did_you_mean
 
 GRAMMAR_URL = "https://hydra.cc/docs/advanced/override_grammar/basic/"
@@ -124,7 +125,7 @@ def hydra_error_line(exc: BaseException, args: Sequence[str] = ()) -> str:
             guess = did_you_mean(choice, sorted(exc.options))
             extra = LAUNCHER_EXTRAS.get(choice) if group == "hydra/launcher" else None
             if extra and choice not in exc.options:  # a launcher kvbench documents, not installed here
-                guess = f"it comes with an extra: pip install 'kvbench[{extra}]' (docs/launchers.md);"
+                guess = f"it comes with an extra: {install_hint(extra)} (docs/launchers.md);"
             return (
                 f"{group}={choice!r} is not a known {group}; {guess + ' ' if guess else ''}"
                 f"choose one of: {', '.join(sorted(exc.options))}"

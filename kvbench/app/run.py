@@ -32,6 +32,7 @@ from kvbench.engine import Engine
 from kvbench.errors import ConfigError, require
 from kvbench.exec.costmodel import CostModel
 from kvbench.exec.sim import SimExecutor
+from kvbench.extras import install_hint
 from kvbench.memory.allocator import Allocator
 from kvbench.memory.host_pool import HostSwapPool
 from kvbench.metrics.host_tier import host_tier_summary
@@ -192,11 +193,11 @@ def _clock(cfg, model, model_config, hardware, allocator, kernel) -> tuple[Decod
     step), else the roofline with the kernel's calibration file, if any."""
     measured = getattr(type(kernel), "measured", None)
     if measured is not None:
-        from kvbench.exec.profiled import ProfiledCostModel, load_tables  # a measured kernel's tables only
+        from kvbench.exec.profiled import ProfiledCostModel, load_tables, table_kv_dtype  # a measured kernel's only
         from kvbench.specs.profiles import hardware_system
 
         system = hardware_system(hardware.name)
-        kv_dtype = "fp8" if model.kv_element_bytes == 1 else "bfloat16"
+        kv_dtype = table_kv_dtype(model)
         try:
             tables = load_tables(measured, system, model, kernel.gemm_dtype(model_config.dtype), kv_dtype)
         except ConfigError as exc:
@@ -418,7 +419,7 @@ def _check_real_mode_installed() -> None:
     if missing:
         raise ConfigError(
             f"mode=real runs a model with torch and transformers ({' and '.join(missing)} not installed): "
-            "pip install 'kvbench[real]', or use mode=sim"
+            f"{install_hint('real')}, or use mode=sim"
         )
 
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from kvbench.app.progress import Job, current_job, say, set_current_job
+from kvbench.app.progress import Job, current_job, end_sweep, say, set_current_job, start_sweep, sweep_job_done
 
 #: the sweepers whose split kvbench can count: kvbench's own (its default) and Hydra's basic one
 _KVBENCH_SWEEPER = "KvbenchSweeper"
@@ -74,7 +74,9 @@ def job_label(task_overrides: list[str], swept: tuple[str, ...]) -> str:
 
 class JobProgress(Callback):
     """Sets the :class:`~kvbench.app.progress.Job` of each sweep job (none for a single run); in a
-    launcher's worker process, says in one line on a terminal when each job starts and ends."""
+    launcher's worker process, says in one line on a terminal when each job starts and ends; where
+    the jobs run one after another in this process and stderr is no terminal (a CI log), says every
+    10 s of silence how many jobs are done."""
 
     def __init__(self) -> None:
         self.num_jobs: int | None = None
@@ -86,6 +88,12 @@ class JobProgress(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self.launcher_pid = os.getpid()
         self.num_jobs, self.swept = sweep_size(config)
+        # Hydra's basic launcher runs the jobs here, in turn; another launcher's jobs report from their processes
+        if str(OmegaConf.select(config, "hydra.launcher._target_", default="")).endswith(".BasicLauncher"):
+            start_sweep(self.num_jobs, enabled=bool(config.get("progress", True)))
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        end_sweep()
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         hc = config.hydra
@@ -107,6 +115,7 @@ class JobProgress(Callback):
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
         job = current_job()
         set_current_job(None)
+        sweep_job_done()
         if job is None or not job.parallel:
             return
         from hydra.core.utils import JobStatus

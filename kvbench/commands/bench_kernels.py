@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kvbench.app.config import to_dataclass
 from kvbench.errors import ConfigError
+from kvbench.extras import install_hint
 from kvbench.kernelbench.bench import DRY_RUN_SHAPES, BenchKernelsConfig, run
 
 
@@ -56,7 +57,7 @@ def _no_gpu(args: list[str]) -> str | None:
     if dry and dry[-1] in ("true", "yes", "on", "1"):
         return None
     if importlib.util.find_spec("torch") is None:
-        return "kvbench bench-kernels times kernels with torch, which is not installed: pip install 'kvbench[kernels]'"
+        return f"kvbench bench-kernels times kernels with torch, which is not installed: {install_hint('kernels')}"
     import torch
 
     if not torch.cuda.is_available():
@@ -76,12 +77,23 @@ def main() -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     from kvbench.app.overrides import hydra_error_line
+    from kvbench.commands.help import wants_help
     from kvbench.commands.main import _unknown_flag
     from kvbench.commands.signals import exit_interrupted, handle_sigterm
     from kvbench.errors import error_line
 
     handle_sigterm()
     args = sys.argv[1:]
+    if wants_help(args) and "--hydra-help" not in args:  # what the command does and what it needs, in 100 columns
+        from kvbench.commands.help import print_page, render_help
+
+        try:
+            page = render_help(args, "bench_kernels", groups=("hardware",))
+        except (HydraException, OmegaConfBaseException) as exc:
+            print(error_line("kvbench bench-kernels", hydra_error_line(exc, args)), file=sys.stderr)
+            sys.exit(2)
+        print_page(page)
+        return
     unknown = _unknown_flag(args)
     if unknown:
         print(

@@ -41,7 +41,14 @@ def main(argv: list[str] | None = None) -> None:
     args_in = sys.argv[1:] if argv is None else argv
     try:
         args = _parse(args_in)
-        runs = [load_run(f) for folder in args.runs for f in run_folders(folder)]
+        from kvbench.app.progress import progress_bar
+
+        folders = [f for folder in args.runs for f in run_folders(folder)]
+        runs = []
+        with progress_bar(len(folders), "reading runs", enabled=True, unit="runs") as advance:
+            for folder in folders:
+                runs.append(load_run(folder))
+                advance(1)
         result = fit(runs)
         from kvbench.app.folders import check_writable
 

@@ -24,7 +24,7 @@ from kvbench.commands.arguments import OneLineParser
 from kvbench.compare.configs import IGNORED_KEYS
 from kvbench.compare.diff import FAILING, compare_jobs, unused_patterns
 from kvbench.compare.load import load_side
-from kvbench.compare.match import explain_unmatched, match_jobs
+from kvbench.compare.match import explain_unmatched, match_jobs, nearest_differing_keys
 from kvbench.compare.report import console, print_report, verdict_line
 from kvbench.compare.save import FILES, save
 from kvbench.compare.tolerance import SPEC_HELP, default_rules, load_rules, parse_option
@@ -98,10 +98,7 @@ def run(argv: list[str]) -> int:
     base, head = load_side(args.base, "base"), load_side(args.head, "head")
     matching = match_jobs(base, head, ignored)
     if not matching.pairs:
-        raise ConfigError(
-            f"no job matched: {explain_unmatched(matching, ignored)}; compare runs of the same "
-            "command, or --ignore-config KEY for a key that cannot change a number"
-        )
+        raise ConfigError(_none_matched(matching, ignored))
     if matching.base_only or matching.head_only:
         raise ConfigError(f"{explain_unmatched(matching, ignored)}; run the same sweep on both sides")
 
@@ -117,6 +114,26 @@ def run(argv: list[str]) -> int:
         out.print(f"comparison: {out_dir} (compare.parquet, compare.csv, compare.png)", highlight=False, soft_wrap=True)
     out.print(verdict_line(frame, len(matching.pairs), out.width), highlight=False, soft_wrap=True)
     return BEYOND if frame["verdict"].isin(FAILING).any() else OK
+
+
+#: keys spelled out in the suggested --ignore-config flags; past it, a count
+MAX_SUGGESTED_KEYS = 3
+
+
+def _none_matched(matching, ignored: tuple[str, ...]) -> str:
+    """One line: jobs pair only where their configs agree; the keys that kept them apart, the first
+    unmatched job's differences, and the --ignore-config flags that would pair them anyway (for
+    keys that cannot change a number: a path, a tag)."""
+    keys = nearest_differing_keys(matching, ignored)
+    shown = ", ".join(keys[:MAX_SUGGESTED_KEYS]) + (
+        f" and {len(keys) - MAX_SUGGESTED_KEYS} more" if len(keys) > MAX_SUGGESTED_KEYS else ""
+    )
+    why = f" (jobs are paired by config, and the configs differ in {shown})" if keys else ""
+    flags = " ".join(f"--ignore-config {key}" for key in keys[:MAX_SUGGESTED_KEYS])
+    fix = f", or add {flags} if {'that key' if len(keys) == 1 else 'those keys'} cannot change a number" if keys else ""
+    return (
+        f"no job matched{why}: {explain_unmatched(matching, ignored, named=1)}; compare runs of the same command{fix}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

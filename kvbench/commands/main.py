@@ -64,7 +64,7 @@ SUBCOMMANDS = {
         "kvbench.commands.calibrate", "fit the simulator's efficiencies to real runs' measured steps"
     ),
     "compare": Subcommand(
-        "kvbench.commands.compare", "two runs or sweeps, metric by metric, against tolerances (exit 1: a metric moved)"
+        "kvbench.commands.compare", "two runs or sweeps against tolerances (exit status 1: a metric moved)"
     ),
     "diff-engine": Subcommand(
         "kvbench.commands.diff_engine",

@@ -13,6 +13,7 @@ import math
 from dataclasses import asdict
 
 from omegaconf import OmegaConf
+from rich import box
 from rich.table import Table
 
 from kvbench.commands.arguments import renamed_slo_flag
@@ -121,8 +122,8 @@ def _main(argv: list[str]) -> int:
     out = wide_console()
     out.print(f"kvbench slo-batch: {what}", highlight=False)
     out.print(
-        f"decode-only batch, every sequence holding {context_tokens} context tokens "
-        f"(--context-tokens; default 640, the lecture's 512 + 128)",
+        f"decode-only batch, every sequence at {context_tokens} context tokens "
+        f"(--context-tokens; default 640 = 512 + 128)",
         highlight=False,
     )
     source = f"slo.tpot_s={tpot_slo_s:g}" if tpot_given else f"slo.tpot_s not set: the lecture's {slo_text}"
@@ -132,7 +133,14 @@ def _main(argv: list[str]) -> int:
     if ignored:
         out.print(f"{' and '.join(ignored)}: not used (a decode-only batch has only a TPOT)", highlight=False)
     out.print(f"kernel decode efficiency {answer.decode_efficiency:.3f} ({s.efficiency.source})", highlight=False)
-    rich_table = Table(title=f"TPOT versus batch: SLO {slo_text}")
+    # no vertical rules: the eight columns fit 100 (a pipe's width) without wrapping a cell
+    rich_table = Table(
+        title=f"TPOT versus batch: SLO {slo_text}",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for header in (
         "B",
         "KV read GB",
@@ -143,7 +151,7 @@ def _main(argv: list[str]) -> int:
         "meets SLO?",
         "fits memory?",
     ):
-        rich_table.add_column(header, justify="right")
+        rich_table.add_column(header, justify="right", no_wrap=True)
     for row in table.itertuples():
         note = {b_slo: " ← SLO", b_mem: " ← memory"}.get(row.batch, "")
         rich_table.add_row(
@@ -178,7 +186,7 @@ def _main(argv: list[str]) -> int:
     if b_mem:
         out.print(
             f"memory: allocator {allocator} holds {b_mem:,} such sequences in the {s.budget_bytes / GB:.2f} GB KV "
-            f"budget, {held_bytes / GB:.4f} GB set aside for each (S_max {max(context_tokens, int(s_max_tokens))})",
+            f"budget,\n        {held_bytes / GB:.4f} GB set aside for each (S_max {max(context_tokens, int(s_max_tokens))})",
             highlight=False,
         )
     else:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich import box
 from rich.table import Table
 
+from kvbench.app.progress import progress_bar
 from kvbench.commands.arguments import renamed_slo_flag
 from kvbench.commands.common import Parser, compose_checked, resolve_out_dir, run_cli
 from kvbench.errors import ConfigError, require
@@ -116,44 +117,50 @@ def _main(argv: list[str]) -> int:
     rows: list[dict] = []
     out = wide_console()
     estimate = min(args.max_runs, expected_runs(low, high, knob.integer, args.rel_tol))
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=out, transient=True) as progress:
-        task = progress.add_task("slo-search", total=estimate)
+    # the probes' bar on a terminal, a line every 10 s in a log (stderr); each probe's line on stdout
+    with progress_bar(estimate, "slo-search", enabled=bool(cfg.progress), unit="probes") as advance:
 
         def passes(value: float) -> bool:
             text = value_text(value, knob, digits)
-            progress.update(task, description=f"probe {len(rows) + 1}: {args.over}={text}")
+            advance(0, note=f"probe {len(rows) + 1}: {args.over}={text}")
             value_arg = int(value) if knob.integer else repr(float(value))
             result = run([*overrides, f"{knob.key}={value_arg}", "progress=false"])
             row = {"probe": len(rows) + 1, "value": value, **{k: result.summary[k] for k in PROBE_COLUMNS}}
             # NaN attainment (nothing finished) fails: the comparison is False
             row["passed"] = bool(row["slo_attainment"] >= args.attainment)
             rows.append(row)
-            progress.console.print(
+            out.print(
                 f"probe {row['probe']}: {args.over}={text} {knob.unit}: attainment {row['slo_attainment']:.1%} "
                 f"-> {'pass' if row['passed'] else 'fail'}",
                 highlight=False,
             )
-            progress.update(task, advance=1, total=max(estimate, len(rows)))
+            advance(1)
             return row["passed"]
 
         search = bisect(passes, low, high, integer=knob.integer, rel_tol=args.rel_tol, max_runs=args.max_runs)
 
     curve = pd.DataFrame(rows).sort_values("value", kind="stable").reset_index(drop=True)
     curve.insert(0, "knob", knob.key)
-    table = Table(title=f"kvbench slo-search over {knob.key}: {slo_text(slo)}, target {args.attainment * 100:g} %")
+    # units under the headers and no vertical rules: the table fits 100 columns (a pipe's width)
+    table = Table(
+        title=f"kvbench slo-search over {knob.key}: {slo_text(slo)}, target {args.attainment * 100:g} %",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     for header in (
         args.over,
         "attainment",
-        "goodput req/s",
-        "throughput req/s",
-        "TTFT p99 s",
-        "TPOT p99 ms",
-        "E2E p99 s",
+        "goodput\nreq/s",
+        "throughput\nreq/s",
+        "TTFT p99\ns",
+        "TPOT p99\nms",
+        "E2E p99\ns",
         "pass?",
         "probe #",
     ):
-        table.add_column(header, justify="right")
+        table.add_column(header, justify="right", no_wrap=True)
     for row in curve.itertuples():
         table.add_row(
             value_text(row.value, knob, digits),

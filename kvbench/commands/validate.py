@@ -1,11 +1,12 @@
 """``kvbench validate``: replay public end-to-end measurements of real engines and report how far
 kvbench's clocks are from them (:mod:`kvbench.validation`).
 
-    pip install -e '.[profiles]' && kvbench validate
+    kvbench validate
     kvbench validate --model Qwen/Qwen3-32B --backend trtllm --workers 2 --out results/validate/qwen
 
-Without the ``profiles`` extra it replays the excerpt of the measurements kvbench ships (the
-rows of its dense models), priced by its excerpt of the tables.
+It needs no extra: without the ``profiles`` extra it replays the excerpt of the measurements
+kvbench ships (the rows of its dense models), priced by its excerpt of the tables. The extra adds
+aiconfigurator's own estimate beside kvbench's clocks (``--no-aic`` leaves it out).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shlex
 from datetime import datetime
 from pathlib import Path
 
+from rich import box
 from rich.table import Table
 
 from kvbench.app.folders import check_writable
@@ -32,19 +34,71 @@ def _pct(value: float) -> str:
     return "-" if value is None or math.isnan(value) else f"{value * 100:.1f} %"
 
 
+#: the error columns: (metric, statistic, header); a header on two lines keeps each column narrow
+ERRORS = (
+    ("ttft", "median", "TTFT\nmedian"),
+    ("ttft", "p90", "TTFT\np90"),
+    ("tpot", "median", "TPOT\nmedian"),
+    ("tpot", "p90", "TPOT\np90"),
+)
+HEADERS = {"system": "GPU", "backend": "engine", "tp_size": "TP", "batch_size": "batch", "isl": "ISL", "osl": "OSL"}
+
+
+def _grid(title: str) -> Table:
+    """A table without vertical rules: what fits 100 columns (a pipe's width) with no cell wrapped."""
+    return Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True
+    )
+
+
+def _cell(value) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _model(path: str) -> str:
+    """``Llama-3.1-8B-Instruct`` for ``meta-llama/Llama-3.1-8B-Instruct``: the name alone keeps the
+    worst rows' table within 100 columns (the sample's models differ by name; the tables above
+    give each one's full path)."""
+    return path.rpartition("/")[2]
+
+
 def _table(title: str, frame, clocks, keys) -> Table:
-    table = Table(title=title, title_justify="left")
+    """One row per clock of each row of ``frame`` (its ``keys`` on the first): median and p90 errors."""
+    table = _grid(title)
     for key in keys:
-        table.add_column(key)
-    for clock in clocks:
-        table.add_column(f"{clock} TTFT med / p90", justify="right")
-        table.add_column(f"{clock} TPOT med / p90", justify="right")
+        table.add_column(HEADERS.get(key, key), justify="right" if key in ("tp_size", "rows") else "left")
+    table.add_column("clock")
+    for _, _, header in ERRORS:
+        table.add_column(header, justify="right", no_wrap=True)
     for _, row in frame.iterrows():
-        cells = [str(int(row[k])) if isinstance(row[k], float) and row[k].is_integer() else str(row[k]) for k in keys]
-        for clock in clocks:
-            for metric in ("ttft", "tpot"):
-                cells.append(f"{_pct(row[f'{clock}_{metric}_median'])} / {_pct(row[f'{clock}_{metric}_p90'])}")
-        table.add_row(*cells)
+        cells = [_cell(row[k]) for k in keys]
+        for i, clock in enumerate(clocks):
+            table.add_row(
+                *(cells if i == 0 else [""] * len(cells)),
+                clock,
+                *(_pct(row[f"{clock}_{metric}_{stat}"]) for metric, stat, _ in ERRORS),
+                end_section=i == len(clocks) - 1,
+            )
+    return table
+
+
+def _worst_table(metric: str, frame) -> Table:
+    table = _grid(f"largest profiled {metric.upper()} errors")
+    for key in ("model_path", "system", "backend", "tp_size", "isl", "osl", "batch_size"):
+        table.add_column(
+            "model" if key == "model_path" else HEADERS[key],
+            justify="left" if key in ("model_path", "system", "backend") else "right",
+        )
+    for header in ("measured\nms", "profiled\nms", "error"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for _, row in frame.iterrows():
+        table.add_row(
+            _model(str(row["model_path"])),
+            *(_cell(row[k]) for k in ("system", "backend", "tp_size", "isl", "osl", "batch_size")),
+            f"{row[f'silicon_{metric}_ms']:.1f}",
+            f"{row[f'profiled_{metric}_ms']:.1f}",
+            _pct(row[f"profiled_{metric}_ape"]),
+        )
     return table
 
 
@@ -72,7 +126,9 @@ def _main(argv: list[str]) -> int:
     parser = Parser(
         "kvbench validate",
         "Replay public end-to-end TTFT/TPOT measurements of real vLLM, SGLang and TRT-LLM deployments "
-        "(aiconfigurator-core's silicon sample) on kvbench's profiled clock and its roofline, and report the errors.",
+        "(aiconfigurator-core's silicon sample) on kvbench's profiled clock and its roofline, and report the errors. "
+        "Runs on what kvbench ships; the profiles extra (pip install -e '.[profiles]' in a clone) adds "
+        "aiconfigurator's own estimate beside them.",
     )
     parser.add_argument("--model", action="append", help="only this model_path (repeatable), e.g. Qwen/Qwen3-32B")
     parser.add_argument("--system", action="append", help="only this GPU (repeatable): a100_sxm, h100_sxm, h200_sxm")
@@ -95,7 +151,7 @@ def _main(argv: list[str]) -> int:
     frame, _ = read_silicon()
     rows, _ = admitted(frame)
     total = 2 * len(select(rows, args.model, args.system, args.backend, args.limit))
-    with progress_bar(total, "replaying", enabled=True) as advance:
+    with progress_bar(total, "replaying", enabled=True, unit="runs") as advance:
         v = run_validation(
             models=args.model,
             systems=args.system,
@@ -107,13 +163,11 @@ def _main(argv: list[str]) -> int:
         )
     clocks = [c for c in ("profiled", "roofline", "aic") if f"{c}_ttft_ape" in v.rows]
     console = wide_console()
-    console.print(
-        f"{len(v.rows)} rows of {v.source} replayed; not replayed: "
-        + ", ".join(f"{n} {reason}" for reason, n in v.refused.items())
-    )
+    refused = ", ".join(f"{n} {reason}" for reason, n in v.refused.items())
+    console.print(f"{len(v.rows)} rows of {v.source} replayed" + (f"; not replayed: {refused}" if refused else ""))
     if v.aic_status:
         console.print(f"aiconfigurator's own estimate left out: {v.aic_status}")
-    console.print(_table("absolute percentage error, median / p90", v.headline, clocks, ["subset", "rows"]))
+    console.print(_table("absolute percentage error", v.headline, clocks, ["subset", "rows"]))
     tp1 = v.headline[v.headline["subset"] == "TP1"]
     if len(tp1):
         h = tp1.iloc[0]
@@ -121,12 +175,12 @@ def _main(argv: list[str]) -> int:
             got = h[f"profiled_{metric}_median"]
             verdict = "meets" if got <= goal else "misses"
             console.print(f"TP1 profiled median {metric.upper()} error {_pct(got)}: {verdict} the goal of {_pct(goal)}")
-    console.print(
-        _table("by model, GPU, engine and TP", v.groups, clocks, ["model_path", "system", "backend", "tp_size", "rows"])
-    )
+    for model, groups in v.groups.groupby("model_path", sort=False):
+        console.print(
+            _table(f"{model}: by GPU, engine and TP", groups, clocks, ["system", "backend", "tp_size", "rows"])
+        )
     for metric, frame_worst in worst(v.rows).items():
-        console.print(f"largest profiled {metric.upper()} errors:")
-        console.print(frame_worst.to_string(index=False))
+        console.print(_worst_table(metric, frame_worst))
     command = shlex.join(["kvbench", "validate", *argv])
     write_folder(
         out_dir,

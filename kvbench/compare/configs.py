@@ -59,11 +59,13 @@ def comparable(config: dict[str, Any], ignored: tuple[str, ...] = IGNORED_KEYS) 
     return {k: v for k, v in flat.items() if not is_ignored(k, ignored)}
 
 
+def differing_keys(a: dict[str, Any], b: dict[str, Any], ignored: tuple[str, ...] = IGNORED_KEYS) -> list[str]:
+    """Every comparable key whose value differs (or that one side lacks), sorted."""
+    fa, fb = comparable(a, ignored), comparable(b, ignored)
+    return [k for k in sorted(set(fa) | set(fb)) if fa.get(k, "-") != fb.get(k, "-")]
+
+
 def config_differences(a: dict[str, Any], b: dict[str, Any], ignored: tuple[str, ...] = IGNORED_KEYS) -> list[str]:
     """``key: a -> b`` for every comparable key that differs (absent on one side: ``-``)."""
     fa, fb = comparable(a, ignored), comparable(b, ignored)
-    return [
-        f"{k}: {fa.get(k, '-')} -> {fb.get(k, '-')}"
-        for k in sorted(set(fa) | set(fb))
-        if fa.get(k, "-") != fb.get(k, "-")
-    ]
+    return [f"{k}: {fa.get(k, '-')} -> {fb.get(k, '-')}" for k in differing_keys(a, b, ignored)]

@@ -1,12 +1,14 @@
-"""compare.png: each job's relative change per metric that moved, bars beyond tolerance in red.
+"""compare.png: what moved most, per job, in a figure read at a glance; bars beyond tolerance in red.
 
 One panel per job (its label as the panel's title), one bar per metric that moved, named as the
-table names it. Every bar's change and verdict is written in a column right of the panels, never
-over a bar, so a change too small to see as a bar still reads. All panels share one axis: linear,
-or logarithmic beyond +-1 % where a change passes +-100 % (one large change would flatten the
-rest to slivers). The figure grows with the rows it draws; past :data:`MAX_METRICS_PER_JOB` a
-job and past :data:`MAX_ROWS` in all, the rest is named as a count (the CSV has every row), and
-failures are the last left out; what is drawn is in the table's order.
+table names it, the largest changes on top: failures first, then by the size of the relative
+change. Every bar's change and verdict is written in a column right of the panels, never over a
+bar, so a change too small to see as a bar still reads. All panels share one axis: linear, or
+logarithmic beyond +-1 % where a change passes +-100 % (one large change would flatten the rest to
+slivers). The figure stays one screen tall with 10-point text: at most :data:`MAX_JOBS` panels
+(failing jobs first, then those whose largest change is largest, drawn in the table's order) of
+at most :data:`MAX_BARS_PER_JOB` bars; what is left out is named as a count (the table and the CSV
+have every row).
 """
 
 from __future__ import annotations
@@ -31,45 +33,50 @@ LEGEND = {
     "new": "new in HEAD",
     "ignored": "ignored (tolerance: ignore)",
 }
-MAX_METRICS_PER_JOB = 40  #: bars per panel; the CSV has every row
-MAX_ROWS = 120  #: bars in the whole figure: past it the figure is taller than a reader scrolls
+MAX_JOBS = 3  #: panels drawn: the rest of the jobs that moved are named as a count
+MAX_BARS_PER_JOB = 6  #: bars per panel, the largest changes: the rest are counted (compare.csv has them)
 #: the largest change (%) a linear axis shows; past it the axis is logarithmic beyond +-LINEAR_PCT
 SYMLOG_FROM_PCT, LINEAR_PCT = 100.0, 1.0
-ROW_IN = 0.24  #: inches per bar: room for a 7.5 pt label
-WIDTH_IN = 10.0
+FONT_PT = 10.0  #: every label's size: read at a glance on a screen, as the table is
+ROW_IN = 0.36  #: inches per bar: room for a FONT_PT label
+WIDTH_IN = 11.0
+DPI = 100
 LABEL_CHARS = 46  #: a metric's name is shortened past this many characters (the tick labels' column)
-TITLE_CHARS = 85  #: a job's label wraps past this many characters: the width of the panel under it
+TITLE_CHARS = 90  #: a job's label wraps past this many characters: the width of the panel under it
+
+
+def _priority(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` most telling first: failures, then the largest relative change (a change from zero
+    first of all, one that has no relative size last)."""
+    size = rows["change_rel"].astype(float).abs().fillna(-1.0)
+    return rows.assign(_fail=rows["verdict"].isin(FAILING), _size=size).sort_values(
+        ["_fail", "_size"], ascending=False, kind="stable"
+    )
 
 
 def _plotted(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, str]]:
-    """The rows to draw (failures first in each job, at most MAX_METRICS_PER_JOB of a job) and,
-    per job with more, a line saying how many of its moved metrics are left out."""
-    moved = frame[frame["verdict"] != "same"].assign(_fail=lambda rows: rows["verdict"].isin(FAILING))
-    # failures first, so the cap never hides one before a passing metric; then back in the table's order
-    order = moved.sort_values("_fail", ascending=False, kind="stable")
-    drawn = order.groupby("job", sort=False).head(MAX_METRICS_PER_JOB).sort_index()
+    """The rows to draw, most telling first in each job, at most MAX_BARS_PER_JOB a job, and per
+    job with more, a line saying how many of its moved metrics are left out."""
+    moved = _priority(frame[frame["verdict"] != "same"])
+    table_order = {job: i for i, job in enumerate(dict.fromkeys(frame["job"]))}
+    drawn = moved.groupby("job", sort=False).head(MAX_BARS_PER_JOB)
+    # jobs in the table's order, each one's rows most telling first (a stable sort keeps them so)
+    drawn = drawn.sort_values("job", key=lambda jobs: jobs.map(table_order), kind="stable")
     left = moved.drop(drawn.index)
     notes = {}
     for job, rest in left.groupby("job", sort=False):
         failing = int(rest["_fail"].sum())
         which = f"{failing} failing" if failing else "all passing"
         notes[job] = f"and {len(rest)} more, {which}: see compare.csv"
-    return drawn.drop(columns="_fail"), notes
+    return drawn.drop(columns=["_fail", "_size"]), notes
 
 
 def _jobs(rows: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """(jobs drawn in the table's order, jobs left out): failing jobs are taken first, then the
-    others, while the figure stays within MAX_ROWS bars (one job at least)."""
+    """(jobs drawn in the table's order, jobs left out): at most MAX_JOBS, failing jobs first, then
+    those whose largest change is largest."""
     order = list(dict.fromkeys(rows["job"]))
-    failing = set(rows.loc[rows["verdict"].isin(FAILING), "job"])
-    sizes = rows.groupby("job", sort=False).size()
-    taken: set[str] = set()
-    total = 0
-    for job in sorted(order, key=lambda j: j not in failing):
-        if taken and total + sizes[job] > MAX_ROWS:
-            continue
-        taken.add(job)
-        total += int(sizes[job])
+    ranked = list(dict.fromkeys(_priority(rows)["job"]))
+    taken = set(ranked[:MAX_JOBS])
     return [j for j in order if j in taken], [j for j in order if j not in taken]
 
 
@@ -122,15 +129,29 @@ def plot_changes(frame: pd.DataFrame, path: Path) -> Path:
     if not jobs:
         fig, ax = plt.subplots(figsize=(6, 1.2))
         ax.axis("off")
-        ax.text(0.5, 0.5, f"no metric differs ({frame['job'].nunique()} job(s) compared)", ha="center", va="center")
+        ax.text(
+            0.5,
+            0.5,
+            f"no metric differs ({frame['job'].nunique()} job(s) compared)",
+            ha="center",
+            va="center",
+            fontsize=FONT_PT,
+        )
     else:
-        fig = _panels(plt, rows[rows["job"].isin(jobs)], jobs, hidden_metrics, hidden_jobs)
-    write_file(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+        fig = _panels(plt, rows[rows["job"].isin(jobs)], jobs, hidden_metrics, hidden_jobs, rows)
+    write_file(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format="png"))
     plt.close(fig)
     return path
 
 
-def _panels(plt, rows: pd.DataFrame, jobs: list[str], hidden_metrics: dict[str, str], hidden_jobs: list[str]):
+def _panels(
+    plt,
+    rows: pd.DataFrame,
+    jobs: list[str],
+    hidden_metrics: dict[str, str],
+    hidden_jobs: list[str],
+    every: pd.DataFrame,
+):
     from matplotlib.patches import Patch
     from matplotlib.ticker import FuncFormatter
 
@@ -138,11 +159,11 @@ def _panels(plt, rows: pd.DataFrame, jobs: list[str], hidden_metrics: dict[str, 
     rel_pct = rows["change_rel"].astype(float).to_numpy() * 100
     low, high, logarithmic = _axis_limits(rel_pct)
     # a panel: its bars, a row saying how many metrics are left out, and room for the job's title
-    heights = [(rows["job"] == job).sum() + (job in hidden_metrics) + 1.4 for job in jobs]
+    heights = [(rows["job"] == job).sum() + (job in hidden_metrics) + 1.6 for job in jobs]
     fig, axes = plt.subplots(
         len(jobs),
         1,
-        figsize=(WIDTH_IN, 1.3 + ROW_IN * sum(heights) + (0.2 if hidden_jobs else 0)),
+        figsize=(WIDTH_IN, 1.6 + ROW_IN * sum(heights) + (0.3 if hidden_jobs else 0)),
         height_ratios=heights,
         sharex=True,
         squeeze=False,
@@ -154,24 +175,24 @@ def _panels(plt, rows: pd.DataFrame, jobs: list[str], hidden_metrics: dict[str, 
             ax.set_xscale("symlog", linthresh=LINEAR_PCT, linscale=0.5)
         ax.set_xlim(low, high)
         ax.xaxis.set_major_formatter(FuncFormatter(_percent))
-    top, bottom = axes[0, 0], axes[-1, 0]
-    top.tick_params(axis="x", labeltop=True)  # the scale at both ends of a tall figure
+    bottom = axes[-1, 0]
     scale = f"; logarithmic beyond +-{LINEAR_PCT:g} %" if logarithmic else ""
-    bottom.set_xlabel(f"relative change, HEAD vs BASE (%{scale})", fontsize=8)
-    title = "kvbench compare: what moved, per job"
+    bottom.set_xlabel(f"relative change, HEAD vs BASE (%{scale})", fontsize=FONT_PT)
+    title = "kvbench compare: what moved most, per job"
     if hidden_jobs:
-        title += f"\n{len(hidden_jobs)} more job(s) with moved metrics not drawn, see compare.csv: " + textwrap.shorten(
-            ", ".join(hidden_jobs), 80, placeholder="..."
-        )
+        left = every[every["job"].isin(hidden_jobs)]
+        failing = left.loc[left["verdict"].isin(FAILING), "job"].nunique()
+        which = f", {failing} of them failing" if failing else ", all passing"
+        title += f"\n{len(hidden_jobs)} more job(s) with moved metrics not drawn{which}: see the table or compare.csv"
     # the colours of bars drawn; new and missing metrics have no bar, their text says so
     verdicts = [v for v in ("beyond", "within", "ignored") if v in set(rows["verdict"])]
-    fig.suptitle(title, fontsize=10, x=0.01, ha="left")
+    fig.suptitle(title, fontsize=FONT_PT + 1, x=0.01, ha="left")
     if verdicts:
         fig.legend(
             handles=[Patch(color=COLORS[v], label=LEGEND[v]) for v in verdicts],
             loc="outside upper right",
             ncol=len(verdicts),
-            fontsize=7.5,
+            fontsize=FONT_PT,
             frameon=False,
         )
     return fig
@@ -201,13 +222,13 @@ def _panel(
             xytext=(6, 0),
             textcoords="offset points",
             va="center",
-            fontsize=7.5,
+            fontsize=FONT_PT,
             color=COLORS["beyond"] if failing else "black",
             fontweight="bold" if failing else "normal",
         )
     names = [_short(labels.get(m, m)) for m in rows["metric"]]
     ax.set_yticks(np.arange(len(rows) + (hidden is not None)))  # the note, if any, a row of its own
-    ax.set_yticklabels([*names, hidden] if hidden else names, fontsize=7.5)
+    ax.set_yticklabels([*names, hidden] if hidden else names, fontsize=FONT_PT)
     ticks = ax.get_yticklabels()
     for tick, verdict in zip(ticks, verdicts):
         if verdict in FAILING:
@@ -219,5 +240,5 @@ def _panel(
     ax.axvline(0, color="black", linewidth=0.6)
     ax.grid(axis="x", color="#e0e0e0", linewidth=0.6)
     ax.set_axisbelow(True)
-    ax.tick_params(axis="x", labelsize=7.5)
-    ax.set_title(textwrap.fill(job, TITLE_CHARS), fontsize=9, loc="left", fontweight="bold")
+    ax.tick_params(axis="x", labelsize=FONT_PT)
+    ax.set_title(textwrap.fill(job, TITLE_CHARS), fontsize=FONT_PT, loc="left", fontweight="bold")

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvbench.compare.configs import IGNORED_KEYS, comparable, config_differences
+from kvbench.compare.configs import IGNORED_KEYS, comparable, config_differences, differing_keys
 from kvbench.compare.load import Job
 
 MAX_NAMED = 3  #: unmatched jobs named in the error line
@@ -42,7 +42,7 @@ def match_jobs(base: list[Job], head: list[Job], ignored: tuple[str, ...] = IGNO
     return matching
 
 
-def explain_unmatched(matching: Matching, ignored: tuple[str, ...] = IGNORED_KEYS) -> str:
+def explain_unmatched(matching: Matching, ignored: tuple[str, ...] = IGNORED_KEYS, named: int = MAX_NAMED) -> str:
     """One line: which jobs found no partner, and how the nearest job of the other side differs
     (an unmatched one first: the likelier partner), written base -> head."""
     parts = []
@@ -57,8 +57,8 @@ def explain_unmatched(matching: Matching, ignored: tuple[str, ...] = IGNORED_KEY
             _unmatched(job, "head", "base", [config_differences(o.config, job.config, ignored) for o in others])
         )
     # one line stays readable: the first few, and how many more
-    return ", ".join(parts[:MAX_NAMED]) + (
-        f", and {len(parts) - MAX_NAMED} more unmatched job(s)" if len(parts) > MAX_NAMED else ""
+    return ", ".join(parts[:named]) + (
+        f", and {len(parts) - named} more unmatched job(s)" if len(parts) > named else ""
     )
 
 
@@ -69,3 +69,23 @@ def _unmatched(job: Job, side: str, other_side: str, diffs: list[list[str]]) -> 
         shown = "; ".join(nearest[:3]) + (f"; {len(nearest) - 3} more" if len(nearest) > 3 else "")
         part += f" (nearest differs in {shown})"
     return part
+
+
+def nearest_differing_keys(matching: Matching, ignored: tuple[str, ...] = IGNORED_KEYS) -> list[str]:
+    """The config keys in which every unmatched job differs from its nearest job on the other side:
+    what sets the two sides apart as a whole (a key only some jobs differ in, such as the allocator
+    of a job the other sweep lacks, is no difference between the sides)."""
+    common: list[str] | None = None
+    sides = ((matching.base_only, matching.head_only or [h for _, h in matching.pairs], False),
+             (matching.head_only, matching.base_only or [b for b, _ in matching.pairs], True))  # fmt: skip
+    for jobs, others, flip in sides:
+        for job in jobs:
+            diffs = [
+                differing_keys(other.config, job.config, ignored)
+                if flip
+                else differing_keys(job.config, other.config, ignored)
+                for other in others
+            ]
+            nearest = min(diffs, key=len, default=[])
+            common = nearest if common is None else [key for key in common if key in nearest]
+    return common or []

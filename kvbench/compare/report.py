@@ -10,6 +10,7 @@ failing metrics by their summary keys: the names a ``--tol`` rule matches.
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from numbers import Integral
 from typing import Any
@@ -106,11 +107,20 @@ def _row_texts(row: pd.Series, how: Shown) -> tuple[str, ...]:
     return label, base, head, change_text(row, how.scale), str(row["tolerance"]), str(row["verdict"])
 
 
-def _wrapped(text: str, width: int, first: str = "", rest: str = "") -> str:
-    """``text`` in lines of at most ``width``, broken at spaces (a word longer than a line is cut)."""
-    return "\n".join(
-        textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False) or [first]
+class _Wrapper(textwrap.TextWrapper):
+    """Breaks at spaces and after an underscore: a summary key the catalogue lacks (a plugin's)
+    breaks between its words (``num_requests_`` / ``refused``), never inside one, nor at a hyphen."""
+
+    wordsep_re = re.compile(r"(\s+|(?<=_)(?=[^\s_]))")
+
+
+def _wrapped(text: str, width: int, first: str = "", rest: str = "", *, keys: bool = False) -> str:
+    """``text`` in lines of at most ``width``, broken at spaces (``keys``: or after an underscore;
+    a word longer than a line is cut)."""
+    wrapper = (_Wrapper if keys else textwrap.TextWrapper)(
+        width, initial_indent=first, subsequent_indent=rest, break_on_hyphens=keys
     )
+    return "\n".join(wrapper.wrap(text) or [first])
 
 
 def table(frame: pd.DataFrame, title: str, width: int = DEFAULT_WIDTH_COLUMNS) -> Table:
@@ -137,7 +147,7 @@ def table(frame: pd.DataFrame, title: str, width: int = DEFAULT_WIDTH_COLUMNS) -
         # Text, not markup: a label such as workload.s_max_mix=[512,4096] must print as typed
         grid.add_row(Text(_wrapped(job, name_width), style="bold"), *[""] * len(fixed))
         for j, t in enumerate(rows):
-            cells = [Text(_wrapped(t[0], name_width, INDENT, HANGING)), *map(Text, t[1:-1])]
+            cells = [Text(_wrapped(t[0], name_width, INDENT, HANGING, keys=True)), *map(Text, t[1:-1])]
             grid.add_row(*cells, Text(t[-1], style=STYLES.get(t[-1], "")), end_section=j == len(rows) - 1)
     return grid
 

@@ -253,25 +253,39 @@ def _gemm_source(gemms, kernel: MeasuredKernel, gemm_dtype: str) -> str:
     return kernel.gemm_sources.get(gemm_dtype, ("?",))[0]  # _only() then names what was measured
 
 
-def load_tables(kernel: MeasuredKernel, system: str, model, gemm_dtype: str, kv_dtype: str) -> ProfileTables:
-    """Select and read the tables of one run (one-line ConfigError for anything not measured)."""
+def table_kv_dtype(model) -> str:
+    """The tables' name for the model's KV-cache dtype: fp8 for one byte per element, else bfloat16."""
+    return "fp8" if model.kv_element_bytes == 1 else "bfloat16"
+
+
+@dataclass(frozen=True)
+class SelectedTables:
+    """The rows of each table one run reads, filtered to its shapes (before any grid is built)."""
+
+    label: str
+    decode: object  #: pandas DataFrame: decode attention at the run's shape and KV dtype
+    prefill: object  #: prefill attention, the same shape
+    gemm: object  #: the weights' GEMMs, in their dtype
+    lm_head_gemm: object  #: bf16 GEMMs for the LM head
+    allreduce: object | None  #: all-reduces at the run's TP (None at TP 1)
+
+
+def select_tables(kernel: MeasuredKernel, system: str, model, gemm_dtype: str, kv_dtype: str) -> SelectedTables:
+    """The rows of the tables of one run (one-line ConfigError for anything not measured): whether
+    a kernel can price a model on a GPU at all (``kvbench profiles``) is this call's answer."""
     fw = kernel.framework
     source = kernel.sources.get(system)
     if source is None:
         raise ConfigError(f"this kernel was not measured on {system}: measured on {', '.join(kernel.sources)}")
     root = profiles.table_root().label
-    counter = _Counter()
     attn_version = profiles.newest_version(system, "attention", fw, "generation_attention_perf", "decode attention")
     where = f"{root} {system}/attention/{fw}/{attn_version}"
     heads, kv_heads, d = model.heads_per_gpu, model.kv_heads_per_gpu, model.head_dim
     shape = dict(num_heads=heads, num_key_value_heads=kv_heads, head_dim=d, kv_cache_dtype=kv_dtype, window_size=0)
     gen = profiles.read_table(system, "attention", fw, attn_version, "generation_attention_perf")
     gen = _only(gen, "decode attention", where, kernel_source=source, **shape)
-    kv_bytes_per_token_layer = 2 * kv_heads * d * model.kv_element_bytes
-    decode = DecodeAttentionGrid(gen, kv_bytes_per_token_layer, counter)
     ctx = profiles.read_table(system, "attention", fw, attn_version, "context_attention_perf")
     ctx = _only(ctx, "prefill attention", where, kernel_source=source, **shape)
-    prefill = PrefillAttentionCurve(ctx, counter)
     gemm_versions = profiles.versions(system, "gemm", fw, "gemm_perf")
     if not gemm_versions:
         raise ConfigError(f"{root} has no GEMM table measured with {fw} on {system}")
@@ -280,9 +294,9 @@ def load_tables(kernel: MeasuredKernel, system: str, model, gemm_dtype: str, kv_
     gemms = profiles.read_table(system, "gemm", fw, gemm_version, "gemm_perf")
     gemm_where = f"{root} {system}/gemm/{fw}/{gemm_version}"
     gemm_source = _gemm_source(gemms, kernel, gemm_dtype)
-    gemm = GemmGrid(_only(gemms, "GEMMs", gemm_where, kernel_source=gemm_source, gemm_dtype=gemm_dtype), counter)
+    gemm = _only(gemms, "GEMMs", gemm_where, kernel_source=gemm_source, gemm_dtype=gemm_dtype)
     head_source = _gemm_source(gemms, kernel, "bfloat16")
-    lm_head = GemmGrid(_only(gemms, "GEMMs", gemm_where, kernel_source=head_source, gemm_dtype="bfloat16"), counter)
+    lm_head = _only(gemms, "GEMMs", gemm_where, kernel_source=head_source, gemm_dtype="bfloat16")
     allreduce, ar_label = None, ""
     if model.tp > 1:
         ar_versions = profiles.versions(system, "comm", fw, "custom_allreduce_perf")
@@ -290,21 +304,28 @@ def load_tables(kernel: MeasuredKernel, system: str, model, gemm_dtype: str, kv_
             raise ConfigError(f"{root} has no all-reduce table measured with {fw} on {system}")
         ar = profiles.read_table(system, "comm", fw, ar_versions[-1], "custom_allreduce_perf")
         ar_where = f"{root} {system}/comm/{fw}/{ar_versions[-1]}"
-        ar = _only(ar, "all-reduces", ar_where, kernel_source=kernel.allreduce_source, num_gpus=model.tp)
-        allreduce = AllReduceCurve(ar, counter)
+        allreduce = _only(ar, "all-reduces", ar_where, kernel_source=kernel.allreduce_source, num_gpus=model.tp)
         ar_label = f", all-reduce {kernel.allreduce_source} {ar_versions[-1]}"
-    gpu = profiles.system_constants(system)
     label = (
         f"{root}: {system} {fw} {attn_version} {source} (kv {kv_dtype}), gemm {gemm_source} {gemm_dtype} "
         f"{gemm_version}{ar_label}"
     )
+    return SelectedTables(label, gen, ctx, gemm, lm_head, allreduce)
+
+
+def load_tables(kernel: MeasuredKernel, system: str, model, gemm_dtype: str, kv_dtype: str) -> ProfileTables:
+    """Select and read the tables of one run (one-line ConfigError for anything not measured)."""
+    selected = select_tables(kernel, system, model, gemm_dtype, kv_dtype)
+    counter = _Counter()
+    kv_bytes_per_token_layer = 2 * model.kv_heads_per_gpu * model.head_dim * model.kv_element_bytes
+    gpu = profiles.system_constants(system)
     return ProfileTables(
-        label=label,
-        decode=decode,
-        prefill=prefill,
-        gemm=gemm,
-        lm_head_gemm=lm_head,
-        allreduce=allreduce,
+        label=selected.label,
+        decode=DecodeAttentionGrid(selected.decode, kv_bytes_per_token_layer, counter),
+        prefill=PrefillAttentionCurve(selected.prefill, counter),
+        gemm=GemmGrid(selected.gemm, counter),
+        lm_head_gemm=GemmGrid(selected.lm_head_gemm, counter),
+        allreduce=None if selected.allreduce is None else AllReduceCurve(selected.allreduce, counter),
         mem_bytes_per_s=float(gpu["mem_bw"]) * float(gpu["mem_bw_empirical_scaling_factor"]),
         mem_op_latency_s=float(gpu["mem_empirical_constant_latency"]),
         counter=counter,

@@ -142,8 +142,12 @@ def run(cfg: BenchKernelsConfig, hardware, out_dir: Path, command: str) -> dict:
         f"(spec {hardware.hbm_bandwidth_bytes_per_s / 1e9:.0f} GB/s for hardware={hardware.name})"
     )
 
+    from kvbench.app.progress import progress_bar
+
     runner = Runner(cfg, device)
-    runner.sweep()
+    points = len(cfg.context_tokens) * len(cfg.batch_sizes)
+    with progress_bar(points, "bench-kernels", enabled=True, unit="points") as advance:
+        runner.sweep(advance)
     df = pd.DataFrame(runner.rows).reindex(columns=COLUMNS)
     df["achieved_bytes_per_s"] = df["bytes_read"] / df["time_median_s"]
     df["fraction_of_copy_bw"] = df["achieved_bytes_per_s"] / copy_bytes_per_s

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,7 +170,8 @@ class Runner:
         if self.cfg.sdpa_baseline:
             self.row("sdpa", "contiguous", point.context_tokens, point, f"skipped: {reason}")
 
-    def sweep(self) -> None:
+    def sweep(self, advance: Callable[[int], None] = lambda n: None) -> None:
+        """Every point, smallest first; ``advance(1)`` after each (progress: a bar or a log's line)."""
         import torch
 
         from kvbench.kernelbench.timing import BenchCache
@@ -184,9 +186,11 @@ class Runner:
                 point = Point(batch, context, kv_bytes, kv_bytes + batch * cfg.num_heads * cfg.head_dim * elem_bytes)
                 if kv_bytes > cfg.max_kv_cache_bytes:
                     self.skip_point(point, "max_kv_cache_bytes")
+                    advance(1)
                     continue
                 if self.over_budget():
                     self.skip_point(point, "time budget")
+                    advance(1)
                     continue
                 cache = BenchCache.random(
                     batch,
@@ -211,6 +215,7 @@ class Runner:
                     f"bench-kernels: B={batch} ctx={context} done at {time.perf_counter() - self.started_s:.0f}s",
                     flush=True,
                 )
+                advance(1)
                 del cache, args
                 if self.device.type == "cuda":
                     torch.cuda.empty_cache()

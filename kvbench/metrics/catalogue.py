@@ -363,9 +363,49 @@ METRICS = (
     ),
 )
 
+#: the summary's other numbers: what a run's full list shows under their keys (after the list
+#: above) and ``kvbench compare``, which lists every numeric key, names in these words
+DETAILS = (
+    Metric("num_output_tokens", "output tokens", "int"),
+    Metric("num_never_admitted", "requests never admitted", "int"),
+    Metric("num_steps", "engine steps", "int"),
+    Metric("tpot_mean_s", "TPOT mean (ms)", "ms", better="lower"),
+    Metric("e2e_mean_s", "end-to-end mean (ms)", "ms", better="lower"),
+    Metric("prefill_compute_mean_s", "prefill compute mean (ms)", "ms", better="lower"),
+    Metric("num_computed_tokens", "tokens computed, recomputations included", "int"),
+    Metric("num_recomputed_tokens", "tokens recomputed after a preemption", "int", better="lower"),
+    Metric("max_concurrency", "closed-loop client's requests in flight (setting)", "int"),
+    Metric("mean_requests_in_flight", "requests in flight, mean (closed loop)", "{:,.1f}"),
+    Metric("saturated_fraction", "time saturated (% of duration)", "pct"),
+    Metric("mean_tail_waste_bytes_per_seq", "mean tail waste (bytes/sequence)", "{:,.0f}", better="lower"),
+    Metric("peak_token_bytes", "KV holding tokens, peak", "bytes"),
+    Metric("kv_read_bytes_per_s", "KV read bandwidth achieved (bytes/s)", "{:,.0f}"),
+    Metric("prefill_s", "step time prefilling (s)", "{:,.3f}"),
+    Metric("decode_s", "step time decoding (s)", "{:,.3f}"),
+    Metric("swap_s", "step time swapping (s)", "{:,.3f}", better="lower"),
+    Metric("recompute_s", "step time recomputing (s)", "{:,.3f}", better="lower"),
+    Metric("copy_s", "step time copying blocks (s)", "{:,.3f}", better="lower"),
+    Metric("swap_in_bytes", "swapped in", "bytes"),
+    Metric("copy_bytes", "copied by copy-on-write / fork", "bytes"),
+    Metric("num_refusal_steps", "admission refusals (steps a queue head waited)", "int"),
+    Metric("num_fragmentation_refusals", "admission refusals for fragmentation (steps)", "int", better="lower"),
+    Metric("num_requests_refused_by_fragmentation", "requests refused for fragmentation", "int", better="lower"),
+    Metric("kv_bytes_per_token", "KV per token, all layers (bytes)", "int"),
+    Metric("weight_bytes", "model weights", "bytes"),
+    Metric("decode_efficiency", "decode efficiency (fraction of HBM bandwidth)", "{:.3f}"),
+    Metric("prefill_flops_efficiency", "prefill efficiency (fraction of dense FLOP/s)", "{:.3f}"),
+    Metric("step_overhead_s", "per-step overhead (ms)", "ms"),
+    Metric("profile_extrapolated_lookups", "profiled-clock lookups outside the measured grid", "int"),
+    Metric("num_trace_rows_read", "trace rows read", "int"),
+    Metric("num_trace_requests_dropped", "trace requests dropped (too long)", "int"),
+    Metric("num_trace_requests_clipped", "trace requests clipped (too long)", "int"),
+    Metric("sim_wall_s", "simulation's wall-clock time (ms)", "ms"),
+    Metric("simulated_requests_per_wall_s", "simulated requests per wall-clock second", "{:,.0f}", better="higher"),
+)
+
 #: every record by its key
-BY_KEY: dict[str, Metric] = {m.key: m for m in (*SETTINGS, *METRICS)}
-assert len(BY_KEY) == len(SETTINGS) + len(METRICS), "a key is catalogued twice"
+BY_KEY: dict[str, Metric] = {m.key: m for m in (*SETTINGS, *METRICS, *DETAILS)}
+assert len(BY_KEY) == len(SETTINGS) + len(METRICS) + len(DETAILS), "a key is catalogued twice"
 
 
 def metric(key: str) -> Metric:

@@ -31,11 +31,10 @@ def report_console() -> Console:
 
 
 def wide_console() -> Console:
-    """The terminal's console, or a 240-column one where output goes to a pipe or a log (the SLO
-    commands' tables; the run and sweep reports use :func:`report_console`)."""
-    console = Console()
-    # a pipe or a CI log is no terminal: rich would squeeze the table into 80 columns
-    return console if console.is_terminal else Console(width=240)
+    """The subcommands' console (``slo-*``, ``validate``, ``profiles``, ``diff-engine``): laid out
+    as every report, :func:`report_console` (100 columns in a pipe or a log, where rich alone would
+    squeeze a table into 80)."""
+    return report_console()
 
 
 def _slo_from_config(out_dir: Path | None) -> bool | None:

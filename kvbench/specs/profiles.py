@@ -1,6 +1,6 @@
 """Public measured GPU tables: where they are, which ones price a run, and their rows.
 
-NVIDIA's ``aiconfigurator-core`` package (Apache-2.0, ``pip install 'kvbench[profiles]'``) ships
+NVIDIA's ``aiconfigurator-core`` package (Apache-2.0, ``pip install -e '.[profiles]'``) ships
 kernel latencies measured on real GPUs under ``aiconfigurator_core/systems/data/<system>/<op>/
 <framework>/<version>/*.parquet``: decode attention (``generation_attention_perf``: latency in ms
 of one layer's attention by batch size, context length ``step``, head counts, KV dtype and the
@@ -34,13 +34,14 @@ from pathlib import Path
 import yaml
 
 from kvbench.errors import ConfigError
+from kvbench.extras import install_hint
 
 PACKAGE = "aiconfigurator-core"
 #: the version whose layout and columns this module reads (pyproject's ``profiles`` extra pins it)
 PACKAGE_VERSION = "0.12.0"
 #: kvbench's excerpt of the package's tables (same layout under systems/), for runs without it
 EXCERPT_DIR = Path(__file__).resolve().parents[1] / "profiles"
-INSTALL_HINT = "pip install 'kvbench[profiles]'"
+INSTALL_HINT = install_hint("profiles")
 
 #: kvbench hardware config name -> the package's system name (the same GPU as measured)
 SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sxm"}

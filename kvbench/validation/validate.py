@@ -135,7 +135,19 @@ def worst(rows, clock: str = "profiled", n: int = 5):
     """The rows with the largest TPOT and TTFT errors on ``clock``, for the report."""
     return {
         metric: rows.nlargest(n, f"{clock}_{metric}_ape")[
-            ["id", "backend", "tp_size", "isl", "osl", "batch_size", f"silicon_{metric}_ms", f"{clock}_{metric}_ms"]
+            [
+                "id",
+                "model_path",
+                "system",
+                "backend",
+                "tp_size",
+                "isl",
+                "osl",
+                "batch_size",
+                f"silicon_{metric}_ms",
+                f"{clock}_{metric}_ms",
+                f"{clock}_{metric}_ape",
+            ]
         ]
         for metric in ("tpot", "ttft")
     }

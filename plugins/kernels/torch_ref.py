@@ -4,6 +4,7 @@ behind the kernel interface, so that real mode and the kernel benchmark can sele
 from __future__ import annotations
 
 from kvbench import hookimpl
+from kvbench.extras import install_hint
 from kvbench.kernels.kernel import Kernel
 from kvbench.kernels.reference import paged_decode_reference
 
@@ -20,7 +21,7 @@ class TorchKernel(Kernel):
         try:
             import torch  # noqa: F401
         except ImportError:
-            return "kernel=torch needs the torch package: pip install 'kvbench[kernels]'"
+            return f"kernel=torch needs the torch package: {install_hint('kernels')}"
         return None
 
     def plan_decode(self, query, key_cache, value_cache, block_tables, seq_lens, scale: float | None = None):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from kvbench import hookimpl
 from kvbench.errors import ConfigError, require
+from kvbench.extras import install_hint
 from kvbench.kernels.kernel import Kernel
 
 
@@ -59,7 +60,7 @@ class TritonKernel(Kernel):
         try:
             import triton  # noqa: F401
         except ImportError:
-            return "kernel=triton needs the triton package: pip install 'kvbench[kernels]'"
+            return f"kernel=triton needs the triton package: {install_hint('kernels')}"
         if device_type == "cuda":
             return None
         from kvbench.kernels.triton_decode import interpreter_active

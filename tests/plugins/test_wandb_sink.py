@@ -268,7 +268,8 @@ def test_wandb_is_off_unless_asked_for(monkeypatch):
             None,
             "offline",
             r"wandb\.mode=offline logs the run to Weights & Biases, which is not installed: "
-            r"pip install 'kvbench\[wandb\]', or leave wandb\.mode at disabled",
+            r"pip install -e '\.\[wandb\]' in a clone \(pip install 'kvbench\[wandb\]' otherwise\), "
+            r"or leave wandb\.mode at disabled",
         ),
         (None, "online", r"wandb\.mode=online logs the run"),
         ("offline", "disabled", r"WANDB_MODE=offline \(environment\) logs the run .* or unset WANDB_MODE"),
@@ -315,7 +316,7 @@ def test_a_run_asking_for_wandb_without_it_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "kvbench: error: wandb.mode=offline logs the run to Weights & Biases, which is not installed: "
-        "pip install 'kvbench[wandb]', or leave wandb.mode at disabled"
+        "pip install -e '.[wandb]' in a clone (pip install 'kvbench[wandb]' otherwise), or leave wandb.mode at disabled"
     ]
     assert not list(tmp_path.rglob("summary.json"))
 
@@ -331,7 +332,7 @@ def test_a_sweep_asking_for_wandb_without_it_is_refused_before_any_job(tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "kvbench: error: wandb.mode=offline logs the run to Weights & Biases, which is not installed: "
-        "pip install 'kvbench[wandb]', or leave wandb.mode at disabled"
+        "pip install -e '.[wandb]' in a clone (pip install 'kvbench[wandb]' otherwise), or leave wandb.mode at disabled"
     ]
     assert not (tmp_path / "results").exists(), "refused before Hydra made a sweep folder"
 

@@ -302,7 +302,7 @@ def test_real_mode_without_torch_is_one_line_naming_the_extra(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "kvbench: error: mode=real runs a model with torch and transformers (torch not installed): "
-        "pip install 'kvbench[real]', or use mode=sim"
+        "pip install -e '.[real]' in a clone (pip install 'kvbench[real]' otherwise), or use mode=sim"
     ]
 
 

@@ -148,7 +148,10 @@ def test_a_launcher_that_is_an_extra_says_how_to_install_it():
     missing = MissingConfigException("not found", missing_cfg_file="hydra/launcher/joblib", options=["basic"])
     assert hydra_error_line(missing) == (
         "hydra/launcher='joblib' is not a known hydra/launcher; it comes with an extra: "
-        "pip install 'kvbench[joblib]' (docs/launchers.md); choose one of: basic"
+        "pip install -e '.[joblib]' in a clone (pip install 'kvbench[joblib]' otherwise) (docs/launchers.md); "
+        "choose one of: basic"
     )
     slurm = MissingConfigException("not found", missing_cfg_file="hydra/launcher/submitit_slurm", options=["basic"])
-    assert "pip install 'kvbench[submitit]'" in hydra_error_line(slurm)
+    assert "pip install -e '.[submitit]' in a clone (pip install 'kvbench[submitit]' otherwise)" in hydra_error_line(
+        slurm
+    )

@@ -1,5 +1,6 @@
 """``kvbench paper``'s progress: runs done of as many as the last build made (its ``data/runs.csv``),
-the time left and the run in progress, on a terminal; nothing elsewhere."""
+the time left and the run in progress, on a terminal; in a pipe, a plain line every 10 s (on stderr:
+stdout keeps the command's own lines)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,14 @@ def test_the_total_is_unknown_without_an_earlier_build_or_with_only(tmp_path):
     assert cli.expected_runs(tmp_path / "paper", None) is None
 
 
-def test_no_progress_in_a_pipe(fake_paper, monkeypatch, tmp_path, capsys):
+def test_plain_lines_on_stderr_in_a_pipe(fake_paper, monkeypatch, tmp_path, capsys):
+    ticks = iter(range(0, 10**6, 11))  # a fake clock: 11 s pass between two readings
+    monkeypatch.setattr(progress, "monotonic", lambda: float(next(ticks)))
+    monkeypatch.setattr(progress, "PLAIN_POLL_S", 3600.0)  # lines come from the runs, not the ticker
+    monkeypatch.setattr(progress, "_last_line_s", float("-inf"))  # no line written yet in this process
     assert paper(monkeypatch, "--out", str(tmp_path / "paper")) == 0
-    assert "kvbench paper" not in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.startswith("kvbench paper: ")]
+    assert lines and lines[-1].startswith("kvbench paper: done, 1 runs in "), err
+    assert f"({COMMAND})" in lines[0]
+    assert "kvbench paper: " not in out

@@ -39,12 +39,29 @@ def test_the_workflow_parses_and_checks_out_base_and_head():
     # PyYAML reads the bare key `on` as the boolean true (YAML 1.1); GitHub reads it as "on"
     assert "pull_request" in data.get("on", data.get(True))
     steps = data["jobs"]["gate"]["steps"]
-    refs = [s["with"]["ref"] for s in steps if s.get("uses", "").startswith("actions/checkout@")]
+    checkouts = [s["with"] for s in steps if s.get("uses", "").startswith("actions/checkout@")]
+    refs = [c["ref"] for c in checkouts if c["path"].startswith("plugin-")]
     assert refs == ["${{ github.event.pull_request.base.sha }}", "${{ github.event.pull_request.head.sha }}"]
     [upload] = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert upload["if"] == "always()"  # a failed comparison is when the artifact matters
     [compare] = [c for c in _commands() if c[0] == "compare"]
     assert upload["with"]["path"].rstrip("/") == compare[compare.index("--out") + 1]
+
+
+def test_both_sides_install_kvbench_from_one_checkout_of_its_repository():
+    """kvbench is not on a package index: the workflow checks out one ref of its repository and
+    installs that checkout on both sides, as the README installs it (never ``kvbench==<version>``)."""
+    data = _workflow()
+    steps = data["jobs"]["gate"]["steps"]
+    [checkout] = [s for s in steps if s.get("with", {}).get("path") == "kvbench"]
+    assert checkout["with"] == {
+        "repository": "${{ env.KVBENCH_REPOSITORY }}",
+        "ref": "${{ env.KVBENCH_REF }}",
+        "path": "kvbench",
+    }
+    installs = [line.split() for s in steps for line in s.get("run", "").splitlines() if "pip install" in line]
+    assert [words[-2:] for words in installs] == [["./kvbench", "./plugin-base"], ["./kvbench", "./plugin-head"]]
+    assert "kvbench==" not in WORKFLOW.read_text()
 
 
 def test_compare_reads_the_folders_the_two_sweeps_write():

@@ -222,6 +222,9 @@ def test_different_sweeps_match_nothing(two_copies, tmp_path, capsys):
     assert compare(base, head, out=tmp_path / "cmp") == 2
     line = one_error_line(capsys)
     assert "no job matched" in line and "workload.num_requests: 40 -> 41" in line
+    # the line names the key that kept the jobs apart, and the flag that would pair them anyway
+    assert "the configs differ in workload.num_requests" in line
+    assert line.endswith("or add --ignore-config workload.num_requests if that key cannot change a number")
     # a key declared irrelevant is left out of the matching
     assert compare(base / "0", head / "0", "--ignore-config", "workload", out=tmp_path / "cmp") == 1
 

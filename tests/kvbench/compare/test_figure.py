@@ -1,5 +1,5 @@
-"""compare.png: written as a valid PNG for one job or many, one metric or many; what it leaves out
-past its caps is failures last, and it says how much it left out."""
+"""compare.png: written as a valid PNG for one job or many, one metric or many, never taller than a
+screen; it draws the largest changes, failures first, and says how much it left out."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from PIL import Image
 
 from kvbench.compare import figure
 from kvbench.compare.diff import COLUMNS
-from kvbench.compare.figure import MAX_METRICS_PER_JOB, MAX_ROWS, plot_changes
+from kvbench.compare.figure import MAX_BARS_PER_JOB, MAX_JOBS, plot_changes
 
 KEYS = ("ttft_p50_s", "peak_concurrency", "utilization_mean", "throughput_tokens_per_s", "sim_wall_s", "num_steps")
 
@@ -65,22 +65,28 @@ def _png_size(path) -> tuple[int, int]:
         return image.size
 
 
-@pytest.mark.parametrize(
-    "num_jobs, num_metrics", [(1, 1), (2, 3), (12, 40), (3, MAX_METRICS_PER_JOB + 10), (1, 2 * MAX_ROWS)]
-)
+#: the tallest compare.png may be, in pixels: one screen, read without scrolling
+SCREEN_PX = 1200
+
+
+@pytest.mark.parametrize("num_jobs, num_metrics", [(1, 1), (2, 3), (12, 40), (3, MAX_BARS_PER_JOB + 10), (1, 240)])
 def test_the_figure_is_a_png_for_any_number_of_jobs_and_metrics(tmp_path, num_jobs, num_metrics):
     width, height = _png_size(plot_changes(_jobs_frame(num_jobs, num_metrics), tmp_path / "compare.png"))
-    assert width > 0 and height > 0
+    assert 0 < width and 0 < height <= SCREEN_PX
 
 
-def test_the_figure_grows_with_the_rows_it_draws_up_to_its_cap(tmp_path):
+def test_the_figure_grows_with_the_rows_it_draws_up_to_one_screen(tmp_path):
     heights = [
         _png_size(plot_changes(_jobs_frame(jobs, metrics), tmp_path / f"{jobs}x{metrics}.png"))[1]
-        for jobs, metrics in ((1, 2), (2, 10), (10, 40), (30, 40))
+        for jobs, metrics in ((1, 2), (2, 4), (MAX_JOBS, 40), (30, 40))
     ]
-    assert heights[0] < heights[1] < heights[2]
-    # past MAX_ROWS bars the rest is counted, not drawn: 30 jobs draw no taller than 10
-    assert heights[3] <= heights[2] * 1.1
+    assert heights[0] < heights[1] < heights[2] <= SCREEN_PX
+    # past MAX_JOBS panels the rest is counted, not drawn: 30 jobs draw no taller than MAX_JOBS
+    assert heights[3] <= heights[2] * 1.05
+
+
+def test_the_text_is_readable_at_a_glance():
+    assert figure.FONT_PT >= 10 and figure.ROW_IN * 72 >= 2.4 * figure.FONT_PT  # a bar's row holds its label
 
 
 def test_nothing_moved_is_a_figure_that_says_so(tmp_path):
@@ -108,23 +114,37 @@ def test_only_new_and_missing_metrics_draw_without_bars(tmp_path):
 
 
 def test_a_job_past_the_cap_keeps_its_failures_and_counts_the_rest():
-    rows = [_row("j", f"m{i}", 1.0, 1.1, "within") for i in range(MAX_METRICS_PER_JOB)]
+    rows = [_row("j", f"m{i}", 1.0, 1.1, "within") for i in range(MAX_BARS_PER_JOB)]
     rows += [_row("j", "late_failure", 1.0, 2.0, "beyond"), _row("j", "late_pass", 1.0, 1.1, "within")]
     drawn, notes = figure._plotted(_frame(rows))
-    assert len(drawn) == MAX_METRICS_PER_JOB and "late_failure" in set(drawn["metric"])
+    assert len(drawn) == MAX_BARS_PER_JOB and list(drawn["metric"])[0] == "late_failure"
     assert notes == {"j": "and 2 more, all passing: see compare.csv"}
-    failing = [_row("j", f"f{i}", 1.0, 2.0, "beyond") for i in range(MAX_METRICS_PER_JOB + 3)]
+    failing = [_row("j", f"f{i}", 1.0, 2.0, "beyond") for i in range(MAX_BARS_PER_JOB + 3)]
     assert figure._plotted(_frame(failing))[1] == {"j": "and 3 more, 3 failing: see compare.csv"}
 
 
-def test_past_max_rows_failing_jobs_are_drawn_first_in_the_tables_order():
-    per_job = MAX_ROWS // 3  # three passing jobs fill the figure
-    rows = [_row(f"pass{j}", f"m{i}", 1.0, 1.1, "within") for j in range(4) for i in range(per_job)]
-    rows += [_row("fails", "m0", 1.0, 2.0, "beyond")]
+def test_the_largest_changes_are_drawn_first_failures_before_them():
+    rows = [
+        _row("j", "small", 1.0, 1.01, "within"),
+        _row("j", "no_size", 1.0, math.nan, "missing"),
+        _row("j", "large", 1.0, 0.5, "within"),
+        _row("j", "failing_small", 1.0, 1.001, "beyond"),
+        _row("j", "from_zero", 0.0, 3.0, "within"),
+        _row("j", "unchanged", 1.0, 1.0, "same"),
+    ]
+    drawn, _ = figure._plotted(_frame(rows))
+    assert list(drawn["metric"]) == ["failing_small", "no_size", "from_zero", "large", "small"]
+
+
+def test_past_max_jobs_failing_jobs_are_drawn_first_in_the_tables_order():
+    rows = [_row(f"pass{j}", "m0", 1.0, 1.0 + 0.1 * (j + 1), "within") for j in range(MAX_JOBS + 2)]
+    rows += [_row("fails", "m0", 1.0, 1.001, "beyond")]
     drawn, _ = figure._plotted(_frame(rows))
     jobs, left_out = figure._jobs(drawn)
-    assert jobs == ["pass0", "pass1", "fails"]  # the failing one taken first, drawn in the table's order
-    assert left_out == ["pass2", "pass3"]
+    # the failing job first, then the passing ones whose change is largest; drawn in the table's order
+    largest = [f"pass{j}" for j in range(MAX_JOBS + 2)][-(MAX_JOBS - 1) :]
+    assert jobs == [*largest, "fails"]
+    assert left_out == [f"pass{j}" for j in range(MAX_JOBS + 2 - (MAX_JOBS - 1))]
 
 
 def test_the_axis_is_linear_for_small_changes_and_logarithmic_past_100_percent():

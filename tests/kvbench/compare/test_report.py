@@ -57,7 +57,7 @@ def _metric_row(lines: list[str], words: str) -> list[str]:
 def test_long_labels_and_metric_names_wrap_within_100_columns():
     frame = _frame(
         [
-            _row(LONG_JOB, "num_requests_refused_by_fragmentation", 123_456_789_012, 123_456_789_013, "beyond"),
+            _row(LONG_JOB, "plugin_requests_refused_by_fragmentation", 123_456_789_012, 123_456_789_013, "beyond"),
             _row(LONG_JOB, "mean_tail_waste_bytes_per_seq", 1266809925.966517, 1266809925.966518, "beyond"),
             _row("allocator=paged", "simulated_requests_per_wall_s", 5026.325101, 3000.0, "within", ">=x0.5"),
         ]
@@ -73,8 +73,11 @@ def test_long_labels_and_metric_names_wrap_within_100_columns():
     # the job's label heads its block, wrapped at spaces only: every override whole on some line
     label_lines = body[: next(i for i, line in enumerate(body) if line.startswith("  "))]
     assert " ".join(line.strip() for line in label_lines) == LONG_JOB
-    # a name longer than its column keeps every character, down its lines
-    assert "".join(line.split()[0] for line in body[5:7]) == "num_requests_refused_by_fragmentation"
+    # a key the catalogue lacks (a plugin's), longer than its column, keeps every character down its
+    # lines, broken after an underscore: between its words, never inside one
+    pieces = [line.split()[0] for line in body[5:7]]
+    assert "".join(pieces) == "plugin_requests_refused_by_fragmentation"
+    assert pieces[0].endswith("_") and all(len(piece) > 2 for piece in pieces)
 
 
 def test_the_table_uses_the_width_it_is_given():
@@ -102,6 +105,8 @@ def test_metrics_read_in_the_catalogues_words_with_the_unit_of_their_values():
             _row("j", "utilization_mean", 0.136, 0.132, "beyond", "close"),
             _row("j", "peak_concurrency", 29, 18, "beyond", "close"),
             _row("j", "sim_wall_s", 0.2, 0.21, "within", "<=x2"),
+            _row("j", "num_requests_refused_by_fragmentation", 3, 4, "beyond", "close"),
+            _row("j", "plugin_metric_s", 0.2, 0.21, "within", "<=x2"),
         ]
     )
     lines = _render(frame, 120)
@@ -111,8 +116,11 @@ def test_metrics_read_in_the_catalogues_words_with_the_unit_of_their_values():
     # a fraction in percent, a count as an integer
     assert _metric_row(lines, "KV utilization mean (% of budget)")[:2] == ["13.6", "13.2"]
     assert _metric_row(lines, "peak concurrency (sequences)")[:2] == ["29", "18"]
-    # a key the catalogue lacks keeps its own name and its stored values
-    assert _metric_row(lines, "sim_wall_s")[:2] == ["0.2", "0.21"]
+    # every number a run writes has the catalogue's words, the wall-clock and refusal counts too
+    assert _metric_row(lines, "simulation's wall-clock time (ms)")[:2] == ["200", "210"]
+    assert _metric_row(lines, "requests refused for fragmentation")[:2] == ["3", "4"]
+    # a key the catalogue lacks (a plugin's) keeps its own name and its stored values
+    assert _metric_row(lines, "plugin_metric_s")[:2] == ["0.2", "0.21"]
 
 
 def test_two_values_a_unit_change_would_print_alike_print_as_stored():

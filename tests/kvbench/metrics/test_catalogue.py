@@ -31,13 +31,23 @@ def summaries():
     hybrid = run(
         [*SMALL, "model=gemma3-12b", "model.hf_config.sliding_window=256", "hardware.kv_budget_bytes=5e9"]
     ).summary
-    return plain, swapped, cached, short, host, vattention, hybrid
+    # a closed-loop client, a measured kernel's tables and a trace write keys of their own
+    closed = run([*SMALL, "workload=closed_loop"]).summary
+    measured = run([*SMALL, "kernel=trtllm"]).summary
+    trace = run([*SMALL, "workload=azure_code"]).summary
+    return plain, swapped, cached, short, host, vattention, hybrid, closed, measured, trace
 
 
 def test_every_record_names_a_key_some_run_writes(summaries):
     written = set().union(*summaries) | {"slo"}  # the comparison adds a job's SLOs from its config
-    dead = [m.key for m in (*catalogue.SETTINGS, *catalogue.METRICS) if m.key not in written]
+    dead = [m.key for m in (*catalogue.SETTINGS, *catalogue.METRICS, *catalogue.DETAILS) if m.key not in written]
     assert not dead, f"catalogued keys no run writes: {dead}"
+
+
+def test_every_number_a_run_writes_has_the_catalogue_s_words(summaries):
+    """kvbench compare lists every numeric key: none of them reads as a bare key."""
+    numbers = {key for summary in summaries for key, value in summary.items() if not isinstance(value, str)}
+    assert not sorted(numbers - set(catalogue.BY_KEY)), "numeric summary keys without a catalogue record"
 
 
 def test_the_views_take_their_words_from_the_catalogue():
