@@ -83,7 +83,7 @@ def _main(argv: list[str]) -> int:
         out = Path(args.json)
         require(out.parent.is_dir(), "--json", args.json, "its folder does not exist")
         check_target(out, f"give the path of a file, or --json {STDOUT} for stdout")
-    c = run_differential(cfg, peer, args.step_ms / 1e3, peer_options)
+    c = run_differential(cfg, peer, args.step_ms / 1e3, peer_options, progress=bool(cfg.progress))
     console = wide_console()
     if to_stdout:  # stdout holds the JSON alone, for a pipe to read
         console.file = sys.stderr

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,6 +25,7 @@ from omegaconf import DictConfig
 
 from kvbench.api import RunSetup, build
 from kvbench.app.checks import MEMORY_BASE_BYTES, refuse_beyond_memory
+from kvbench.app.progress import progress_bar
 from kvbench.core.request import Request, requests_from_workload
 from kvbench.core.step import StepPlan, StepResult
 from kvbench.engine import Engine
@@ -178,11 +180,11 @@ def peer_requests(requests: list[Request]) -> list[PeerRequest]:
     return out
 
 
-def run_kvbench(setup: Setup) -> PeerTrace:
-    """kvbench's own decisions on the same clock, step by step."""
+def run_kvbench(setup: Setup, on_finished: Callable[[int], None] = lambda n: None) -> PeerTrace:
+    """kvbench's own decisions on the same clock, step by step (``on_finished(n)``: progress)."""
     s = setup.run
     clock = FixedStepClock(setup.caps.step_s, s.allocator.block_size_tokens * s.allocator.kv_bytes_per_token)
-    engine = Engine(s.scheduler, clock, event_driven=False)
+    engine = Engine(s.scheduler, clock, event_driven=False, on_finished=on_finished)
     record = engine.run(setup.requests)
     step_of_end = {end_s: i for i, end_s in enumerate(clock.end_s)}
     for request_id, finish_s in zip(record.requests["request_id"].tolist(), record.requests["finish_s"].tolist()):
@@ -246,9 +248,10 @@ def compare(kv: PeerTrace, peer: PeerTrace, num_requests: int) -> Comparison:
 
 
 def run_differential(
-    cfg: DictConfig, peer: str, step_s: float = DEFAULT_STEP_S, peer_options: dict | None = None
+    cfg: DictConfig, peer: str, step_s: float = DEFAULT_STEP_S, peer_options: dict | None = None, progress: bool = False
 ) -> Comparison:
-    """Drive kvbench and ``peer`` over the composed config's requests and caps and compare.
+    """Drive kvbench and ``peer`` over the composed config's requests and caps and compare; with
+    ``progress``, each side's finished requests on stderr (a bar, or a line every 10 s in a log).
     ``peer_options``: keywords the peer's module takes (nano_vllm: ``nano_vllm_path``,
     ``allow_any_block_size``); its ``unavailable_reason`` gets those it names."""
     module = peer_module(peer)
@@ -258,9 +261,12 @@ def run_differential(
     reason = module.unavailable_reason(**where)
     if reason:
         raise ConfigError(f"--peer={peer}: {reason}")
-    kv = run_kvbench(setup)
+    n = len(setup.requests)
+    with progress_bar(n, "kvbench's side", enabled=progress, unit="requests") as advance:
+        kv = run_kvbench(setup, advance)
     try:
-        other = module.run(setup.peer_requests, setup.caps, **options)
+        with progress_bar(n, f"{peer}'s own scheduler", enabled=progress, unit="requests") as advance:
+            other = module.run(setup.peer_requests, setup.caps, on_finished=advance, **options)
     except ValueError as exc:  # a cap the peer cannot honour, said by its driver
         raise ConfigError(f"--peer={peer}: {exc}") from None
     except RuntimeError as exc:  # the peer could not finish this config (it stalled, or hit max_steps)

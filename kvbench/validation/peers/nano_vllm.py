@@ -39,6 +39,7 @@ import json
 import re
 import sys
 import types
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,6 +191,7 @@ def run(
     max_steps: int = 1_000_000,
     allow_any_block_size: bool = False,
     nano_vllm_path: str | None = None,
+    on_finished: Callable[[int], None] = lambda n: None,
 ) -> PeerTrace:
     """Feed ``requests`` to nano-vllm's scheduler on kvbench's clock and record every step.
 
@@ -271,6 +273,7 @@ def run(
             scheduler.postprocess(batch, [generated_token_of[seq.seq_id] for seq in batch], is_prefill)
             finished = [request_id_of[seq.seq_id] for seq in batch if seq.is_finished]
             num_finished += len(finished)
+            on_finished(len(finished))  # progress
             steps.append(PeerStep(scheduled=scheduled, preempted=step_preempted, finished=finished))
             blocks_used.append(caps.num_blocks - len(scheduler.block_manager.free_block_ids))
             clock_s += caps.step_s

@@ -21,6 +21,7 @@ import math
 import os
 import tempfile
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
 
 from kvbench.validation.peers.types import PeerCaps, PeerRequest, PeerStep, PeerTrace, join_arrivals
@@ -92,7 +93,13 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def run(requests: list[PeerRequest], caps: PeerCaps, *, max_steps: int = 1_000_000) -> PeerTrace:
+def run(
+    requests: list[PeerRequest],
+    caps: PeerCaps,
+    *,
+    max_steps: int = 1_000_000,
+    on_finished: Callable[[int], None] = lambda n: None,
+) -> PeerTrace:
     """Feed ``requests`` to vLLM's scheduler on kvbench's clock and record every step.
 
     Caps map one to one: ``num_blocks`` is vLLM's own count (its null block is one of them, so
@@ -208,6 +215,7 @@ def run(requests: list[PeerRequest], caps: PeerCaps, *, max_steps: int = 1_000_0
                 if out.finish_reason is not None
             ]
             num_finished += len(finished)
+            on_finished(len(finished))  # progress
 
             steps.append(
                 PeerStep(
