@@ -1,7 +1,7 @@
 """Speed at scale: kvbench against Vidur 0.0.26 on arrival-heavy traces, preemption storms and 16x the
 output tokens; a profile of each loop, a floor under it, and the issue's goals as a table.
 
-    python benchmarks/scale.py --vidur-run $VIDUR_RUN --repeat 2      # the measurement (about 3 h on 2 cores)
+    python benchmarks/scale.py --vidur-run $VIDUR_RUN --repeat 2      # the measurement (about 1 h on 2 cores)
     python benchmarks/scale.py --vidur-run $VIDUR_RUN --repeat 2 --large-repeat 1   # one pair at 100k
     python benchmarks/scale.py --quick                                # kvbench only, small N (about 2 min)
     python benchmarks/scale.py --vidur-run $VIDUR_RUN --scenarios storm-128-128-t0-5k,storm-128-2048-t0-5k --repeat 3
