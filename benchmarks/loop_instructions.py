@@ -3,6 +3,7 @@ that a busy machine cannot blur.
 
     python benchmarks/loop_instructions.py                       # the change under test against what came before
     python benchmarks/loop_instructions.py --base 031b30f --head HEAD --config arrivals --config events
+    python benchmarks/loop_instructions.py --base 570ef83 --head HEAD --config chat --streamed
 
 On the 2-core machines kvbench is developed on, one run of the same loop takes 20 % more or less
 wall time from one minute to the next; the speed gate (``speed_gate.py``) cancels that with the
@@ -19,6 +20,13 @@ tables it builds at the end). The loop's count is the difference. Both trees are
 that no module's compilation is counted. Both sides must simulate the same
 steps and tokens, or the comparison is refused. A run of the ``arrivals`` config takes about a
 minute under valgrind, most of it the imports: four runs per config.
+
+With ``--streamed`` the loop writes its step table as the ``kvbench`` command does: each batch of
+rows to the step files (``StepFiles``) and the summary's running sums (``StepTotals``), and a third
+run per side also commits the files after the loop (closes and renames them; a version that writes
+``steps.csv`` from the Parquet file does so there). The report then gives the loop's count and the
+loop's with the commit: where writing the CSV moved out of the loop, the first falls and the second
+says what the whole run pays for the move. Six runs per config.
 
 Exit status: 0 counted, 2 cannot compare (no valgrind, no git, an unknown commit, different work).
 """
@@ -45,6 +53,22 @@ from speed_gate import CONFIGS as GATE_CONFIGS
 #: of a turn (its loop is too long for the gate's paired 50 ms runs)
 CONFIGS = {
     **GATE_CONFIGS,
+    # chat: scale.py's chat-like traffic (kvbench's workload=lognormal, medians 512/128 tokens) at
+    # Poisson 12/s through vLLM v0, 2,000 requests: about 4 steps per step row, the regime in which
+    # writing the step table is the largest share of the loop
+    "chat": [
+        *BASE,
+        "workload=lognormal",
+        "workload.num_requests=2000",
+        "workload.arrival=poisson",
+        "workload.rate_per_s=12",
+        "scheduler=prefill_first",
+        "allocator=paged",
+        "allocator.block_size_tokens=16",
+        "scheduler.max_num_batched_tokens=4096",
+        "preemption=recompute",
+        "scheduler.max_num_seqs=128",
+    ],
     "preempt": [
         *BASE,
         "workload=lecture_chat",
@@ -86,6 +110,33 @@ else:
     print(json.dumps(None))
 """
 )
+#: the same with the step table streamed to its files as the command writes it (``--streamed``): up
+#: to the loop (``setup``), through it (``loop``), or through it and the files' commit (``commit``)
+STREAMED_CHILD = (
+    PRELUDE
+    + """
+import shutil, tempfile
+from pathlib import Path
+from kvbench.metrics.step_totals import StepTotals
+from kvbench.output.step_files import StepFiles
+folder = Path(tempfile.mkdtemp())
+files, totals, work = StepFiles(folder), StepTotals(s.budget_bytes, s.model.kv_bytes_per_token), [0, 0]
+def sink(batch):
+    files(batch)
+    totals.add(batch)
+    work[0] += int(batch["num_steps"].sum())
+    work[1] += len(batch["num_steps"])
+engine.step_sink = sink
+if sys.argv[1] == "setup":
+    print(json.dumps(None))
+else:
+    record = engine.run(requests)
+    if sys.argv[1] == "commit":
+        files.commit()
+    print(json.dumps([*work, len(record.request_columns)]))
+shutil.rmtree(folder)
+"""
+)
 #: what makes two runs of the same code count the same instructions (to about a thousand in 3.4
 #: billion): one thread for OpenBLAS, OpenMP and Arrow, whose idle workers spin a varying while
 #: (valgrind runs one thread at a time), the C library's allocator for Arrow (mimalloc's background
@@ -104,14 +155,17 @@ class NotComparable(RuntimeError):
     """The two sides cannot be counted against each other: one line saying why."""
 
 
-def count(tree: Path, mode: str, overrides: list[str]) -> tuple[int, list | None]:
+def count(tree: Path, mode: str, overrides: list[str], child: str = CHILD) -> tuple[int, list | None]:
     """(instructions, the run's work) of one run of ``tree``'s kvbench under valgrind."""
-    return count_with(child_env(tree, COUNTED_ENV), tree, mode, overrides, f"kvbench in {tree}")
+    return count_with(child_env(tree, COUNTED_ENV), tree, mode, overrides, f"kvbench in {tree}", child)
 
 
-def count_with(env: dict[str, str], cwd: Path, mode: str, overrides: list[str], what: str) -> tuple[int, list | None]:
-    """(instructions, the run's work) of one :data:`CHILD` run under valgrind, with ``env`` (which
-    says whose kvbench it imports); ``what`` names that kvbench in an error."""
+def count_with(
+    env: dict[str, str], cwd: Path, mode: str, overrides: list[str], what: str, child: str = CHILD
+) -> tuple[int, list | None]:
+    """(instructions, the run's work) of one ``child`` run (:data:`CHILD`, :data:`STREAMED_CHILD`)
+    under valgrind, with ``env`` (which says whose kvbench it imports); ``what`` names that kvbench
+    in an error."""
     argv = [
         "valgrind",
         "--tool=cachegrind",
@@ -119,7 +173,7 @@ def count_with(env: dict[str, str], cwd: Path, mode: str, overrides: list[str], 
         "--cachegrind-out-file=/dev/null",
         sys.executable,
         "-c",
-        CHILD,
+        child,
         mode,
         json.dumps(overrides),
     ]
@@ -141,6 +195,15 @@ def loop_instructions(tree: Path, overrides: list[str]) -> tuple[int, list]:
     return through - before, work
 
 
+def streamed_instructions(tree: Path, overrides: list[str]) -> tuple[int, int, list]:
+    """(instructions of the loop streaming its step table to files, of committing the files after
+    it, the work: steps, step rows, requests)."""
+    committed, work = count(tree, "commit", overrides, STREAMED_CHILD)
+    through, _ = count(tree, "loop", overrides, STREAMED_CHILD)
+    before, _ = count(tree, "setup", overrides, STREAMED_CHILD)
+    return through - before, committed - through, work
+
+
 def compile_tree(tree: Path) -> None:
     """Compile the tree's modules where its child processes import them from: a module compiled
     on its first import would count in whichever run imports it first (the loop's, for one
@@ -153,25 +216,34 @@ def compile_tree(tree: Path) -> None:
         raise NotComparable(f"the kvbench in {tree} does not compile: {lines[-1] if lines else done.returncode}")
 
 
-def compare(base: Path, head: Path, configs: list[str], progress=None) -> list[dict]:
+def compare(base: Path, head: Path, configs: list[str], progress=None, streamed: bool = False) -> list[dict]:
     for tree in (base, head):
         compile_tree(tree)
     rows = []
     for name in configs:
-        base_n, base_work = loop_instructions(base, CONFIGS[name])
-        head_n, head_work = loop_instructions(head, CONFIGS[name])
+        if streamed:
+            base_n, base_commit, base_work = streamed_instructions(base, CONFIGS[name])
+            head_n, head_commit, head_work = streamed_instructions(head, CONFIGS[name])
+        else:
+            base_n, base_work = loop_instructions(base, CONFIGS[name])
+            head_n, head_work = loop_instructions(head, CONFIGS[name])
         if base_work != head_work:
             raise NotComparable(
                 f"{name}: the two versions simulate different work (steps, step rows, requests: base "
                 f"{base_work}, head {head_work}); count them again once the change is the base"
             )
-        rows.append({"config": name, "base": base_n, "head": head_n, "steps": base_work[0], "rows": base_work[1]})
+        row = {"config": name, "base": base_n, "head": head_n, "steps": base_work[0], "rows": base_work[1]}
+        if streamed:
+            row.update(base_commit=base_commit, head_commit=head_commit)
+        rows.append(row)
         if progress is not None:
             progress(f"{name}: head/base {head_n / base_n:.4f}")
     return rows
 
 
 def report(rows: list[dict], base_name: str, head_name: str) -> str:
+    if rows and "base_commit" in rows[0]:
+        return _streamed_report(rows, base_name, head_name)
     lines = [
         f"loop instructions (valgrind): head {head_name} against base {base_name}",
         "",
@@ -185,6 +257,23 @@ def report(rows: list[dict], base_name: str, head_name: str) -> str:
     return "\n".join(lines)
 
 
+def _streamed_report(rows: list[dict], base_name: str, head_name: str) -> str:
+    lines = [
+        f"loop instructions (valgrind), the step table streamed to its files: head {head_name} against base {base_name}",
+        "",
+        "| config | steps | step rows | loop base | loop head | head / base | loop + commit base "
+        "| loop + commit head | head / base |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        base_all, head_all = r["base"] + r["base_commit"], r["head"] + r["head_commit"]
+        lines.append(
+            f"| {r['config']} | {r['steps']:,} | {r['rows']:,} | {r['base']:,} | {r['head']:,} "
+            f"| {r['head'] / r['base']:.4f} | {base_all:,} | {head_all:,} | {head_all / base_all:.4f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python benchmarks/loop_instructions.py", description=__doc__.split("\n\n")[0]
@@ -195,7 +284,12 @@ def main(argv: list[str]) -> int:
         "--config",
         action="append",
         choices=sorted(CONFIGS),
-        help="a config to count: the speed gate's, or preempt (repeatable; default: arrivals)",
+        help="a config to count: the speed gate's, chat or preempt (repeatable; default: arrivals)",
+    )
+    parser.add_argument(
+        "--streamed",
+        action="store_true",
+        help="stream the step table to its files as the kvbench command does, and count their commit too",
     )
     args = parser.parse_args(argv)
     if args.head and not args.base:  # (the default head goes with the default base only)
@@ -209,7 +303,11 @@ def main(argv: list[str]) -> int:
         with tempfile.TemporaryDirectory(prefix="kvbench-instructions-") as tmp:
             base_tree, base_name, head_tree, head_name = export_pair(base_rev, head_rev, Path(tmp))
             rows = compare(
-                base_tree, head_tree, args.config or ["arrivals"], progress=lambda m: print(f"  {m}", file=sys.stderr)
+                base_tree,
+                head_tree,
+                args.config or ["arrivals"],
+                progress=lambda m: print(f"  {m}", file=sys.stderr),
+                streamed=args.streamed,
             )
     except (TreeError, NotComparable) as exc:
         print(f"loop instructions: error: {exc}", file=sys.stderr)

@@ -2,7 +2,7 @@
 scale.py's scenarios (100,000-request arrival-heavy traces, preemption storms, 16x the tokens).
 
     python benchmarks/loops_agree.py                          # every scenario, full size (about 4 min on 2 cores)
-    python benchmarks/loops_agree.py --scenarios poisson100k,azure100k
+    python benchmarks/loops_agree.py --scenarios arxiv-poisson3-100k,azure-conv-1x-100k
     python benchmarks/loops_agree.py --quick                  # scale.py's small sizes (about 20 s)
 
 The unit tests check that ``event_driven=true`` and ``event_driven=false`` write the same tables on
@@ -17,8 +17,9 @@ and CSV, no figures), and compares what they wrote:
 
 Where anything differs the scenario fails, with the files named, and the command exits with status 1;
 it exits 2 where it cannot compare (a ``kvbench`` run that failed, an output folder it cannot write).
-Each scenario's two loop times (``sim_wall_s``) are reported too: what running quiet decode steps as
-one computation buys there, on identical work.
+Each scenario's two loop times (the whole loop, ``loop_wall_s``: making requests and writing rows
+included) are reported too: what running quiet decode steps as one computation buys there, on
+identical work.
 
 Writes ``<out>/loops_agree.json`` and ``<out>/loops_agree.md``.
 """

@@ -3,10 +3,10 @@ runs: what a change did to the peak RSS goal of issue 22 (at most 200 MB for 100
 with the default outputs).
 
     python benchmarks/peak_memory.py                              # the working tree against HEAD
-    python benchmarks/peak_memory.py --base 07887f0 --head HEAD --pairs 5 --scenario poisson100k
+    python benchmarks/peak_memory.py --base 07887f0 --head HEAD --pairs 5 --scenario arxiv-poisson3-100k
 
 Each side (``--base``, ``--head``: commits, or by default those ``speed_gate.py`` picks) runs the
-scenario (``scale.py``'s, default ``azure100k``: 100,000 requests of the Azure conversation trace)
+scenario (``scale.py``'s, default ``azure-conv-1x-100k``: 100,000 requests of the Azure conversation trace)
 as the ``kvbench`` command with its default outputs (Parquet and CSV tables, the figures), each run
 a process of its own, measured alone (``child_process.py``: its own peak RSS, from ``wait4``).
 The two sides take turns, the order alternating from pair to pair: what a process's peak counts of
@@ -136,7 +136,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--head", help="the commit under test (default: the working tree, or HEAD)")
     names = [spec.name for spec in SPECS]
     parser.add_argument(
-        "--scenario", default="azure100k", choices=names, help="scale.py's scenario (default azure100k)"
+        "--scenario",
+        default="azure-conv-1x-100k",
+        choices=names,
+        help="scale.py's scenario (default azure-conv-1x-100k)",
     )
     parser.add_argument("--requests", type=int, help="replay this many of its requests (default: the scenario's)")
     parser.add_argument("--pairs", type=int, default=3, help="runs of each side, in turns (default 3)")

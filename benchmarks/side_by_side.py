@@ -14,15 +14,32 @@ planner gives), at most 128 running requests, seed 42 for Vidur's predictor:
   each simulator's format: kvbench replays it with its ``request_csv`` workload (Vidur's column
   names), Vidur with its harness's ``REPLAY``.
 
-Any other request list is replayed the same way (:func:`replay_scenario`): scale.py's 100,000-request
-scenarios (:func:`poisson_lengths_scenario`, :func:`azure_scenario`) and fixed-length ones on a
-smaller KV pool (:func:`fixed_scenario` with ``kv_blocks``; Vidur's ``NUM_BLOCKS``).
+Any other request list is replayed the same way (:func:`replay_scenario`): scale.py's arrival-heavy
+scenarios (:func:`poisson_lengths_scenario`, :func:`chat_poisson_scenario`, :func:`azure_scenario`)
+and fixed-length ones on a smaller KV pool (:func:`fixed_scenario` with ``kv_blocks``; Vidur's
+``NUM_BLOCKS``).
 
 The Vidur side is a runner script (``--vidur-run``) that reads ``N``, ``QPS``, ``LENGTHS``,
 ``PROMPT``, ``DECODE``, ``REPLAY``, ``SCHED``, ``BLOCK`` and ``BATCH_CAP`` from the environment
 and prints one JSON line with Vidur's own timings (``wall_s_event_loop``, ``wall_s_process``),
 ``peak_rss_mb``, ``batches``, ``requests`` and ``requests_csv`` (the request list it simulated);
 scale.py also gives it ``NUM_BLOCKS`` (the KV pool in blocks) and reads ``preemptions``.
+
+Each side's loop is timed over the same span, from its first request made to the last row its loop
+writes (:func:`run_kvbench`, :func:`run_vidur`):
+
+- kvbench: ``loop_wall_s`` of its summary, ``Engine.run`` from just before it makes its first
+  request (it makes them, a batch at a time, as they arrive) to the last rows of its step table
+  written to ``steps.parquet`` and of its request table stored; its breakdown, ``sim_wall_s``, is
+  that less making requests, storing finished requests' rows and writing the step table;
+- Vidur: its request making (``Simulator._init_event_queue``: the request generator's
+  ``generate()``, which makes every request object from the list it read, and one arrival event
+  per request pushed on its queue; timed by ``vidur_timing/sitecustomize.py``, which the runner's
+  Python imports at start-up from ``PYTHONPATH``) plus its event loop (the runner's
+  ``wall_s_event_loop``: ``Simulator.run`` less writing its outputs). Vidur records its metrics in
+  memory as its loop goes and writes its tables after it, outside the span; kvbench writes its
+  step table's Parquet file inside it. Reading the request list (kvbench's workload, Vidur's trace
+  file) comes before either span.
 """
 
 from __future__ import annotations
@@ -31,6 +48,7 @@ import csv
 import json
 import os
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +57,7 @@ from child_process import measure
 from kvbench_plugins.workloads.request_csv import read_requests
 
 import kvbench
+from kvbench.output.step_files import step_file_rows
 
 KV_BLOCKS = 7424  # Vidur's planner: 7,424 blocks of 16 Llama-2-7B tokens on an H100
 BLOCK_BYTES = 16 * 524_288  # 16 tokens of 512 KiB (Llama-2-7B: 32 layers x 2 x 4,096 x 2 bytes)
@@ -46,6 +65,8 @@ KV_BUDGET_BYTES = KV_BLOCKS * BLOCK_BYTES
 MAX_TOKENS = 4096  # Vidur's per-request limit (prompt + output) and Llama-2-7B's positions
 ARXIV_RATE_PER_S = 3.0
 SEED = 42
+#: the folder whose ``sitecustomize`` times Vidur's request making (put on its runner's PYTHONPATH)
+VIDUR_TIMING = Path(__file__).resolve().parent / "vidur_timing"
 #: the request traces kvbench ships (kvbench/traces)
 TRACES = Path(kvbench.__file__).resolve().parent / "traces"
 ARXIV_LENGTHS = TRACES / "vidur_arxiv_summarization_llama2_lengths.csv"  # the file Vidur ships, as is
@@ -211,6 +232,30 @@ def poisson_lengths_scenario(
     return replay_scenario(name, what, folder, arrival_s, prompt, output)
 
 
+def chat_poisson_scenario(name: str, num_requests: int, folder: Path, rate_per_s: float) -> Scenario:
+    """kvbench's own chat-like workload (``workload=lognormal``: lognormal prompts and outputs of
+    medians 512 and 128 tokens, sigma 1.0, clipped into 4,096) at Poisson ``rate_per_s``, drawn by
+    kvbench's workload source with the run's default seed: the requests that
+    ``kvbench workload=lognormal workload.arrival=poisson workload.rate_per_s=R workload.num_requests=N``
+    serves, written for both simulators."""
+    from kvbench.api import compose
+    from kvbench.app.run import setup
+
+    overrides = [
+        *VLLM,
+        "workload=lognormal",
+        f"workload.num_requests={num_requests}",
+        "workload.arrival=poisson",
+        f"workload.rate_per_s={rate_per_s}",
+    ]
+    cfg, _ = compose(overrides)
+    workload = setup(cfg).workload_source.generate(np.random.default_rng(int(cfg.seed)))
+    prompt = np.asarray(workload.prompt_tokens, dtype=np.int64)
+    output = np.asarray(workload.output_tokens, dtype=np.int64)
+    what = f"{num_requests:,} chat-like requests (workload=lognormal: medians 512/128), Poisson {rate_per_s:g}/s"
+    return replay_scenario(name, what, folder, np.asarray(workload.arrival_s, dtype=np.float64), prompt, output)
+
+
 def azure_rows(trace_csv: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(arrival s from the first request, prompt tokens, output tokens) of an Azure LLM 2023 trace
     (columns TIMESTAMP, ContextTokens, GeneratedTokens), in the file's order."""
@@ -223,20 +268,23 @@ def azure_rows(trace_csv: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return arrival_s, prompt, output
 
 
-def azure_scenario(name: str, trace_csv: Path, num_requests: int, folder: Path) -> Scenario:
+def azure_scenario(name: str, trace_csv: Path, num_requests: int, folder: Path, rate_scale: float = 1.0) -> Scenario:
     """The Azure trace tiled to ``num_requests``: copy k is the trace shifted by k x (its span + its
     mean inter-arrival gap), so every request keeps its own gap to the one before (and a copy starts one
-    mean gap after the last request of the one before); prompts clipped to MAX_TOKENS as Vidur clips them."""
+    mean gap after the last request of the one before); prompts clipped to MAX_TOKENS as Vidur clips them.
+    ``rate_scale`` divides every arrival time, as kvbench's ``workload.rate_scale`` does."""
+    if rate_scale <= 0:
+        raise ValueError(f"{name}: rate_scale must be > 0, got {rate_scale}")
     arrival, prompt, output = azure_rows(trace_csv)
     period_s = float(arrival[-1]) * len(arrival) / (len(arrival) - 1)  # span + one mean gap
     copies = -(-num_requests // len(arrival))
-    arrival_s = np.concatenate([arrival + k * period_s for k in range(copies)])[:num_requests]
+    arrival_s = np.concatenate([arrival + k * period_s for k in range(copies)])[:num_requests] / rate_scale
     output = np.tile(output, copies)[:num_requests]
     prompt = clip_to_max_tokens(np.tile(prompt, copies)[:num_requests], output)
-    what = (
-        f"{num_requests:,} requests of {trace_csv.name} ({len(arrival):,} rows tiled {num_requests / len(arrival):.2f}"
-        " times), its own arrival times"
+    rate = (
+        "its own arrival times" if rate_scale == 1 else f"its arrival times / {rate_scale:g} ({rate_scale:g}x its rate)"
     )
+    what = f"{num_requests:,} requests of {trace_csv.name} ({len(arrival):,} rows tiled {num_requests / len(arrival):.2f} times), {rate}"
     return replay_scenario(name, what, folder, arrival_s, prompt, output)
 
 
@@ -270,7 +318,9 @@ def compile_kvbench() -> None:
 
 
 def run_kvbench(scenario: Scenario, run_dir: Path, *, write_outputs: bool = True, extra: tuple[str, ...] = ()) -> dict:
-    """One ``kvbench`` process; with ``write_outputs`` its normal tables (Parquet + CSV, no figures)."""
+    """One ``kvbench`` process; with ``write_outputs`` its normal tables (Parquet + CSV, no figures),
+    its whole loop (``loop_s``: ``loop_wall_s``), the engine's part of it (``engine_loop_s``:
+    ``sim_wall_s``) and its events (``events``: rows of its step table, from the Parquet file's footer)."""
     overrides = [
         *scenario.kvbench_overrides,
         f"hydra.run.dir={run_dir}",
@@ -282,8 +332,11 @@ def run_kvbench(scenario: Scenario, run_dir: Path, *, write_outputs: bool = True
     if write_outputs:
         with (run_dir / "summary.csv").open(newline="") as f:
             summary = next(csv.DictReader(f))
+        steps_file = run_dir / "steps.parquet"
         row.update(
-            loop_s=float(summary["sim_wall_s"]),
+            loop_s=float(summary["loop_wall_s"]),
+            engine_loop_s=float(summary["sim_wall_s"]),
+            events=step_file_rows(steps_file) if steps_file.is_file() else None,
             steps=int(summary["num_steps"]),
             requests=int(summary["num_finished"]),
             simulated_s=float(summary["duration_s"]),
@@ -301,12 +354,22 @@ def kvbench_startup(scenario: Scenario, run_dir: Path) -> dict:
 
 def run_vidur(runner: str, scenario: Scenario, timeout_s: float | None = None) -> dict:
     """One run of the Vidur runner: Vidur's own numbers, and the runner's as measured from here (a
-    RuntimeError if it fails or, given ``timeout_s``, does not finish in time)."""
-    run = measure(["bash", runner], env={**os.environ, **scenario.vidur_env}, timeout_s=timeout_s)
-    run.check(f"Vidur ({scenario.name})")
+    RuntimeError if it fails or, given ``timeout_s``, does not finish in time). ``loop_s`` is its whole
+    loop: its request making (``request_making_s``, timed in its process by ``vidur_timing``) and its
+    event loop (``event_loop_s``); None for the first where the runner's Python did not report it."""
+    with tempfile.TemporaryDirectory(prefix="kvbench-vidur-timing-") as tmp:
+        times_file = Path(tmp) / "times.json"
+        path = os.pathsep.join(filter(None, (str(VIDUR_TIMING), os.environ.get("PYTHONPATH"))))
+        env = {**os.environ, **scenario.vidur_env, "PYTHONPATH": path, "KVBENCH_VIDUR_TIMES": str(times_file)}
+        run = measure(["bash", runner], env=env, timeout_s=timeout_s)
+        run.check(f"Vidur ({scenario.name})")
+        making_s = json.loads(times_file.read_text())["request_making_s"] if times_file.is_file() else None
     report = json.loads(run.stdout.strip().splitlines()[-1])
+    event_loop_s = report["wall_s_event_loop"]
     return {
-        "loop_s": report["wall_s_event_loop"],
+        "loop_s": event_loop_s + (making_s or 0.0),
+        "event_loop_s": event_loop_s,
+        "request_making_s": making_s,
         "process_s": report["wall_s_process"],  # Vidur's Python process, start to exit (the runner's clock)
         "peak_rss_bytes": int(report["peak_rss_mb"] * 2**20),  # the harness's "MB" are ru_maxrss / 1024: MiB
         "steps": report["batches"],

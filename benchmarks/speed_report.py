@@ -43,13 +43,30 @@ def _verdict(value: float | None, goal: float, at_least: bool) -> str:
 def summarize(runs: list[dict]) -> dict:
     """One scenario's paired runs, each {"kvbench", optionally "kvbench_startup" and "kvbench_no_output"
     (without them the process splits into start-up, loop and the rest, or the loop and the rest), and
-    with Vidur "vidur", "same_requests"}."""
-    keys = ("loop_s", "process_s", "peak_rss_bytes", "steps", "requests", "simulated_s", "tpot_p50_s", "preemptions")
+    with Vidur "vidur", "same_requests"}. ``loop_s`` is each side's whole loop (side_by_side.py), and
+    ``loop_speedup`` their ratio; ``engine_loop_speedup`` compares the parts without making requests
+    and writing rows (kvbench's ``engine_loop_s``, Vidur's ``event_loop_s``). ``steps_per_event`` is
+    kvbench's steps over its loop's events (its step table's rows), both exact counts."""
+    keys = (
+        "loop_s",
+        "process_s",
+        "peak_rss_bytes",
+        "steps",
+        "requests",
+        "simulated_s",
+        "tpot_p50_s",
+        "preemptions",
+        "engine_loop_s",  # kvbench: the loop less making requests and writing rows (sim_wall_s)
+        "events",  # kvbench: the loop's events, rows of its step table
+        "event_loop_s",  # Vidur: its event loop, without its request making
+        "request_making_s",  # Vidur: making its requests, before its event loop
+    )
     med = {f"{side}_{key}": _median(runs, side, key) for side in ("kvbench", "vidur") for key in keys}
     med["kvbench_no_output_process_s"] = _median(runs, "kvbench_no_output", "process_s")
     startup_s = _median(runs, "kvbench_startup", "process_s")
     ratio = lambda a, b: a / b if a is not None and b else None
     loop_speedup = ratio(med["vidur_loop_s"], med["kvbench_loop_s"])
+    engine_loop_speedup = ratio(med["vidur_event_loop_s"], med["kvbench_engine_loop_s"])
     process_speedup = ratio(med["vidur_process_s"], med["kvbench_process_s"])
     peak_mb = med["kvbench_peak_rss_bytes"] / MB
     checks = [run.get("same_requests") for run in runs if "vidur" in run]
@@ -71,6 +88,8 @@ def summarize(runs: list[dict]) -> dict:
     return {
         "median": med,
         "loop_speedup": loop_speedup,
+        "engine_loop_speedup": engine_loop_speedup,
+        "steps_per_event": ratio(med["kvbench_steps"], med["kvbench_events"]),
         "process_speedup": process_speedup,
         "kvbench_peak_rss_mb": peak_mb,
         "kvbench_startup_peak_rss_mb": None
@@ -152,8 +171,9 @@ def markdown(report: dict) -> str:
         "What is measured:",
         "",
         (
-            "- loop: each simulator's own event-loop timer (kvbench: `sim_wall_s` of its summary; Vidur: the "
-            "harness's `simulate()` minus writing its outputs);"
+            "- loop: each simulator's whole loop, from its first request made to the last row its loop writes "
+            "(kvbench: `loop_wall_s` of its summary; Vidur: its request making, timed in its process, plus the "
+            "harness's event loop, `simulate()` minus writing its outputs);"
         ),
         (
             "- process: start to exit of one simulator process writing its normal outputs. kvbench: the `kvbench` "

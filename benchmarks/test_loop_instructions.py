@@ -46,3 +46,15 @@ def test_different_work_is_not_compared(monkeypatch, tmp_path):
 def test_a_head_without_a_base_is_refused(capsys):
     assert loop_instructions.main(["--head", "HEAD"]) == 2
     assert capsys.readouterr().err.strip() == "loop instructions: error: give --base with --head"
+
+
+def test_a_streamed_count_reports_the_loop_and_the_loop_with_its_commit(monkeypatch, tmp_path):
+    counts = {"base": (400, 100, [10, 4, 2]), "head": (300, 180, [10, 4, 2])}
+    monkeypatch.setattr(loop_instructions, "compile_tree", lambda tree: None)
+    monkeypatch.setattr(loop_instructions, "streamed_instructions", lambda tree, overrides: counts[tree.name])
+    rows = loop_instructions.compare(tmp_path / "base", tmp_path / "head", ["chat"], streamed=True)
+    assert rows == [
+        {"config": "chat", "base": 400, "head": 300, "steps": 10, "rows": 4, "base_commit": 100, "head_commit": 180}
+    ]
+    text = loop_instructions.report(rows, "a", "b")
+    assert "| chat | 10 | 4 | 400 | 300 | 0.7500 | 500 | 480 | 0.9600 |" in text

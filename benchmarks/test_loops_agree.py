@@ -40,18 +40,19 @@ def test_a_changed_byte_a_missing_file_and_a_changed_value_are_named(tmp_path):
 
 def test_an_unknown_scenario_is_refused(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        loops_agree.parse_args(["--scenarios", "poisson100k,nope"])
+        loops_agree.parse_args(["--scenarios", "arxiv-poisson3-100k,nope"])
     assert exit_info.value.code == 2 and "unknown nope" in capsys.readouterr().err
 
 
 def test_quick_mode_finds_both_loops_alike(tmp_path):
-    report = loops_agree.main(["--quick", "--scenarios", "arxiv10k,storm", "--out", str(tmp_path)])
-    assert report["identical"] and list(report["scenarios"]) == ["arxiv10k", "storm"]
-    storm = report["scenarios"]["storm"]
+    names = ["arxiv-poisson3-10k", "storm-128-128-t0-5k"]
+    report = loops_agree.main(["--quick", "--scenarios", ",".join(names), "--out", str(tmp_path)])
+    assert report["identical"] and list(report["scenarios"]) == names
+    storm = report["scenarios"]["storm-128-128-t0-5k"]
     assert storm["preemptions"] > 0 and storm["requests"] == 500  # the storm preempts: both loops saw it
-    arxiv = report["scenarios"]["arxiv10k"]
+    arxiv = report["scenarios"]["arxiv-poisson3-10k"]
     assert arxiv["steps"] > arxiv["rows"] > arxiv["requests"]  # quiet runs merged into rows
-    assert "| arxiv10k" in (tmp_path / "loops_agree.md").read_text()
+    assert "| arxiv-poisson3-10k" in (tmp_path / "loops_agree.md").read_text()
     assert json.loads((tmp_path / "loops_agree.json").read_text())["identical"] is True
 
 
@@ -64,7 +65,7 @@ def test_an_output_folder_it_cannot_write_is_one_line_and_status_2(tmp_path):
     blocker.write_text("")
     script = Path(loops_agree.__file__)
     done = subprocess.run(
-        [sys.executable, str(script), "--quick", "--scenarios", "tokens1x", "--out", str(blocker / "out")],
+        [sys.executable, str(script), "--quick", "--scenarios", "512-128-t0-2k", "--out", str(blocker / "out")],
         capture_output=True,
         text=True,
         cwd=script.parent,
@@ -78,7 +79,15 @@ def test_an_output_folder_it_cannot_write_is_one_line_and_status_2(tmp_path):
 def test_the_runs_own_keys_are_what_kvbench_compare_holds_as_machine_noise():
     # wall-clock times and rates follow kvbench compare's default tolerances, so a new one is left
     # out without this script knowing its name; every simulated number is compared
-    for key in ("sim_wall_s", "simulated_requests_per_wall_s", "some_new_wall_s", "kvbench_commit", "job", "date"):
+    for key in (
+        "sim_wall_s",
+        "loop_wall_s",
+        "simulated_requests_per_wall_s",
+        "some_new_wall_s",
+        "kvbench_commit",
+        "job",
+        "date",
+    ):
         assert loops_agree.run_own(key), key
     for key in ("num_steps", "tpot_p50_s", "num_preemptions", "kv_budget_bytes", "allocator"):
         assert not loops_agree.run_own(key), key

@@ -23,7 +23,7 @@ def test_the_ratio_is_the_median_of_the_pairs():
         "date": "d",
         "command": "c",
         "machine": "m",
-        "scenario": "azure100k, 100,000 requests",
+        "scenario": "azure-conv-1x-100k, 100,000 requests",
         "num_requests": 100_000,
         "pairs": 3,
         "base": "b",
@@ -63,7 +63,7 @@ def test_one_version_against_itself_measures_the_same_work(tmp_path, capsys):
         == 0
     )
     text = (tmp_path / "peak_memory.md").read_text()
-    assert text == capsys.readouterr().out and "azure100k, 200 requests" in text and "at most" not in text
+    assert text == capsys.readouterr().out and "azure-conv-1x-100k, 200 requests" in text and "at most" not in text
 
 
 def test_an_out_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, capsys):

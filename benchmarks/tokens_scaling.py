@@ -42,8 +42,8 @@ from kvbench.errors import ConfigError
 WORKLOAD = ["workload=lecture_chat", "output.write=false"]
 #: output tokens at 1x and at 16x (the lecture's 128)
 OUTPUT_TOKENS = (128, 2048)
-#: regime name -> its overrides: scale.py's scenarios (t0_orca, tokens1x/16x, storm/storm16x) and
-#: tokens1x's with 4x the blocks
+#: regime name -> its overrides: scale.py's scenarios (512-128-t0-10k-orca, 512-128-t0-2k and
+#: 512-2048-t0-2k, the storms) and 512-128-t0-2k's with 4x the blocks
 REGIMES = {
     "reserve-to-max (Orca: naive, S_max 4,096)": ORCA,
     "paged 16, vLLM v0, 4x Vidur's 7,424 blocks: nothing preempted": [

@@ -130,15 +130,18 @@ REFUSAL_COLUMNS = (
 
 @dataclass
 class RunRecord:
-    """What one run produced: per-request, per-span and per-refusal tables, and its wall time
-    (``step_columns`` is None when the step table went to a ``step_sink``). The run path reads the
-    tables' columns; ``requests``, ``steps`` and ``refusals`` are the same tables as DataFrames,
-    made (and pandas imported) on first use."""
+    """What one run produced: per-request, per-span and per-refusal tables, and its wall times
+    (``step_columns`` is None when the step table went to a ``step_sink``). ``loop_wall_s`` is the
+    whole loop, from the first request made to the last row written; ``sim_wall_s`` the same less
+    what the loop spent making requests and writing its tables' rows (:meth:`Recorder.outside_loop`).
+    The run path reads the tables' columns; ``requests``, ``steps`` and ``refusals`` are the same
+    tables as DataFrames, made (and pandas imported) on first use."""
 
     request_columns: ColumnTable
     step_columns: ColumnTable | None
     refusal_columns: ColumnTable
     sim_wall_s: float
+    loop_wall_s: float
 
     @functools.cached_property
     def requests(self) -> pd.DataFrame:
@@ -347,9 +350,11 @@ class Recorder:
         self._open_ledger = totals
 
     def finish(self, groups: Iterable[SequenceGroup] = ()) -> RunRecord:
-        """The run's tables (``groups``: finished requests not recorded yet). ``sim_wall_s`` is the
-        loop's wall time, up to here: building the tables comes after, as writing its
-        outputs does in other simulators."""
+        """The run's tables (``groups``: finished requests not recorded yet). ``loop_wall_s`` is the
+        loop's wall time, from the recorder's start (just before the first request is made) up to
+        here, the last rows stored or sent to the step sink: building the tables comes after, as
+        writing its outputs does in other simulators. ``sim_wall_s`` is that less the time spent
+        :meth:`outside_loop`."""
         self._flush()
         self._store_step_rows()
         if self._step_sink is not None and not self._batches_sunk:  # no row: the sink still learns the columns
@@ -357,7 +362,8 @@ class Recorder:
         for group in groups:
             self.record_request(group)
         self._store_request_rows()
-        sim_wall_s = time.perf_counter() - self._wall_start_s - self._outside_s
+        loop_wall_s = time.perf_counter() - self._wall_start_s
+        sim_wall_s = loop_wall_s - self._outside_s
         names = self._column_names()
         # the table's columns are the typed arrays' own memory (no second copy at the peak)
         steps = (
@@ -379,7 +385,7 @@ class Recorder:
         for name in EVENT_COLUMNS:
             table[name] = np.array([c[name] for c in counted], dtype=np.int64)
         requests = ColumnTable({name: table[name] for name in REQUEST_COLUMNS})
-        return RunRecord(requests, steps, refusals, sim_wall_s)
+        return RunRecord(requests, steps, refusals, sim_wall_s, loop_wall_s)
 
     def record_request(self, group: SequenceGroup) -> None:
         """A finished request, whose row of the request table is written with the next batch of

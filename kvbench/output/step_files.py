@@ -2,9 +2,12 @@
 
 A run of a million requests makes millions of step rows (about 300 bytes each): held until the
 end, the table alone would be most of the run's memory. :class:`StepFiles` is the recorder's step
-sink instead: each batch of rows is appended to ``steps.parquet`` (one row group per batch) and
-``steps.csv`` under temporary names, and :meth:`StepFiles.commit` renames both into place when the
-run has finished. The files are the very bytes that writing the whole table at the end gives
+sink instead: each batch of rows is appended to ``steps.parquet`` (one row group per batch) under a
+temporary name, and :meth:`StepFiles.commit`, when the run has finished, writes ``steps.csv`` from
+that file a row group at a time and renames both into place. Nothing reads the CSV before the run
+is over, and turning numbers into text is most of what writing the step table costs: written in the
+loop, it was loop time (``benchmarks/loop_instructions.py --streamed`` counts the difference). The
+files are the very bytes that writing the whole table at the end gives
 (:func:`kvbench.atomic.write_table`: the recorder's batches are the Parquet writer's row groups,
 and the CSV is the same text row by row); the tests compare them.
 
@@ -32,7 +35,7 @@ class StepFilesError(OSError):
 
 
 class StepFiles:
-    """``steps.parquet`` and ``steps.csv`` in ``out_dir``, written a batch of rows at a time.
+    """``steps.parquet`` in ``out_dir``, written a batch of rows at a time, and ``steps.csv`` from it.
 
     Call it with each batch (a column name -> numpy values mapping, every column in table order),
     then :meth:`commit` once the run is over, or :meth:`discard` if it failed: until ``commit``
@@ -44,7 +47,6 @@ class StepFiles:
         self._csv_tmp: Path | None = None
         self._writer = None  # pyarrow's ParquetWriter, opened with the first batch
         self._schema = None
-        self._csv = None
 
     @property
     def parquet_path(self) -> Path:
@@ -67,25 +69,22 @@ class StepFiles:
             if not columns or not all(d == np.float64 or d.kind in "iub" for d in dtypes.values()):
                 raise TypeError(f"a step table holds numbers only, got dtypes {dtypes}")
             self._parquet_tmp = temporary_path(self.out_dir / STEP_FILES[0])
-            self._csv_tmp = temporary_path(self.out_dir / STEP_FILES[1])
             # the schema a whole-table write gives (kvbench.atomic.write_table_parquet)
             self._schema = arrow_table(names, columns).schema
             self._writer = pq.ParquetWriter(self._parquet_tmp, self._schema)
-            self._csv = open(self._csv_tmp, "w", encoding="utf-8", newline="")  # noqa: SIM115 (closed in commit/discard)
-            write_header(self._csv, names)
         # (an empty batch, a run with no step, is an empty row group, as the whole empty table writes)
         table = arrow_table(names, columns)
         if table.schema != self._schema:  # a plugin's rows changed shape mid-run
             raise TypeError(f"a batch of step rows has columns {table.schema.names}, not {self._schema.names}")
         self._writer.write_table(table, row_group_size=PARQUET_ROW_GROUP_ROWS)
-        write_rows(self._csv, columns)
 
     def commit(self) -> None:
-        """Close both files and rename them into place (the run is over)."""
+        """Close the Parquet file, write the CSV from it, and rename both into place (the run is over)."""
         if self._writer is None:
             raise RuntimeError("StepFiles.commit: no batch was written (the recorder sends one even for no row)")
         try:
             self._close()
+            self._write_csv()
             commit(self._parquet_tmp, self.out_dir / STEP_FILES[0])
             commit(self._csv_tmp, self.out_dir / STEP_FILES[1])
         except OSError as exc:
@@ -94,6 +93,25 @@ class StepFiles:
         except ConfigError:  # a name that became a FIFO, a device or a folder meanwhile: never replaced
             self.discard()
             raise
+
+    def _write_csv(self) -> None:
+        """``steps.csv`` (temporary) from the closed Parquet file, a row group at a time: the values
+        read back are the batches' own (numbers and bools, stored exactly), so the text is theirs."""
+        import pyarrow.parquet as pq
+
+        from kvbench.arrow_columns import numpy_values
+
+        self._csv_tmp = temporary_path(self.out_dir / STEP_FILES[1])
+        with (
+            pq.ParquetFile(self._parquet_tmp, pre_buffer=False) as file,
+            open(self._csv_tmp, "w", encoding="utf-8", newline="") as out,
+        ):
+            names = file.schema_arrow.names
+            write_header(out, names)
+            for group in range(file.num_row_groups):
+                table = file.read_row_group(group, use_threads=False)
+                if table.num_rows:
+                    write_rows(out, [numpy_values(table.column(name)) for name in names])
 
     def discard(self) -> None:
         """Close and remove the temporary files (the run failed: no table)."""
@@ -107,10 +125,7 @@ class StepFiles:
     def _close(self) -> None:
         if self._writer is not None:
             writer, self._writer = self._writer, None
-            try:
-                writer.close()
-            finally:
-                self._csv.close()
+            writer.close()
 
 
 def step_file_rows(path: Path) -> int:

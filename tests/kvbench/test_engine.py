@@ -148,7 +148,7 @@ def both_loops(*overrides):
 
 def comparable(summary: dict) -> dict:
     """A summary without its wall-clock keys, NaN as None (so that equal summaries compare equal)."""
-    wall_clock = ("sim_wall_s", "simulated_requests_per_wall_s")
+    wall_clock = ("sim_wall_s", "loop_wall_s", "simulated_requests_per_wall_s")
     return {k: None if v != v else v for k, v in summary.items() if k not in wall_clock}
 
 

@@ -34,6 +34,7 @@ def table(num_rows: int, seed: int = 0) -> pd.DataFrame:
         }
     )
     frame.loc[frame.index[::97], "token_bytes"] = np.nan  # NaN as pandas writes it: empty in the CSV
+    frame.loc[frame.index[1::89], "start_s"] = -0.0  # -0.0 keeps its sign through the Parquet file
     return frame
 
 
@@ -54,6 +55,7 @@ def test_streamed_files_are_the_bytes_of_the_whole_table(tmp_path, num_rows):
     for batch in batches(frame, STEP_ROWS_BATCH):
         files(batch)
         assert not (streamed / "steps.parquet").exists()  # temporary until the run is over
+        assert len(list(streamed.iterdir())) == 1  # no CSV text while the run goes: it comes at commit
     files.commit()
     for name in STEP_FILES:
         assert (streamed / name).read_bytes() == (whole / name).read_bytes(), name
@@ -87,8 +89,22 @@ def test_every_kth_row_is_read_back_across_row_groups(tmp_path, every):
 def test_a_failed_run_leaves_no_file(tmp_path):
     files = StepFiles(tmp_path)
     files(next(batches(table(5), 5)))
-    assert len(list(tmp_path.glob(".tmp-*"))) == 2
+    assert len(list(tmp_path.glob(".tmp-*"))) == 1  # the Parquet file's; the CSV is written at commit
     files.discard()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_csv_that_cannot_be_written_at_commit_leaves_no_file(tmp_path, monkeypatch):
+    files = StepFiles(tmp_path)
+    files(next(batches(table(5), 5)))
+
+    def full_disk(out, columns):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("kvbench.output.step_files.write_rows", full_disk)
+    with pytest.raises(StepFilesError) as raised:
+        files.commit()
+    assert raised.value.errno == errno.ENOSPC
     assert list(tmp_path.iterdir()) == []
 
 

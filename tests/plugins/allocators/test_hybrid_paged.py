@@ -201,7 +201,7 @@ def both_loops(*overrides):
     step = run([*FAST, *overrides, "event_driven=false"])
     for table in ("requests", "steps", "refusals"):
         pd.testing.assert_frame_equal(getattr(event, table), getattr(step, table), check_exact=True)
-    wall = ("sim_wall_s", "simulated_requests_per_wall_s")
+    wall = ("sim_wall_s", "loop_wall_s", "simulated_requests_per_wall_s")
     same = [k for k in event.summary if k not in wall and event.summary[k] == event.summary[k]]
     assert {k: event.summary[k] for k in same} == {k: step.summary[k] for k in same}
     return event
