@@ -399,6 +399,7 @@ DETAILS = (
     Metric("num_trace_rows_read", "trace rows read", "int"),
     Metric("num_trace_requests_dropped", "trace requests dropped (too long)", "int"),
     Metric("num_trace_requests_clipped", "trace requests clipped (too long)", "int"),
+    Metric("loop_wall_s", "the whole loop's wall-clock time, requests made and rows written (ms)", "ms"),
     Metric("sim_wall_s", "simulation's wall-clock time (ms)", "ms"),
     Metric("simulated_requests_per_wall_s", "simulated requests per wall-clock second", "{:,.0f}", better="higher"),
 )
