@@ -25,6 +25,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from report_files import check_report, write_report
+
 from kvbench.api import run
 from kvbench.atomic import write_csv
 from kvbench.errors import ConfigError
@@ -88,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if (args.requests is not None and args.requests < 1) or args.pairs < 1:
         print("error: --requests and --pairs must be at least 1", file=sys.stderr)
         return 2
+    check_report("csv_writing", args.out, ["csv_writing.json", "csv_writing.md"])
     overrides = ["workload=azure_conv", "progress=false", "wandb.mode=disabled", "output.write=false"]
     if args.requests is not None:
         overrides.append(f"workload.num_requests={args.requests}")
@@ -110,9 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         "pairs": args.pairs,
         "tables": tables,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "csv_writing.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "csv_writing.md").write_text(markdown(report))
+    write_report(
+        "csv_writing",
+        args.out,
+        {"csv_writing.json": json.dumps(report, indent=2) + "\n", "csv_writing.md": markdown(report)},
+    )
     print(markdown(report))
     return 0
 

@@ -29,6 +29,7 @@ import time
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from report_files import check_report, write_report
 from side_by_side import (
     Scenario,
     arxiv_scenario,
@@ -100,6 +101,8 @@ def main(argv: list[str] | None = None) -> dict:
     hidden = {args.vidur_run: "$VIDUR_RUN", str(args.arxiv_lengths): "$ARXIV_LENGTHS"}
     command = " ".join(["python benchmarks/loop_speed.py", *(hidden.get(a, a) for a in argv)])
     report: dict = {"num_requests": args.num_requests, "repeat": args.repeat, "command": command, "scenarios": {}}
+    if args.out:
+        check_report("loop_speed", args.out.parent, [args.out.name, args.out.with_suffix(".md").name])
     compile_kvbench()  # kvbench's runs use its bytecode cache, as Vidur's use theirs
     with tempfile.TemporaryDirectory(prefix="kvbench-loop-speed-") as tmp:
         work = Path(tmp)
@@ -113,9 +116,11 @@ def main(argv: list[str] | None = None) -> dict:
     text = markdown(report)
     print(text)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
-        args.out.with_suffix(".md").write_text(text)
+        write_report(
+            "loop_speed",
+            args.out.parent,
+            {args.out.name: json.dumps(report, indent=2) + "\n", args.out.with_suffix(".md").name: text},
+        )
     return report
 
 

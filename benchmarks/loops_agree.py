@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from report_files import check_report, write_report
 from scale import NAMES, RESULTS, SPECS
 from side_by_side import compile_kvbench, run_kvbench
 
@@ -165,6 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
         "quick": args.quick,
         "scenarios": {},
     }
+    check_report("loops_agree", args.out, ["loops_agree.json", "loops_agree.md"])
     compile_kvbench()
     with tempfile.TemporaryDirectory(prefix="kvbench-loops-agree-") as tmp:
         work = Path(tmp)
@@ -175,9 +177,9 @@ def main(argv: list[str] | None = None) -> dict:
     report["identical"] = all(row["identical"] for row in report["scenarios"].values())
     text = markdown(report)
     print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "loops_agree.json").write_text(json.dumps(report, indent=1) + "\n")
-    (args.out / "loops_agree.md").write_text(text)
+    write_report(
+        "loops_agree", args.out, {"loops_agree.json": json.dumps(report, indent=1) + "\n", "loops_agree.md": text}
+    )
     return report
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from child_process import measure
 from loop_instructions import NotComparable, compile_tree
+from report_files import check_report, write_report
 from scale import DEFAULT_OUTPUTS, SPECS
 from side_by_side import kvbench_command
 from source_trees import TreeError, child_env, export_pair
@@ -151,6 +152,8 @@ def main(argv: list[str]) -> int:
     if args.pairs < 1 or (args.requests is not None and args.requests < 1):
         print("peak memory: error: --pairs and --requests must be at least 1", file=sys.stderr)
         return 2
+    if args.out is not None:
+        check_report("peak memory", args.out, ["peak_memory.md", "peak_memory.json"])
     spec = next(spec for spec in SPECS if spec.name == args.scenario)
     num_requests = args.requests or spec.full
     try:
@@ -187,13 +190,8 @@ def main(argv: list[str]) -> int:
     text = report(meta, runs, stats)
     print(text, end="")
     if args.out is not None:
-        try:
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / "peak_memory.md").write_text(text)
-            (args.out / "peak_memory.json").write_text(json.dumps({**meta, "runs": runs, **stats}, indent=2) + "\n")
-        except OSError as exc:
-            print(f"peak memory: error: cannot write to {args.out}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
+        data = json.dumps({**meta, "runs": runs, **stats}, indent=2) + "\n"
+        write_report("peak memory", args.out, {"peak_memory.md": text, "peak_memory.json": data})
     return 0
 
 

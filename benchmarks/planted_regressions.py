@@ -40,6 +40,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from report_files import check_report, write_report
 from source_trees import ROOT, child_env, export_worktree
 from speed_gate import CONFIGS, MAX_SLOWDOWN, NotComparable, compare_trees
 
@@ -446,6 +447,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for planted_regressions.{json,md}")
     args = parser.parse_args(argv)
     chosen = set(args.only or names)
+    check_report("planted_regressions", args.out, ["planted_regressions.json", "planted_regressions.md"])
     hog = busy_process() if args.busy else None
     try:
         with tempfile.TemporaryDirectory(prefix="kvbench-planted-") as tmp:
@@ -472,15 +474,17 @@ def main(argv: list[str]) -> int:
         if hog is not None:
             hog.kill()
             hog.wait()
-    args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "planted_regressions.json"
     results = json.loads(path.read_text()) if path.is_file() else {"semantic": {}, "speed": {}}
     results["semantic"].update({r.name: asdict(r) for r in semantic})
     results["speed"].update({sp.name: asdict(sp) for sp in speed})
     results["cores"] = os.cpu_count()
-    path.write_text(json.dumps(results, indent=1) + "\n")
     text = markdown(results)
-    (args.out / "planted_regressions.md").write_text(text)
+    write_report(
+        "planted_regressions",
+        args.out,
+        {"planted_regressions.json": json.dumps(results, indent=1) + "\n", "planted_regressions.md": text},
+    )
     print(text)
     missed = [r.name for r in semantic if r.name != "control" and not r.caught_by]
     false_alarms = [r.name for r in semantic if r.name == "control" and r.caught_by]

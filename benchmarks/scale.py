@@ -109,6 +109,7 @@ from pathlib import Path
 import pandas as pd
 import startup
 from child_process import measure
+from report_files import check_report, write_report
 from side_by_side import (
     ARXIV_LENGTHS,
     AZURE_CONV,
@@ -819,6 +820,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    check_report("scale", args.out, ["scale.json", "scale.md", "scale_profiles.txt"])
     argv = sys.argv[1:] if argv is None else argv
     command = " ".join(["python benchmarks/scale.py", *("$VIDUR_RUN" if a == args.vidur_run else a for a in argv)])
     size = (lambda spec: spec.quick) if args.quick else (lambda spec: spec.full)
@@ -881,9 +883,15 @@ def main(argv: list[str] | None = None) -> dict:
     text = markdown(report)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "scale.json").write_text(json.dumps(report, indent=1) + "\n")
-    (args.out / "scale.md").write_text(text)
-    (args.out / "scale_profiles.txt").write_text(profile_text(report["profiles"]))
+    write_report(
+        "scale",
+        args.out,
+        {
+            "scale.json": json.dumps(report, indent=1) + "\n",
+            "scale.md": text,
+            "scale_profiles.txt": profile_text(report["profiles"]),
+        },
+    )
     return report
 
 

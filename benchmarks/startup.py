@@ -53,6 +53,7 @@ from pathlib import Path
 
 # benchmarks/child_process.py (this script's folder is on sys.path): wall time and own peak RSS
 from child_process import measure as measure_child
+from report_files import check_report, write_report
 
 GOAL_S = 1.0
 #: a 1-request run's goal: at most this many times the minimal Hydra application's time
@@ -278,6 +279,7 @@ def main() -> None:
         help="folder for startup.json and startup.md (default benchmarks/results)",
     )
     args = parser.parse_args()
+    check_report("startup", args.out, ["startup.json", "startup.md"])
     with tempfile.TemporaryDirectory(prefix="kvbench-startup-") as tmp:
         scratch = Path(tmp)
         commands = measure(list(COMMANDS), args.repeat, scratch)
@@ -298,9 +300,9 @@ def main() -> None:
         "commands": commands,
         "top_imports": imports,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "startup.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / "startup.md").write_text(markdown(result))
+    write_report(
+        "startup", args.out, {"startup.json": json.dumps(result, indent=2) + "\n", "startup.md": markdown(result)}
+    )
     print(f"wrote {args.out / 'startup.json'} and {args.out / 'startup.md'}")
 
 

@@ -3,6 +3,9 @@ line where they cannot be compared."""
 
 from __future__ import annotations
 
+import os
+import stat
+
 import peak_memory
 import pytest
 
@@ -67,12 +70,25 @@ def test_one_version_against_itself_measures_the_same_work(tmp_path, capsys):
 
 
 def test_an_out_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, capsys):
+    measured = []
     monkeypatch.setattr(peak_memory, "export_pair", lambda base, head, dest: (dest, "b", dest, "h"))
-    monkeypatch.setattr(peak_memory, "compare", lambda *args, **kwargs: _runs([200e6], [190e6]))
+    monkeypatch.setattr(peak_memory, "compare", lambda *args, **kwargs: measured.append(1) or _runs([200e6], [190e6]))
     blocker = tmp_path / "file"
     blocker.write_text("")
     argv = ["--base", "HEAD", "--head", "HEAD", "--requests", "5", "--pairs", "1", "--out", str(blocker / "out")]
-    assert peak_memory.main(argv) == 2
-    assert (
-        capsys.readouterr().err.splitlines()[-1].startswith(f"peak memory: error: cannot write to {blocker / 'out'}: ")
-    )
+    with pytest.raises(SystemExit) as stopped:
+        peak_memory.main(argv)
+    assert stopped.value.code == 2 and not measured, "refused before any measurement"
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("peak memory: error: --out=") and "not a folder" in err
+
+
+def test_a_report_name_that_is_a_fifo_is_refused_and_left(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(peak_memory, "export_pair", lambda base, head, dest: (dest, "b", dest, "h"))
+    monkeypatch.setattr(peak_memory, "compare", lambda *args, **kwargs: _runs([200e6], [190e6]))
+    os.mkfifo(tmp_path / "peak_memory.md")
+    argv = ["--base", "HEAD", "--head", "HEAD", "--requests", "5", "--pairs", "1", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit) as stopped:
+        peak_memory.main(argv)
+    assert stopped.value.code == 2 and "peak_memory.md is a FIFO" in capsys.readouterr().err
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "peak_memory.md").st_mode)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import tokens_scaling
 
 
@@ -58,5 +59,8 @@ def test_an_out_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, capsys
     )
     blocker = tmp_path / "file"
     blocker.write_text("")
-    assert tokens_scaling.main(["--pairs", "1", "--out", str(blocker / "out")]) == 2
-    assert capsys.readouterr().err.splitlines()[-1].startswith(f"error: cannot write to {blocker / 'out'}: ")
+    with pytest.raises(SystemExit) as stopped:
+        tokens_scaling.main(["--pairs", "1", "--out", str(blocker / "out")])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("tokens_scaling: error: --out=") and "not a folder" in err

@@ -32,6 +32,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from report_files import check_report, write_report
 from scale import STORM_BLOCKS
 from side_by_side import KV_BLOCKS, ORCA, vllm_overrides
 
@@ -138,7 +139,7 @@ def markdown(report: dict) -> str:
 
 
 def plot(report: dict, path: Path) -> None:
-    from kvbench.atomic import write_file
+    """The figure, as PNG, at ``path`` (a temporary name that the report's writer renames into place)."""
     from kvbench.output.figures import agg_figure
 
     names = list(report["regimes"])
@@ -155,7 +156,7 @@ def plot(report: dict, path: Path) -> None:
     ax.set_ylabel("16x tokens over 1x (log)")
     ax.set_title("16x the output tokens: what grows, the events or the cost of each")
     ax.legend(fontsize=8)
-    write_file(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    fig.savefig(path, dpi=110, format="png")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.requests < 1 or args.pairs < 1:
         print("error: --requests and --pairs must be at least 1", file=sys.stderr)
         return 2
+    check_report("tokens_scaling", args.out, ["tokens_scaling.json", "tokens_scaling.md", "tokens_scaling.png"])
     regimes = {}
     try:
         for name, overrides in REGIMES.items():
@@ -187,14 +189,12 @@ def main(argv: list[str] | None = None) -> int:
         "pairs": args.pairs,
         "regimes": regimes,
     }
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "tokens_scaling.json").write_text(json.dumps(report, indent=2) + "\n")
-        (args.out / "tokens_scaling.md").write_text(markdown(report))
-        plot(report, args.out / "tokens_scaling.png")
-    except OSError as exc:
-        print(f"error: cannot write to {args.out}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+    write_report(
+        "tokens_scaling",
+        args.out,
+        {"tokens_scaling.json": json.dumps(report, indent=2) + "\n", "tokens_scaling.md": markdown(report)},
+        {"tokens_scaling.png": lambda tmp: plot(report, tmp)},
+    )
     print(markdown(report))
     return 0
 
