@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kvbench_plugins.kernels.measured import MEASURED_KERNELS
 
-from kvbench.exec.profile_coverage import coverage, matrix
+from kvbench.app.profile_coverage import coverage, matrix
 from kvbench.specs import profiles
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -8,7 +8,7 @@ the KV-cache dtypes and the attention shapes (query heads / KV heads / head dim,
 measured, and the GEMM dtypes of that framework's table. A shape not listed is refused in one line.
 Below, which measured kernels price each shipped model on each GPU (at ``model.tp=1`` and the
 model's own dtypes), worked out by selecting each one's tables as a run does
-(:mod:`kvbench.exec.profile_coverage`).
+(:mod:`kvbench.app.profile_coverage`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 from rich import box
 from rich.table import Table
 
+from kvbench.app.profile_coverage import coverage, matrix
 from kvbench.commands.common import Parser, run_cli
 from kvbench.errors import require
-from kvbench.exec.profile_coverage import coverage, matrix
 from kvbench.output.report import wide_console
 from kvbench.plugins import lookup
 from kvbench.specs import profiles

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ORDER = [
     "errors",
     "suggest",
+    "extras",
     "textio",
     "table",
     "arrow_columns",

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from kvbench_plugins.kernels.measured import MEASURED_KERNELS
 
+from kvbench.app import profile_coverage
+from kvbench.app.profile_coverage import coverage, matrix, shipped_models
 from kvbench.errors import ConfigError
-from kvbench.exec import profile_coverage
-from kvbench.exec.profile_coverage import coverage, matrix, shipped_models
 from kvbench.specs import profiles
 
 KERNELS = {cls.name: cls for cls in MEASURED_KERNELS}
