@@ -13,14 +13,13 @@ import math
 from dataclasses import asdict
 
 from omegaconf import OmegaConf
-from rich import box
-from rich.table import Table
 
 from kvbench.commands.arguments import renamed_slo_flag
 from kvbench.commands.common import Parser, compose_checked, resolve_out_dir, run_cli
 from kvbench.errors import ConfigError, require
 from kvbench.output.figures import pyplot
 from kvbench.output.report import wide_console
+from kvbench.output.run_report import compact_table
 from kvbench.slo.batch import (
     GB,
     MAX_BATCH,
@@ -134,13 +133,7 @@ def _main(argv: list[str]) -> int:
         out.print(f"{' and '.join(ignored)}: not used (a decode-only batch has only a TPOT)", highlight=False)
     out.print(f"kernel decode efficiency {answer.decode_efficiency:.3f} ({s.efficiency.source})", highlight=False)
     # no vertical rules: the eight columns fit 100 (a pipe's width) without wrapping a cell
-    rich_table = Table(
-        title=f"TPOT versus batch: SLO {slo_text}",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        collapse_padding=True,
-    )
+    rich_table = compact_table(f"TPOT versus batch: SLO {slo_text}")
     for header in (
         "B",
         "KV read GB",

@@ -6,8 +6,6 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from rich import box
-from rich.table import Table
 
 from kvbench.app.progress import progress_bar
 from kvbench.commands.arguments import renamed_slo_flag
@@ -15,6 +13,7 @@ from kvbench.commands.common import Parser, compose_checked, resolve_out_dir, ru
 from kvbench.errors import ConfigError, require
 from kvbench.output.figures import pyplot
 from kvbench.output.report import wide_console
+from kvbench.output.run_report import compact_table
 from kvbench.slo.common import folder_files, write_folder
 from kvbench.slo.search import (
     KNOBS,
@@ -142,13 +141,7 @@ def _main(argv: list[str]) -> int:
     curve = pd.DataFrame(rows).sort_values("value", kind="stable").reset_index(drop=True)
     curve.insert(0, "knob", knob.key)
     # units under the headers and no vertical rules: the table fits 100 columns (a pipe's width)
-    table = Table(
-        title=f"kvbench slo-search over {knob.key}: {slo_text(slo)}, target {args.attainment * 100:g} %",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        collapse_padding=True,
-    )
+    table = compact_table(f"kvbench slo-search over {knob.key}: {slo_text(slo)}, target {args.attainment * 100:g} %")
     for header in (
         args.over,
         "attainment",

@@ -37,6 +37,14 @@ def wide_console() -> Console:
     return report_console()
 
 
+def compact_table(title: str) -> Table:
+    """A table with units under its headers and no vertical rules or outer edge: the subcommands'
+    many-column tables (``slo-batch``, ``slo-search``) fit 100 columns, a pipe's width, this way."""
+    from rich import box
+
+    return Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+
+
 def _slo_from_config(out_dir: Path | None) -> bool | None:
     """Whether the run was given an SLO, from its ``config.json``; None when that is not known."""
     if out_dir is None:
