@@ -51,6 +51,15 @@ from speed_gate import CONFIGS as GATE_CONFIGS
 #: length would need 2.8x the KV budget, so the batch preempts (292 preemptions, 9,237 steps in 941
 #: step rows, about 60 sequences decoding per row), the regime where passes over the batch are most
 #: of a turn (its loop is too long for the gate's paired 50 ms runs)
+#: vLLM v0's scheduling as scale.py runs it: paged 16-token blocks, prefill first, recompute
+VLLM_V0 = [
+    "scheduler=prefill_first",
+    "allocator=paged",
+    "allocator.block_size_tokens=16",
+    "scheduler.max_num_batched_tokens=4096",
+    "preemption=recompute",
+    "scheduler.max_num_seqs=128",
+]
 CONFIGS = {
     **GATE_CONFIGS,
     # chat: scale.py's chat-like traffic (kvbench's workload=lognormal, medians 512/128 tokens) at
@@ -62,12 +71,7 @@ CONFIGS = {
         "workload.num_requests=2000",
         "workload.arrival=poisson",
         "workload.rate_per_s=12",
-        "scheduler=prefill_first",
-        "allocator=paged",
-        "allocator.block_size_tokens=16",
-        "scheduler.max_num_batched_tokens=4096",
-        "preemption=recompute",
-        "scheduler.max_num_seqs=128",
+        *VLLM_V0,
     ],
     "preempt": [
         *BASE,
@@ -75,12 +79,7 @@ CONFIGS = {
         "workload.num_requests=300",
         "workload.prompt_tokens=512",
         "workload.output_tokens=2048",
-        "scheduler=prefill_first",
-        "allocator=paged",
-        "allocator.block_size_tokens=16",
-        "scheduler.max_num_batched_tokens=4096",
-        "preemption=recompute",
-        "scheduler.max_num_seqs=128",
+        *VLLM_V0,
     ],
 }
 

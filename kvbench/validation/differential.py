@@ -87,36 +87,51 @@ class Setup:
     engine_label: str
 
 
-#: what a differential check holds per token of its requests, besides what a process holds before
-#: its first request (:data:`kvbench.app.checks.MEMORY_BASE_BYTES`): both sides keep every prompt's
-#: token ids (the peer's own sequences again) and every step's decisions, so its memory grows with
-#: tokens, not with requests as a run's does. Fitted by benchmarks/diff_engine_memory.py on 12
-#: points of 2,000 to 12,000 requests against nano-vllm (68 B per prompt token, 101 B per output
-#: token, every point predicted within 5.9 % by the fit without it:
-#: benchmarks/results/diff_engine_memory-nano_vllm.md), each rounded up by about a quarter
-MEMORY_BYTES_PER_PROMPT_TOKEN = 86
-MEMORY_BYTES_PER_OUTPUT_TOKEN = 126
+@dataclass(frozen=True)
+class CheckMemory:
+    """What a differential check against one peer holds: a process's start (the peer's imports
+    included) and bytes per token of its requests. Both sides keep every prompt's token ids (the
+    peer's own sequences again) and every step's decisions, so its memory grows with tokens, not
+    with requests as a run's does."""
+
+    base_bytes: int
+    prompt_token_bytes: int
+    output_token_bytes: int
 
 
-def check_memory(prompt_tokens: int, output_tokens: int, num_requests: int) -> None:
+#: by peer: fitted by benchmarks/diff_engine_memory.py on 12 points of 2,000 to 12,000 requests
+#: (benchmarks/results/diff_engine_memory-<peer>.md), every point predicted within 5.9 % (nano-vllm)
+#: and 3.8 % (vLLM) by the fit made without it, each term rounded up by about a quarter: nano-vllm
+#: 124 MB + 68 B a prompt token + 101 B an output token (the base taken as a run's,
+#: :data:`kvbench.app.checks.MEMORY_BASE_BYTES`); vLLM 675 MB (its imports) + 81 B + 103 B
+CHECK_MEMORY = {
+    "nano_vllm": CheckMemory(MEMORY_BASE_BYTES, 86, 126),
+    "vllm_v1": CheckMemory(850_000_000, 102, 129),
+}
+
+
+def check_memory(prompt_tokens: int, output_tokens: int, num_requests: int, peer: str | None = None) -> None:
     """Refuse, in one line, a check whose requests would not fit in this machine's memory (as the
-    run's own check does: ``kvbench/app/checks.py``): 1,000,000 lecture requests (512 + 128 tokens) need about 60 GB."""
-    estimate = (
-        MEMORY_BASE_BYTES
-        + prompt_tokens * MEMORY_BYTES_PER_PROMPT_TOKEN
-        + output_tokens * MEMORY_BYTES_PER_OUTPUT_TOKEN
-    )
+    run's own check does: ``kvbench/app/checks.py``): 1,000,000 lecture requests (512 + 128 tokens)
+    need about 60 GB against nano-vllm, 69 GB against vLLM. ``peer`` None: the larger need."""
+    estimates = []
+    for name, m in CHECK_MEMORY.items():
+        if peer is None or name == peer:
+            bytes_ = m.base_bytes + prompt_tokens * m.prompt_token_bytes + output_tokens * m.output_token_bytes
+            estimates.append((bytes_, m))
+    estimate, m = max(estimates, key=lambda pair: pair[0])
     words = (
-        f"{MEMORY_BASE_BYTES / 1e6:,.0f} MB + {prompt_tokens:,} prompt tokens x {MEMORY_BYTES_PER_PROMPT_TOKEN} B "
-        f"+ {output_tokens:,} output tokens x {MEMORY_BYTES_PER_OUTPUT_TOKEN} B: both sides keep every token "
+        f"{m.base_bytes / 1e6:,.0f} MB + {prompt_tokens:,} prompt tokens x {m.prompt_token_bytes} B "
+        f"+ {output_tokens:,} output tokens x {m.output_token_bytes} B: both sides keep every token "
         "and every step's decisions; measured"
     )
     refuse_beyond_memory(estimate, f"the differential check of {num_requests:,} requests", words)
 
 
-def prepare(cfg: DictConfig, step_s: float = DEFAULT_STEP_S) -> Setup:
+def prepare(cfg: DictConfig, step_s: float = DEFAULT_STEP_S, peer: str | None = None) -> Setup:
     """What both sides run for the composed config ``cfg``: refuses (one line) what a peer cannot
-    express (a non-paged allocator, fan-outs, a closed loop, a queue the peers lack)."""
+    express (a non-paged allocator, fan-outs, a closed loop, a queue the peers lack) and a check
+    that would not fit in memory against ``peer`` (None: against either)."""
     s = build(cfg)
     alloc, sched = s.allocator, s.scheduler.config
     if alloc.name != "paged":
@@ -126,7 +141,9 @@ def prepare(cfg: DictConfig, step_s: float = DEFAULT_STEP_S) -> Setup:
         )
     workload = s.workload_source.generate(np.random.default_rng(int(cfg.seed)))
     if cfg.get("check_memory", True):  # before either side holds a request: one line, not a machine out of memory
-        check_memory(int(workload.prompt_tokens.sum()), int(workload.output_tokens.sum()), len(workload.prompt_tokens))
+        check_memory(
+            int(workload.prompt_tokens.sum()), int(workload.output_tokens.sum()), len(workload.prompt_tokens), peer
+        )
     requests = requests_from_workload(workload, int(cfg.seed))
     if workload.max_concurrency is not None:
         raise ConfigError("workload.arrival=closed_loop: the peers are driven open loop; use another arrival")
@@ -257,7 +274,7 @@ def run_differential(
     module = peer_module(peer)
     options = dict(peer_options or {})
     where = {k: v for k, v in options.items() if k in inspect.signature(module.unavailable_reason).parameters}
-    setup = prepare(cfg, step_s)  # what no peer can run is said first, installed or not
+    setup = prepare(cfg, step_s, peer)  # what no peer can run is said first, installed or not
     reason = module.unavailable_reason(**where)
     if reason:
         raise ConfigError(f"--peer={peer}: {reason}")
