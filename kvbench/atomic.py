@@ -268,6 +268,22 @@ def clear_incomplete(out_dir: Path) -> None:
     (out_dir / COMPLETE).unlink(missing_ok=True)
 
 
+@contextmanager
+def whole_or_none(out_dir: Path, names: Iterable[str]) -> Iterator[None]:
+    """A set of files written together, each atomically: if the block fails (a full disk, a
+    signal), the ones it wrote are removed, so the folder holds the whole set or none of it, never
+    some files of a result without its ``COMPLETE``. Only regular files are removed: a name that
+    is a FIFO, a device or a folder is the user's."""
+    try:
+        yield
+    except BaseException:
+        for name in names:
+            path = out_dir / name
+            if path.is_file() and not path.is_symlink():
+                path.unlink(missing_ok=True)
+        raise
+
+
 #: the locks this process holds: lock path -> [fd, depth] (a holder may lock its folder again)
 _HELD: dict[str, list[int]] = {}
 

@@ -24,6 +24,7 @@ from kvbench.atomic import (
     check_targets,
     clear_incomplete,
     mark_complete,
+    whole_or_none,
     write_json,
     write_table,
 )
@@ -207,7 +208,8 @@ def write_run(
     # two files per table, the two JSON files, and the memory and prefix-cache figures
     num_files = 2 * len(tables) + 2 + (2 if plotted else 0)
     written = list(STEP_FILES) if streamed else []
-    with (progress or _no_progress)(num_files, "writing results") as advance:
+    # a full disk or a signal part way: none of the run's files stay without the COMPLETE marker
+    with whole_or_none(out_dir, RESULT_FILES), (progress or _no_progress)(num_files, "writing results") as advance:
         for name, table in tables.items():
             write_table(table, out_dir, name)
             written += [f"{name}.parquet", f"{name}.csv"]
@@ -246,7 +248,7 @@ def write_run(
             ):
                 written.append("prefix_cache.png")
             advance(1)
-    mark_complete(out_dir, written)
+        mark_complete(out_dir, written)
     result.out_dir = out_dir
     return out_dir
 
@@ -296,7 +298,7 @@ def read_job(job_dir: Path) -> dict[str, Any] | None:
             "failed": True,
             "status": "damaged",
             "job": _job_label(job_dir),
-            "error": f"damaged: {problem}; not read: re-run it",
+            "error": f"{problem}; not read: re-run it",  # the status says "damaged": said once
         }
     failed = job_dir / FAILED
     if failed.is_file():
@@ -312,7 +314,7 @@ def read_job(job_dir: Path) -> dict[str, Any] | None:
             "failed": True,
             "status": "incomplete",
             "job": _job_label(job_dir),
-            "error": "incomplete (no COMPLETE marker: the run was interrupted or could not finish writing); "
-            "not read: re-run it",
+            # the status says "incomplete": the error says why, once
+            "error": "no COMPLETE marker: the run was interrupted or could not finish writing; not read: re-run it",
         }
     return None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from kvbench.atomic import (
     clear_incomplete,
     folder_lock,
     mark_complete,
+    whole_or_none,
     write_file,
     write_frame,
     write_json,
@@ -37,22 +39,35 @@ def check_folder_files(out_dir: Path, names: Iterable[str]) -> None:
 def write_folder(out_dir: Path, frames: dict[str, pd.DataFrame], figures: dict, documents: dict) -> None:
     """Tables (Parquet + CSV), figures (``name -> matplotlib figure``) and JSON documents, then
     the ``COMPLETE`` marker that vouches for them."""
+    made = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
+    names = folder_files(frames, [*figures, *documents])
+    try:
+        with folder_lock(out_dir):
+            check_folder_files(out_dir, names)
+            clear_incomplete(out_dir)
+            with whole_or_none(out_dir, names):
+                _write_files(out_dir, frames, figures, documents)
+    except BaseException:
+        if made:  # a folder made for this result, left empty: not left behind either
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        raise
+
+
+def _write_files(out_dir: Path, frames: dict[str, pd.DataFrame], figures: dict, documents: dict) -> None:
     files: list[str] = []
-    with folder_lock(out_dir):
-        check_folder_files(out_dir, folder_files(frames, [*figures, *documents]))
-        clear_incomplete(out_dir)
-        for name, frame in frames.items():
-            write_frame(frame, out_dir, name)
-            files += [f"{name}.parquet", f"{name}.csv"]
-        for name, fig in figures.items():
-            # the temporary name has no .png suffix: the format must be explicit
-            write_file(out_dir / name, lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=110))
-            files.append(name)
-        for name, data in documents.items():
-            write_json(out_dir / name, data)
-            files.append(name)
-        mark_complete(out_dir, files)
+    for name, frame in frames.items():
+        write_frame(frame, out_dir, name)
+        files += [f"{name}.parquet", f"{name}.csv"]
+    for name, fig in figures.items():
+        # the temporary name has no .png suffix: the format must be explicit
+        write_file(out_dir / name, lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=110))
+        files.append(name)
+    for name, data in documents.items():
+        write_json(out_dir / name, data)
+        files.append(name)
+    mark_complete(out_dir, files)
 
 
 def fmt_seconds(value_s: float) -> str:
