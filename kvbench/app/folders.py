@@ -63,8 +63,10 @@ def fixed_folder(pattern: str) -> Path:
     return Path((head if head.endswith(("/", os.sep)) else os.path.dirname(head)) or ".").expanduser()
 
 
-def check_writable(folder: Path, option: str) -> None:
-    """Raise a one-line ConfigError unless ``folder`` can be created and written."""
+def check_writable(folder: Path, option: str, named: bool = True) -> None:
+    """Raise a one-line ConfigError unless ``folder`` can be created and written. ``named``: the
+    user gave ``option`` (else the folder is the default one, and the line names the folder, not a
+    value the user never set)."""
     path = Path(os.path.abspath(folder))
     name_max = _limit("PC_NAME_MAX", 255)
     for part in path.parts:
@@ -88,9 +90,18 @@ def check_writable(folder: Path, option: str) -> None:
         kind = kind_of(ancestor) or "a file"  # a FIFO or a device named as a folder: said as what it is
         raise ConfigError(f"{option}={_short(folder)} is invalid: {ancestor} is {kind}, not a folder; write elsewhere")
     if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError(
-            f"{option}={_short(folder)} is invalid: {ancestor} is not writable; write elsewhere with {option}=<folder>"
-        )
+        raise ConfigError(_unwritable(folder, option, named, f"{ancestor} is not writable"))
+
+
+def _unwritable(folder: Path, option: str, named: bool, why: str) -> str:
+    """The line for a folder that cannot be written: the user's value when they gave one, else the
+    default folder by its name."""
+    if named:
+        return f"{option}={_short(folder)} is invalid: {why}; write elsewhere with {option}=<folder>"
+    return (
+        f"cannot write the results: {why} (they go to {os.path.abspath(folder)} by default); "
+        f"make it writable, or write elsewhere with {option}=<folder>"
+    )
 
 
 #: arguments that make Hydra print something and exit without running a job (nothing is written)
@@ -104,9 +115,9 @@ def prepare_output(args: list[str]) -> Path | None:
     when results go to fresh timestamped folders (or the command writes nothing)."""
     if any(a in _NO_RUN for a in args):
         return None
-    option, _ = _folder_arg(args)
+    option, value = _folder_arg(args)
     root = output_root(args)
-    check_writable(root, option)
+    check_writable(root, option, named=value is not None)
     fixed = explicit_output_dir(args)
     if fixed is not None:
         check_hydra_files(fixed, _is_multirun(args), _output_subdir(args))
@@ -119,7 +130,7 @@ def prepare_output(args: list[str]) -> Path | None:
             clock_ns = os.fstat(probe.fileno()).st_mtime_ns
     except OSError as exc:
         raise ConfigError(
-            f"{option}={str(root)!r} is invalid: cannot write there ({exc.strerror or exc}); write elsewhere with {option}=<folder>"
+            _unwritable(root, option, value is not None, f"cannot write {root} ({exc.strerror or exc})")
         ) from None
     global _BEFORE
     _BEFORE = _Before(clock_ns, made, None if fixed is None else Path(os.path.abspath(fixed)), fixed_existed)

@@ -83,6 +83,6 @@ def resolve_out_dir(given: str | None, kind: str, files: Iterable[str] = ()) -> 
 
     now = datetime.now()
     out_dir = Path(given) if given else Path("results") / "slo" / f"{now:%Y-%m-%d}" / f"{kind}-{now:%H-%M-%S-%f}"
-    check_writable(out_dir, "--out")
+    check_writable(out_dir, "--out", named=bool(given))
     check_folder_files(out_dir, files)
     return out_dir

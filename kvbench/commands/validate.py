@@ -143,7 +143,7 @@ def _main(argv: list[str]) -> int:
     require(args.workers is None or args.workers >= 1, "--workers", args.workers, "use an integer >= 1")
     now = datetime.now()
     out_dir = Path(args.out) if args.out else Path("results") / "validate" / f"{now:%Y-%m-%d}" / f"{now:%H-%M-%S-%f}"
-    check_writable(out_dir, "--out")
+    check_writable(out_dir, "--out", named=bool(args.out))
     check_folder_files(out_dir, FILES)
     _refuse_finished(out_dir)
     from kvbench.validation.silicon import admitted, read_silicon, select

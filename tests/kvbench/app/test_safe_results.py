@@ -108,6 +108,16 @@ def test_a_full_disk_is_one_line_and_leaves_no_result(tmp_path):
     assert not (tmp_path / "run" / "COMPLETE").exists() and not list((tmp_path / "run").glob(".tmp-*"))
 
 
+@pytest.mark.parametrize("table", ["requests", "refusals"])
+def test_a_full_disk_after_some_tables_leaves_none_of_the_run_s_files(tmp_path, table):
+    """Each file is written atomically, and the set is too: the tables written before the disk
+    filled (the step table, the summary) go with the run, never left without a COMPLETE."""
+    proc = run(f"hydra.run.dir={tmp_path / 'run'}", *SMALL, cwd=tmp_path, fault=("enospc", table, "*"))
+    assert proc.returncode == 2
+    left = sorted(p.name for p in (tmp_path / "run").iterdir()) if (tmp_path / "run").exists() else []
+    assert left in ([], [".hydra"]), left
+
+
 def test_a_signal_while_the_step_table_is_written_leaves_no_temporary_file(tmp_path):
     """The step table is written during the run: a signal there ends it with one line, and the
     table's temporary files go with it."""
@@ -135,7 +145,7 @@ def test_a_second_run_into_a_folder_being_written_is_refused(tmp_path):
     [
         ("a_file/run", "is a file, not a folder"),
         ("x" * 300, "over this filesystem's"),
-        ("/proc/kvbench-results", "cannot write there"),
+        ("/proc/kvbench-results", "cannot write /proc/kvbench-results"),
     ],
 )
 def test_an_unusable_results_folder_is_one_line_before_any_work(tmp_path, folder, fragment):
@@ -210,3 +220,23 @@ def test_a_resumed_sweep_reruns_jobs_of_another_kvbench_or_calibration(tmp_path)
     assert newer.returncode == 0, newer.stderr
     assert sum("not by this kvbench 9.9.9" in line for line in notices(newer)) == 2, newer.stderr
     assert set(pd.read_parquet(sweep / "0" / "summary.parquet")["kvbench_version"]) == {"9.9.9"}
+
+
+def test_an_unwritable_default_folder_is_named_not_called_a_bad_option(tmp_path, monkeypatch):
+    """A read-only ``results/`` (the default, no hydra.run.dir given): the line names the folder and
+    how to fix it, and never says the user gave a bad hydra.run.dir."""
+    from kvbench.app import folders
+    from kvbench.errors import ConfigError
+
+    (tmp_path / "results").mkdir()
+    monkeypatch.chdir(tmp_path)
+    real_access = folders.os.access
+    monkeypatch.setattr(folders.os, "access", lambda p, mode: Path(p).name != "results" and real_access(p, mode))
+    for args, option in (([], "hydra.run.dir"), (["-m"], "hydra.sweep.dir")):
+        with pytest.raises(ConfigError) as refused:
+            folders.prepare_output(args)
+        line = str(refused.value)
+        assert line.startswith(f"cannot write the results: {tmp_path / 'results'} is not writable"), line
+        assert f"write elsewhere with {option}=<folder>" in line and f"{option}=" not in line.split(";")[0]
+    with pytest.raises(ConfigError, match=r"^hydra.run.dir='results/x' is invalid: .* is not writable"):
+        folders.prepare_output(["hydra.run.dir=results/x"])
