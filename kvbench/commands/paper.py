@@ -18,11 +18,11 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from kvbench.app.staging import clear_stale, make_staging
 from kvbench.atomic import kind_of
 from kvbench.commands.common import Parser, run_cli
 from kvbench.errors import ConfigError
@@ -36,6 +36,10 @@ SOURCES = {"lecture": "kvbench.studies.paper.lecture", "vllm_paper": "kvbench.st
 #: files compared byte for byte by ``--check``; the rest (PNG, Parquet) must exist on both sides:
 #: their bytes depend on library versions, and their contents are the CSVs' numbers
 TEXT_SUFFIXES = (".md", ".csv")
+#: the staging folder's name (beside --out; for --check, in the temporary folder) and the name the
+#: previous paper takes while the new one moves into place
+STAGING_PREFIX = ".paper-"
+OLD_PREFIX = ".paper-old-"
 
 
 def generate(out_dir: Path, only: list[str] | None = None, progress=None) -> list[Source]:
@@ -130,7 +134,11 @@ def _body(argv: list[str]) -> int:
         parent.mkdir(parents=True, exist_ok=True)  # the staging folder is made beside the target
 
     started = time.perf_counter()
-    staging = Path(tempfile.mkdtemp(prefix=".paper-", dir=None if args.check else parent))
+    where = None if args.check else parent
+    # a run SIGKILL stopped left its staging folder (nothing of it ran again): cleared now, unless
+    # its process still runs (another live `kvbench paper`)
+    clear_stale(where, (f"{OLD_PREFIX}{STAGING_PREFIX}", STAGING_PREFIX))
+    staging = make_staging(where, STAGING_PREFIX)
     try:
         return _build(args, out_dir, parent, staging, started)
     finally:  # an error or a signal (SIGTERM unwinds here too) leaves no staging folder behind
@@ -159,7 +167,7 @@ def _build(args, out_dir: Path, parent: Path, staging: Path, started: float) -> 
 
     # mkdtemp made the staging folder private (0700); the paper is a folder like any other
     staging.chmod(0o777 & ~_umask())
-    old = parent / f".paper-old-{staging.name}"
+    old = parent / f"{OLD_PREFIX}{staging.name}"
     # no signal between the two renames: it would leave the old paper aside and no paper/ at all
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -145,3 +149,29 @@ def test_sigterm_mid_build_is_one_line_143_and_leaves_no_staging_folder(
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no .paper-* beside the paper
     assert not {n for n in set(os.listdir(tempfile.gettempdir())) - temp_before if n.startswith(".paper-")}
     assert (out / "fake.md").is_file()  # the previous paper, whole
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_a_killed_run_s_staging_folders_are_cleared_and_a_live_run_s_kept(
+    fake_paper, monkeypatch, tmp_path, capsys, check
+):
+    """SIGKILL runs nothing of the process again: its staging folder (and, killed between the two
+    renames, the old paper set aside) stays until the next run clears it, a live run's never."""
+    from kvbench.app.staging import make_staging
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # its pid now names no process
+    where = tmp_path if not check else Path(tempfile.gettempdir())
+    killed = where / f".paper-{child.pid}-1-abc"
+    old = where / f".paper-old-.paper-{child.pid}-1-abc"
+    for folder in (killed, old):
+        folder.mkdir()
+        (folder / "fake.md").write_text("half a paper")
+    live = make_staging(where, ".paper-")  # this process's: another `kvbench paper` still running
+    try:
+        assert paper(monkeypatch, "--out", str(tmp_path / "paper"), *(["--check"] if check else [])) in (0, 1)
+        assert not killed.exists() and not old.exists()
+        assert live.is_dir()
+    finally:
+        for folder in (killed, old, live):
+            shutil.rmtree(folder, ignore_errors=True)
