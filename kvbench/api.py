@@ -22,7 +22,7 @@ from hydra import initialize_config_module
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, open_dict
 
-from kvbench.app.config import CONFIG_GROUPS, KvbenchConfig, to_dataclass
+from kvbench.app.config import CONFIG_GROUPS, PRESET_GROUPS, KvbenchConfig, to_dataclass
 from kvbench.app.run import RunSetup
 from kvbench.app.searchpath import register as register_searchpath
 from kvbench.atomic import write_frame, write_text
@@ -73,7 +73,7 @@ def compose(overrides: Sequence[str] = ()) -> tuple[DictConfig, dict[str, str]]:
     register_searchpath()  # plugins' config folders join Hydra's search path
     with initialize_config_module("kvbench.conf", version_base="1.3"):
         cfg = hydra_compose("config", overrides=list(overrides), return_hydra_config=True)
-    choices = {g: c for g, c in cfg.hydra.runtime.choices.items() if g in CONFIG_GROUPS}
+    choices = {g: c for g, c in cfg.hydra.runtime.choices.items() if g in CONFIG_GROUPS or g in PRESET_GROUPS}
     with open_dict(cfg):
         del cfg["hydra"]
     return cfg, choices

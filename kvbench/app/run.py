@@ -109,6 +109,42 @@ def _allocator(cfg: DictConfig, model: ModelSpec, budget_bytes: int, engine: Eng
     return _instantiate("allocator", node, budget_bytes=budget_bytes, kv_bytes_per_token=model.kv_bytes_per_token)
 
 
+def _check_allocator_layers(node, model: ModelSpec) -> None:
+    """An allocator that keeps per-layer buffers (vAttention: a K and a V buffer per layer) takes
+    the model's layer count from the model's config; another count would change its page geometry,
+    and so every result, while the model says otherwise. Refused, not silently used."""
+    if node is None or node.get("num_layers") is None:
+        return
+    layers = node.get("num_layers")
+    if isinstance(layers, int) and not isinstance(layers, bool) and layers != model.num_layers:
+        raise ConfigError(
+            f"allocator.num_layers={layers} but {model.name} has {model.num_layers} layers: the allocator's "
+            "buffers are the model's layers; leave allocator.num_layers out (it follows the model)"
+        )
+
+
+def check_engine_choice(cfg: DictConfig, choices: dict | None) -> None:
+    """``engine.name`` is a label that a preset (``engine=<preset>``) sets together with the settings
+    that make kvbench decide as that engine does. The name given alone would label the run with an
+    engine whose settings it does not have: refused, naming the preset to pick instead."""
+    chosen = (choices or {}).get("engine")
+    node = cfg.get("engine")
+    name = node.get("name") if node is not None else None
+    if chosen is None or not isinstance(name, str) or name == chosen:
+        return
+    from importlib.resources import files
+
+    folder = files("kvbench.conf").joinpath("engine")  # kvbench's own presets (a plugin's may add more)
+    presets = sorted(e.name.removesuffix(".yaml") for e in folder.iterdir() if e.name.endswith(".yaml"))
+    if name in presets:
+        fix = (
+            f"pick the preset with engine={name} (not engine.name={name}), which sets its scheduler and preemption too"
+        )
+    else:
+        fix = f"pick an engine preset with engine=<preset> ({', '.join(presets)}) and leave engine.name as it sets it"
+    raise ConfigError(f"engine.name={name} would label the run {name} but it runs engine={chosen}'s settings; {fix}")
+
+
 def _queue(node):
     """The admission queue ``scheduler.queue`` names (a queue plugin), built empty."""
     name = node.get("queue", "fcfs") if node is not None else "fcfs"
@@ -130,6 +166,7 @@ def setup(cfg: DictConfig) -> RunSetup:
     hardware = to_dataclass(HardwareSpec, cfg.hardware, "hardware")
     engine = to_dataclass(EngineConfig, cfg.get("engine") or {}, "engine")
     budget_bytes = hardware.kv_budget(model.weight_bytes)
+    _check_allocator_layers(cfg.allocator, model)
     allocator = _allocator(cfg, model, budget_bytes, engine)
     if engine.null_block:  # one block of the pool is never handed out: the budget holds one fewer
         budget_bytes -= getattr(allocator, "page_bytes", allocator.block_size_tokens * model.kv_bytes_per_token)
@@ -243,6 +280,7 @@ def execute(cfg: DictConfig, choices: dict | None = None, steps_dir: Path | None
     ``steps_dir``: write the step table to ``steps.parquet`` and ``steps.csv`` there while the run
     goes, and add up its summary as the rows pass, instead of holding it (a long run's table is most
     of its memory); the result's ``steps`` is then None and its ``steps_file`` the Parquet file."""
+    check_engine_choice(cfg, choices)
     s = setup(cfg)
     workload = s.workload_source.generate(np.random.default_rng(int(cfg.seed)))
     check_arrival_span(workload.arrival_s, "raise workload.rate_per_s or workload.rate_scale, or replay fewer requests")

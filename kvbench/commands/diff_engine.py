@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from kvbench.app.run import check_engine_choice
 from kvbench.atomic import check_target, json_text, write_json
 from kvbench.commands.common import Parser, compose_checked, run_cli
 from kvbench.errors import ConfigError, require
@@ -67,7 +68,8 @@ def _main(argv: list[str]) -> int:
         args.step_ms,
         "use a length in [0.001, 1e6] ms",
     )
-    cfg, _ = compose_checked(overrides)
+    cfg, choices = compose_checked(overrides)
+    check_engine_choice(cfg, choices)  # engine.name=vllm_v1 alone would set the peer, not its preset
     peer = args.peer or str(cfg.engine.name)
     if peer not in PEERS:
         raise ConfigError(f"--peer={peer!r}: choose one of {', '.join(PEERS)} (or engine=<one of them>)")

@@ -64,7 +64,7 @@ import numpy as np
 from kvbench import hookimpl
 from kvbench.core.ledger import MemoryLedger
 from kvbench.core.prefix import BlockKey, block_keys
-from kvbench.errors import require
+from kvbench.errors import ConfigError, require
 from kvbench.memory.allocator import (
     NO_PROJECTION,
     Allocator,
@@ -210,6 +210,12 @@ class PagedAllocator(Allocator):
         self.num_evicted_blocks = 0
         #: the host tier evicted blocks' keys move to (None: no host tier, evicted keys vanish)
         host_blocks = int(self.config.host_cache_bytes) // self.block_bytes if self._caching else 0
+        if self.config.host_cache_bytes and not host_blocks:  # a tier that holds nothing would do nothing
+            raise ConfigError(
+                f"allocator.host_cache_bytes={self.config.host_cache_bytes:g} holds no block: one block is "
+                f"{self.block_bytes} bytes ({self.block_size_tokens} tokens); use 0 (no host tier) or at least "
+                f"{self.block_bytes}"
+            )
         self.host_cache = HostBlockCache(host_blocks) if self.config.host_cache_bytes else None
         # append_each's one pass repeats what these do: a subclass that changes one appends one by one
         cls = type(self)

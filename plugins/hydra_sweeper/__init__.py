@@ -18,6 +18,7 @@ from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
+from hydra.errors import HydraException
 
 from kvbench.app.sweep_jobs import repository_option_keys, sweep_jobs
 
@@ -37,5 +38,21 @@ class KvbenchSweeper(BasicSweeper):
 
     def split_arguments(self, overrides: list, max_batch_size: int | None) -> list[list[list[str]]]:
         assert self.hydra_context is not None
+        _check_batch_size(max_batch_size)
         jobs = sweep_jobs(overrides, repository_option_keys(self.hydra_context.config_loader.repository))
         return [jobs] if max_batch_size is None else list(self.split_overrides_to_chunks(jobs, max_batch_size))
+
+
+def _check_batch_size(max_batch_size: Any) -> None:
+    """Hydra's basic sweeper asserts a batch size > 0 deep in its loop (a traceback): said here, in
+    one line, before any job starts. -1 is Hydra's own spelling of "all at once", as null is."""
+    ok = max_batch_size is None or (
+        isinstance(max_batch_size, int)
+        and not isinstance(max_batch_size, bool)
+        and (max_batch_size >= 1 or max_batch_size == -1)
+    )
+    if not ok:
+        raise HydraException(
+            f"hydra.sweeper.max_batch_size={max_batch_size!r} is invalid: use a number of jobs >= 1 "
+            "launched at a time, or null (all at once)"
+        )

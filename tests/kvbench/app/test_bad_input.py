@@ -53,6 +53,9 @@ def bad_files(tmp_path) -> Path:
         (["calibration_dir={tmp}/calibrations"], ["triton.json", "efficiency['16']=1.2", "[0.001, 1]"]),  # 5.
         (["workload.num_requests=10000000000"], ["workload.num_requests=10000000000", "GB of memory"]),  # 6.
         (["+foo=1"], ["foo=1", "top-level keys are", "seed"]),  # 7.
+        # a label the run does not have: the preset's name without the preset
+        (["engine.name=vllm_v1"], ["engine.name=vllm_v1", "pick the preset with engine=vllm_v1"]),
+        (["-m", "hydra.sweeper.max_batch_size=0"], ["hydra.sweeper.max_batch_size=0 is invalid", ">= 1"]),
     ],
 )
 def test_bad_input_is_one_line_and_leaves_no_results(bad_files, args, fragments):
@@ -313,3 +316,40 @@ def test_a_sliding_window_model_is_refused_in_real_mode():
         setup(cfg)
     twin, _ = compose(["model=mistral-7b-v0.1", "model.hf_config.sliding_window=null"])
     assert setup(twin).model.kv_groups == ()  # the full-attention twin has no groups to refuse
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (["engine.name=vllm_v1"], r"^engine.name=vllm_v1 would label the run vllm_v1 but it runs engine=kvbench's"),
+        (["engine.name=nano_vllm", "engine=vllm_v1"], r"pick the preset with engine=nano_vllm"),
+        (["engine.name=mine"], r"engine.name=mine .* pick an engine preset with engine=<preset> \(kvbench, nano_vllm"),
+    ],
+)
+def test_an_engine_name_without_its_preset_is_refused(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        run([*overrides, "workload.num_requests=5", "output.write=false"])
+
+
+def test_an_engine_preset_runs_under_its_own_name():
+    assert run(["engine=vllm_v1", "workload.num_requests=5"]).summary["engine"] == "vllm_v1"
+    # the name the preset sets, said again, is no contradiction
+    assert run(["engine=vllm_v1", "engine.name=vllm_v1", "workload.num_requests=5"]).summary["engine"] == "vllm_v1"
+
+
+def test_an_allocator_layer_count_other_than_the_model_s_is_refused():
+    with pytest.raises(ConfigError, match=r"^allocator.num_layers=16 but llama2-7b has 32 layers: .* leave"):
+        setup(compose(["allocator=vattention", "allocator.num_layers=16"])[0])
+    assert setup(compose(["allocator=vattention"])[0]).allocator.config.num_layers == 32  # follows the model
+    assert setup(compose(["allocator=vattention", "model=tiny-llama"])[0]).allocator.config.num_layers == (
+        compose(["model=tiny-llama"])[0].model.hf_config.num_hidden_layers
+    )
+
+
+# Llama-2-7B's block: 16 tokens x 524,288 B a token = 8,388,608 B; one byte less holds none
+@pytest.mark.parametrize("host_bytes", [1.5, 1, 8388607])
+def test_a_host_tier_smaller_than_one_block_is_refused(host_bytes):
+    with pytest.raises(ConfigError, match=r"^allocator.host_cache_bytes=.* holds no block: one block is 8388608 bytes"):
+        setup(compose(["allocator=paged_cached", f"allocator.host_cache_bytes={host_bytes}"])[0])
+    built = setup(compose(["allocator=paged_cached", "allocator.host_cache_bytes=8388608"])[0])
+    assert built.allocator.host_cache.capacity_blocks == 1
