@@ -28,8 +28,8 @@ from pathlib import Path
 from report_files import check_report, write_report
 
 from kvbench.api import run
-from kvbench.atomic import write_csv
 from kvbench.errors import ConfigError
+from kvbench.io.atomic import write_csv
 
 
 def timed(write, path: Path) -> float:

@@ -152,7 +152,7 @@ def main() -> None:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / f"diff_engine_memory-{args.peer}"
-    from kvbench.atomic import write_json, write_text
+    from kvbench.io.atomic import write_json, write_text
 
     write_json(stem.with_suffix(".json"), report)
     write_text(stem.with_suffix(".md"), markdown(report))

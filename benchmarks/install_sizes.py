@@ -99,7 +99,7 @@ def main() -> None:
             rows.append(measure(extra, work, empty))
             print(f"[{i}/{len(wanted)}] {extra}: {rows[-1]['packages']} packages", flush=True)
     command = " ".join(["python", "benchmarks/install_sizes.py", *sys.argv[1:]])
-    from kvbench.atomic import write_json, write_text
+    from kvbench.io.atomic import write_json, write_text
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     write_json(RESULTS / "install_sizes.json", {"command": command, "rows": rows})

@@ -1,7 +1,7 @@
 """Where a benchmark writes its report, as kvbench's own commands write theirs: the folder checked
 before the measurement starts (minutes of it must not end in "cannot write"), each file written
 whole or not at all, and a FIFO, a device or a folder lying under a report's name refused in one
-line and exit 2, never replaced (kvbench.atomic.check_target)."""
+line and exit 2, never replaced (kvbench.io.atomic.check_target)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from kvbench.app.folders import check_writable
-from kvbench.atomic import check_targets, write_file, write_text
 from kvbench.errors import ConfigError, error_line
+from kvbench.io.atomic import check_targets, write_file, write_text
 
 
 def _refuse(prog: str, reason: object) -> NoReturn:

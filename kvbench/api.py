@@ -25,14 +25,14 @@ from omegaconf import DictConfig, open_dict
 from kvbench.app.config import CONFIG_GROUPS, PRESET_GROUPS, KvbenchConfig, to_dataclass
 from kvbench.app.run import RunSetup
 from kvbench.app.searchpath import register as register_searchpath
-from kvbench.atomic import write_frame, write_text
 from kvbench.core.kv import SeqShape, Transfer
 from kvbench.errors import ConfigError
 from kvbench.exec.costmodel import CostModel
+from kvbench.io.atomic import write_frame, write_text
 from kvbench.metrics.catalogue import ledger_parts, metric
 from kvbench.output.figures import pyplot
+from kvbench.output.provenance import kvbench_version
 from kvbench.output.results import RunResult
-from kvbench.provenance import kvbench_version
 from kvbench.slo.batch import memory_ceiling, slo_batch
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelConfig, ModelSpec, model_spec

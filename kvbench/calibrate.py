@@ -45,9 +45,9 @@ from pathlib import Path
 import numpy as np
 
 from kvbench.errors import ConfigError, clip
+from kvbench.io.textio import read_json_object
 from kvbench.specs.calibration import MIN_EFFICIENCY
 from kvbench.specs.names import require_name
-from kvbench.textio import read_json_object
 
 #: where ``kvbench calibrate`` writes unless told (``--out``): a calibration folder of the results area
 DEFAULT_OUT = Path("results") / "calibrations"
@@ -130,7 +130,7 @@ def _read_steps(folder: Path):
 
 
 def load_run(folder: Path) -> RunData:
-    from kvbench.atomic import check_complete
+    from kvbench.io.atomic import check_complete
     from kvbench.output.results import RESULT_FILES
 
     problem = check_complete(folder, RESULT_FILES)
@@ -346,7 +346,7 @@ def check_fit(result: Fit) -> None:
 def write_fit(result: Fit, out_dir: Path, command: str) -> list[Path]:
     """One calibration file per kernel, ``<out_dir>/<hardware>/<kernel>.json`` (``out_dir`` is a
     calibration folder, the layout ``calibration_dir`` reads); nothing is written outside it."""
-    from kvbench.provenance import kvbench_commit
+    from kvbench.output.provenance import kvbench_commit
     from kvbench.specs.calibration import write_calibration
 
     check_fit(result)  # every term, before the first folder is made

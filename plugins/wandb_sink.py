@@ -219,7 +219,7 @@ def kvbench_run_finished(result) -> None:
     ) as advance:
         import wandb
 
-        from kvbench.provenance import provenance
+        from kvbench.output.provenance import provenance
 
         s = result.summary
         sweep_dir = sweep_of(result.out_dir)
@@ -284,7 +284,7 @@ def kvbench_sweep_finished(sweep_dir, comparison) -> None:
         return
     import wandb
 
-    from kvbench.provenance import provenance
+    from kvbench.output.provenance import provenance
 
     keys = swept_keys(sweep_dir)
     run = _init(

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from kvbench.errors import ConfigError, require
-from kvbench.extras import install_hint
+from kvbench.errors.extras import install_hint
 from kvbench.metrics.slo_config import SloConfig  # pandas-free, for --help
 
 MODES = ("sim", "real")

@@ -85,7 +85,7 @@ def check_writable(folder: Path, option: str, named: bool = True) -> None:
     while not ancestor.exists():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        from kvbench.atomic import kind_of
+        from kvbench.io.atomic import kind_of
 
         kind = kind_of(ancestor) or "a file"  # a FIFO or a device named as a folder: said as what it is
         raise ConfigError(f"{option}={_short(folder)} is invalid: {ancestor} is {kind}, not a folder; write elsewhere")
@@ -170,11 +170,11 @@ def check_hydra_files(folder: Path, multirun: bool, subdir: str | None) -> None:
         if not os.path.lexists(path):
             continue
         if want == "folder" and not path.is_dir():
-            from kvbench.atomic import kind_of
+            from kvbench.io.atomic import kind_of
 
             raise ConfigError(f"{path} is {kind_of(path) or 'a file'}, not Hydra's folder: remove it and run again")
         if want == "file" and not path.is_file():
-            from kvbench.atomic import kind_of
+            from kvbench.io.atomic import kind_of
 
             raise ConfigError(
                 f"{path} is {kind_of(path)}, not a file: Hydra would write into it; remove it and run again"
@@ -274,7 +274,7 @@ def _job_logs(folder: Path) -> list[tuple[logging.Logger, logging.FileHandler]]:
 def _hydra_files_only(folder: Path, hydra_subdir: str | None, logs) -> list[Path] | None:
     """The files of ``folder`` (Hydra's, this command's folder lock, empty job logs), or None when
     it holds anything else."""
-    from kvbench.atomic import LOCK
+    from kvbench.io.atomic import LOCK
 
     log_names = {Path(handler.baseFilename).name for _, handler in logs}
     files = []

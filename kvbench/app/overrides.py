@@ -13,8 +13,8 @@ import ast
 import re
 from collections.abc import Sequence
 
-from kvbench.extras import install_hint
-from kvbench.suggest import did_you_mean
+from kvbench.errors.extras import install_hint
+from kvbench.errors.suggest import did_you_mean
 
 GRAMMAR_URL = "https://hydra.cc/docs/advanced/override_grammar/basic/"
 

@@ -30,9 +30,10 @@ from kvbench.core.request import Request, requests_from_workload
 from kvbench.core.step import Executor
 from kvbench.engine import Engine
 from kvbench.errors import ConfigError, require
+from kvbench.errors.extras import install_hint
 from kvbench.exec.costmodel import CostModel
 from kvbench.exec.sim import SimExecutor
-from kvbench.extras import install_hint
+from kvbench.io.table import ColumnTable
 from kvbench.memory.allocator import Allocator
 from kvbench.memory.host_pool import HostSwapPool
 from kvbench.metrics.host_tier import host_tier_summary
@@ -40,15 +41,14 @@ from kvbench.metrics.prefix_bounds import cached_prefix_cache_bounds
 from kvbench.metrics.recorder import RunRecord
 from kvbench.metrics.step_totals import StepTotals
 from kvbench.metrics.summary import SloConfig, summarize
+from kvbench.output.provenance import provenance
 from kvbench.output.results import RunResult
 from kvbench.output.step_files import StepFiles
 from kvbench.plugins import lookup, registry
-from kvbench.provenance import provenance
 from kvbench.sched.scheduler import Scheduler
 from kvbench.specs.calibration import DecodeEfficiency, calibration_digest, load_fitted_terms
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
-from kvbench.table import ColumnTable
 from kvbench.workload.arrivals import check_arrival_span
 from kvbench.workload.source import Workload
 

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 from kvbench.errors import ConfigError
 
+#: Hydra's flag for a sweep; it may stand anywhere on kvbench's command line
+MULTIRUN_FLAGS = ("-m", "--multirun")
 #: an SLO given as a flag, as ``kvbench slo-batch --tpot-ms 20`` once took it (and its kin)
 _SLO_FLAG = re.compile(r"--(ttft|tpot|e2e)[-_](ms|s)")
 

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kvbench.app.config import to_dataclass
 from kvbench.errors import ConfigError
-from kvbench.extras import install_hint
+from kvbench.errors.extras import install_hint
 from kvbench.kernelbench.bench import DRY_RUN_SHAPES, BenchKernelsConfig, run
 
 

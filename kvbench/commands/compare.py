@@ -79,7 +79,7 @@ def build_parser() -> OneLineParser:
 
 def run(argv: list[str]) -> int:
     from kvbench.app.folders import check_writable
-    from kvbench.atomic import COMPLETE, check_targets
+    from kvbench.io.atomic import COMPLETE, check_targets
 
     args = build_parser().parse_args(argv)
     user_rules = ([] if args.tolerances is None else load_rules(args.tolerances)) + [parse_option(t) for t in args.tol]

@@ -107,7 +107,7 @@ def _hydra_candidates(config_name: str, before: list[str], current: str, own_fla
         from hydra._internal.core_plugins.bash_completion import BashCompletion
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
-        from kvbench.commands.main import MULTIRUN_FLAGS
+        from kvbench.commands.arguments import MULTIRUN_FLAGS
 
         parser = OverridesParser.create()
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from rich.table import Table
 
 from kvbench.app.run import check_engine_choice
-from kvbench.atomic import check_target, json_text, write_json
 from kvbench.commands.common import Parser, compose_checked, run_cli
 from kvbench.errors import ConfigError, require
+from kvbench.io.atomic import check_target, json_text, write_json
 from kvbench.output.report import wide_console
 from kvbench.validation.differential import DEFAULT_STEP_S, PEERS, describe, difference, run_differential
 

@@ -25,7 +25,7 @@ def main() -> None:
     handle_sigterm()
     try:
         if sys.argv[1:] == ["--version"]:  # kvbench's version, without importing Hydra to say it
-            from kvbench.provenance import version_line
+            from kvbench.output.provenance import version_line
 
             print(version_line())
             return

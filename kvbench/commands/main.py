@@ -30,7 +30,7 @@ from kvbench.app.config import KvbenchConfig
 from kvbench.app.folders import prepare_output
 from kvbench.app.searchpath import register as register_searchpath
 from kvbench.commands import startup_gc
-from kvbench.commands.arguments import renamed_slo_flag
+from kvbench.commands.arguments import MULTIRUN_FLAGS, renamed_slo_flag
 from kvbench.commands.help import wants_help
 from kvbench.commands.signals import handle_sigterm, signal_number
 from kvbench.errors import ConfigError, error_line, visible
@@ -95,8 +95,6 @@ def _subcommand_list() -> str:
 # resolved only when the help page is rendered, by kvbench or by Hydra itself
 OmegaConf.register_new_resolver("kvbench_subcommands", _subcommand_list, replace=True)
 
-#: Hydra's flag for a sweep; it may stand anywhere on kvbench's command line
-MULTIRUN_FLAGS = ("-m", "--multirun")
 
 #: jobs of this command's multirun that failed or did not finish, counted from the sweep folder
 #: at its end (a launcher may run jobs in other processes), for the exit status
@@ -138,8 +136,8 @@ def _already_complete(out_dir: Path, cfg: DictConfig, label: str) -> bool:
     """A sweep re-run into its folder: this job finished before, with this very config, this very
     kvbench (version and commit) and the same calibration file; said in one line when it must be
     re-run for one of the last two."""
+    from kvbench.output.provenance import provenance
     from kvbench.output.results import finished_config, read_job
-    from kvbench.provenance import provenance
     from kvbench.specs.calibration import calibration_digest
 
     try:
@@ -249,7 +247,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
     """One line: what was interrupted, what is left incomplete, how to finish; exit 128 + signal."""
-    from kvbench.atomic import is_complete
+    from kvbench.io.atomic import is_complete
 
     signum = signal_number(exc)
     parts = [f"kvbench: interrupted by {signal.Signals(signum).name}"]
@@ -381,7 +379,7 @@ def _raised_within_hydra(exc: BaseException) -> bool:
 def _not_a_subcommand(args: list[str]) -> str | None:
     """One line for a first argument that is neither a subcommand nor an override (``kvbench
     compar a b``, ``kvbench slo_batch``): Hydra would call it an override it cannot parse."""
-    from kvbench.suggest import did_you_mean
+    from kvbench.errors.suggest import did_you_mean
 
     first = args[0] if args else ""
     if not first or first.startswith(("-", "+", "~")) or "=" in first:
@@ -415,7 +413,7 @@ def main() -> None:
         print(error_line("kvbench", refused), file=sys.stderr)
         sys.exit(2)
     if "--version" in args:  # kvbench's version, not Hydra's
-        from kvbench.provenance import version_line
+        from kvbench.output.provenance import version_line
 
         print(version_line())
         return
@@ -455,7 +453,7 @@ def main() -> None:
         try:
             fixed_dir = prepare_output(args)
             if fixed_dir is not None:  # two runs into one named folder would mix their files
-                from kvbench.atomic import folder_lock
+                from kvbench.io.atomic import folder_lock
 
                 held.enter_context(folder_lock(fixed_dir))
             with composed_once():  # Hydra would compose the config twice

@@ -23,13 +23,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kvbench.app.staging import clear_stale, make_staging
-from kvbench.atomic import kind_of
 from kvbench.commands.common import Parser, run_cli
 from kvbench.errors import ConfigError
+from kvbench.io.atomic import kind_of
+from kvbench.io.textio import read_text
 from kvbench.studies.paper.document import Source
 from kvbench.studies.paper.render import verdict_line, write_paper
 from kvbench.studies.paper.runs import Runs
-from kvbench.textio import read_text
 
 #: source name -> module whose ``build(runs, figures_dir)`` returns its :class:`Source`
 SOURCES = {"lecture": "kvbench.studies.paper.lecture", "vllm_paper": "kvbench.studies.paper.vllm_paper"}

@@ -21,12 +21,12 @@ from rich.table import Table
 
 from kvbench.app.folders import check_writable
 from kvbench.app.progress import progress_bar
-from kvbench.atomic import COMPLETE
 from kvbench.commands.common import Parser, run_cli
 from kvbench.errors import ConfigError, require, visible
+from kvbench.io.atomic import COMPLETE
+from kvbench.io.textio import read_json_object
 from kvbench.output.report import wide_console
 from kvbench.slo.common import check_folder_files, folder_files, write_folder
-from kvbench.textio import read_json_object
 from kvbench.validation.validate import GOALS, parity_figure, run_validation, worst
 
 

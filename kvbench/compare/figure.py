@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvbench.atomic import write_file
 from kvbench.compare.diff import FAILING
 from kvbench.compare.report import metric_labels
+from kvbench.io.atomic import write_file
 from kvbench.output.figures import pyplot
 
 COLORS = {"beyond": "#d62728", "missing": "#d62728", "within": "#7f7f7f", "new": "#1f77b4", "ignored": "#c7c7c7"}

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvbench.atomic import (
+from kvbench.compare.figure import plot_changes
+from kvbench.io.atomic import (
     COMPLETE,
     check_targets,
     clear_incomplete,
@@ -15,7 +16,6 @@ from kvbench.atomic import (
     mark_complete,
     write_frame,
 )
-from kvbench.compare.figure import plot_changes
 
 
 def file_frame(frame: pd.DataFrame) -> pd.DataFrame:

@@ -186,7 +186,7 @@ def rules_from_mapping(data: Any, source: str) -> list[Rule]:
 
 def load_rules(path: Path) -> list[Rule]:
     """A tolerance YAML file's rules; a missing or malformed file is a ConfigError naming it."""
-    from kvbench.textio import read_text
+    from kvbench.io.textio import read_text
 
     text = read_text(Path(path), "--tolerances")
     try:

@@ -29,8 +29,8 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from kvbench.atomic import COMPLETE, check_targets, mark_complete, write_file, write_json
 from kvbench.errors import require
+from kvbench.io.atomic import COMPLETE, check_targets, mark_complete, write_file, write_json
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 

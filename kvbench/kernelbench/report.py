@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvbench.atomic import write_file, write_json
+from kvbench.io.atomic import write_file, write_json
 
 #: the columns of results.csv, in order (units in the names)
 COLUMNS = [

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from kvbench.core.request import Request
+from kvbench.io.table import ColumnTable
 from kvbench.metrics.prefix_bounds import Progress, cached_prefix_cache_bounds
 from kvbench.sched.scheduler import Scheduler
-from kvbench.table import ColumnTable
 
 
 def host_tier_summary(

@@ -58,9 +58,9 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TypeVar
 
-from kvbench.atomic import write_json
 from kvbench.core.prefix import BlockKey, block_keys
 from kvbench.core.request import Request, RequestList
+from kvbench.io.atomic import write_json
 
 #: a next lookup that never comes
 _NEVER = math.inf

@@ -16,7 +16,7 @@ A model with several KV-cache groups adds the ledger's split of the allocated by
 
 Columns are typed arrays (8 bytes a value, not a Python object each). Closed rows wait as lists
 and are stored a column at a time, a batch of rows at once; the columns become a
-:class:`~kvbench.table.ColumnTable` once at the end, without a copy. Given a ``step_sink``, the
+:class:`~kvbench.io.table.ColumnTable` once at the end, without a copy. Given a ``step_sink``, the
 recorder keeps no step table at all: each batch of rows goes to the sink as numpy columns (a run
 that streams its table to its files, and adds up its summary as the rows pass:
 :class:`~kvbench.metrics.step_totals.StepTotals`), so that a long run holds its live requests,
@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvbench.atomic import PARQUET_ROW_GROUP_ROWS
 from kvbench.core.ledger import LEDGER_FIELDS
 from kvbench.core.sequence import EVENT_COLUMNS, FLOAT_GROUP_COLUMNS, GROUP_COLUMNS, REQUEST_COLUMNS, SequenceGroup
 from kvbench.core.step import Mechanism, StepPlan, StepResult, added_in_order
-from kvbench.table import ColumnTable
+from kvbench.io.atomic import PARQUET_ROW_GROUP_ROWS
+from kvbench.io.table import ColumnTable
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -20,7 +20,7 @@ from kvbench.metrics.step_totals import StepTotals
 if TYPE_CHECKING:
     import pandas as pd
 
-    from kvbench.table import ColumnTable
+    from kvbench.io.table import ColumnTable
 
     Table = pd.DataFrame | ColumnTable
 
@@ -96,7 +96,7 @@ def summarize(
     Empty inputs give zero counts and NaN statistics, never an exception.
 
     :param requests: one row per request, the engine's request table (a
-        :class:`~kvbench.table.ColumnTable` or a DataFrame).
+        :class:`~kvbench.io.table.ColumnTable` or a DataFrame).
     :param steps: one row per span of steps, the recorder's step table (either kind), or its
         :class:`~kvbench.metrics.step_totals.StepTotals` (a run that streamed the table to its
         files): the same numbers, to the last bit.

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvbench.atomic import write_file
 from kvbench.core.ledger import LEDGER_FIELDS
+from kvbench.io.atomic import write_file
+from kvbench.io.table import ColumnTable, as_table
 from kvbench.metrics.catalogue import ledger_parts, metric
-from kvbench.table import ColumnTable, as_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -369,7 +369,7 @@ def _job_labels(ok: pd.DataFrame) -> tuple[list[str], str | None, list[int]]:
     """Each job's tick label, the axis' title naming what the labels are, and where the first
     swept key's value changes (a rule between groups). From the swept values (``swept.<key>``)
     where the report found them: ``naive, swap`` under ``allocator, preemption``."""
-    from kvbench.output.report import SWEPT_PREFIX
+    from kvbench.output.sweep_info import SWEPT_PREFIX
 
     keys = [c for c in ok.columns if c.startswith(SWEPT_PREFIX)]
     if not keys:

@@ -20,18 +20,16 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from kvbench.atomic import write_frame
 from kvbench.errors import ConfigError
+from kvbench.io.atomic import write_frame
+from kvbench.io.textio import read_json_object
 from kvbench.metrics.catalogue import SETTINGS as CATALOGUE_SETTINGS
 from kvbench.metrics.catalogue import metric
 from kvbench.metrics.display import METRIC_DEFINITIONS, SECONDS_FROM_S, format_bytes
 from kvbench.output.results import read_job
 from kvbench.output.run_report import REPORT_WIDTH, print_summary, report_console, wide_console  # noqa: F401 (re-exported)
-from kvbench.output.sweep_info import job_overrides, swept_keys, swept_values
-from kvbench.textio import read_json_object
+from kvbench.output.sweep_info import SWEPT_PREFIX, job_overrides, swept_keys, swept_values
 
-#: the comparison frame's column holding a swept key's value for each job (``swept.allocator``)
-SWEPT_PREFIX = "swept."
 COMPARISON_NOTES = "% KV: of the KV budget; floor: fewest seqs running while saturated; unfilled: KV booked, unwritten"
 #: added to the notes where the prefix-cache group shows
 PREFIX_NOTES = (

@@ -2,7 +2,7 @@
 of the summary (``summary.json``, :mod:`kvbench.output.run_json`), config, figure.
 
 Every file is written whole or not at all, and ``COMPLETE`` is written last (see
-:mod:`kvbench.atomic`): a folder without it holds an interrupted run, which readers flag
+:mod:`kvbench.io.atomic`): a folder without it holds an interrupted run, which readers flag
 and never read as a result.
 """
 
@@ -18,7 +18,8 @@ import numpy as np
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from kvbench.atomic import (
+from kvbench.errors import ConfigError
+from kvbench.io.atomic import (
     COMPLETE,
     check_complete,
     check_targets,
@@ -28,7 +29,8 @@ from kvbench.atomic import (
     write_json,
     write_table,
 )
-from kvbench.errors import ConfigError
+from kvbench.io.table import ColumnTable
+from kvbench.io.textio import read_json_object
 from kvbench.output.run_json import run_json
 from kvbench.output.step_files import (
     STEP_FILES,
@@ -37,8 +39,6 @@ from kvbench.output.step_files import (
     step_file_column_max,
     step_file_rows,
 )
-from kvbench.table import ColumnTable
-from kvbench.textio import read_json_object
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,7 +77,7 @@ def _frame_property(name: str, columns: str) -> property:
 class RunResult:
     """One job's outputs. ``summary`` is one row; ``out_dir`` is set once written.
 
-    Its tables are held as :class:`~kvbench.table.ColumnTable` (``request_columns``,
+    Its tables are held as :class:`~kvbench.io.table.ColumnTable` (``request_columns``,
     ``step_columns``, ``refusal_columns``): summarizing, writing and drawing them imports no
     pandas. ``requests``, ``steps`` and ``refusals`` are the same tables as DataFrames, made on
     first use (a DataFrame given to the constructor, or set, is kept as it is; setting one
@@ -157,7 +157,7 @@ class RunResult:
 
 def check_run_targets(out_dir: Path) -> None:
     """Refuse, in one line, a run folder where a name the run writes is a FIFO, a device, a socket
-    or a folder (:func:`kvbench.atomic.check_target`): checked before the run, and again before an
+    or a folder (:func:`kvbench.io.atomic.check_target`): checked before the run, and again before an
     earlier run's files are cleared."""
     check_targets(
         out_dir,
@@ -281,7 +281,7 @@ def read_job(job_dir: Path) -> dict[str, Any] | None:
     """A job folder's summary row, a failure row, a row flagging an incomplete or damaged run, or
     None when the folder holds nothing of a run. An incomplete or damaged run's tables are never
     read: a folder is a result only when its COMPLETE marker lists exactly its files, with their
-    sizes (:func:`kvbench.atomic.check_complete`)."""
+    sizes (:func:`kvbench.io.atomic.check_complete`)."""
     marker = (job_dir / COMPLETE).is_file()
     problem = check_complete(job_dir, RESULT_FILES) if marker else None
     if marker and problem is None:

@@ -5,7 +5,7 @@ The file is one flat object, so that a script written for vLLM's result files re
 unchanged (``data["median_ttft_ms"]``):
 
 - every key of the summary row, as in ``summary.parquet`` (seconds, fractions, bytes);
-- ``kvbench_version`` and ``kvbench_commit`` (:mod:`kvbench.provenance`), unless the summary
+- ``kvbench_version`` and ``kvbench_commit`` (:mod:`kvbench.output.provenance`), unless the summary
   row already records them;
 - vLLM's keys, at the top level beside them (no kvbench key has one of these names: kvbench's
   carry their unit, ``duration_s``): ``date``, ``backend`` (``"kvbench"``), ``model_id``,
@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kvbench.io.table import ColumnTable, as_table
 from kvbench.metrics.catalogue import metric
 from kvbench.metrics.summary import PERCENTILES
-from kvbench.table import ColumnTable, as_table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -144,7 +144,7 @@ def _percentile(values: np.ndarray, p: int) -> float:
 
 def run_json(summary: dict[str, Any], requests: ColumnTable | pd.DataFrame, config: dict[str, Any]) -> dict[str, Any]:
     """The contents of a run's ``summary.json`` (see the module's docstring)."""
-    from kvbench.provenance import provenance
+    from kvbench.output.provenance import provenance
 
     slo = config.get("slo") or {}
     slo_given = any(value is not None for value in slo.values())

@@ -12,9 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvbench.errors import ConfigError
+from kvbench.io.textio import read_json_object
 from kvbench.metrics.display import METRIC_DEFINITIONS, headline_rows
 from kvbench.output.results import SUMMARY_JSON
-from kvbench.textio import read_json_object
 
 #: the width a report is laid out for when the output is no terminal (a pipe, a CI log) and
 #: ``COLUMNS`` is unset: a common terminal, so that a log reads as the screen did

@@ -8,7 +8,7 @@ that file a row group at a time and renames both into place. Nothing reads the C
 is over, and turning numbers into text is most of what writing the step table costs: written in the
 loop, it was loop time (``benchmarks/loop_instructions.py --streamed`` counts the difference). The
 files are the very bytes that writing the whole table at the end gives
-(:func:`kvbench.atomic.write_table`: the recorder's batches are the Parquet writer's row groups,
+(:func:`kvbench.io.atomic.write_table`: the recorder's batches are the Parquet writer's row groups,
 and the CSV is the same text row by row); the tests compare them.
 
 Readers (the figures) take only the columns they need back from the Parquet file.
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from kvbench.atomic import PARQUET_ROW_GROUP_ROWS, commit, temporary_path
 from kvbench.errors import ConfigError
-from kvbench.numeric_csv import write_header, write_rows
-from kvbench.table import ColumnTable
+from kvbench.io.atomic import PARQUET_ROW_GROUP_ROWS, commit, temporary_path
+from kvbench.io.numeric_csv import write_header, write_rows
+from kvbench.io.table import ColumnTable
 
 #: the files a streamed step table is written to, in a run's folder
 STEP_FILES = ("steps.parquet", "steps.csv")
@@ -61,7 +61,7 @@ class StepFiles:
     def _write(self, batch: dict[str, np.ndarray]) -> None:
         import pyarrow.parquet as pq
 
-        from kvbench.arrow_columns import arrow_table
+        from kvbench.io.arrow_columns import arrow_table
 
         names, columns = list(batch), [np.asarray(values) for values in batch.values()]
         if self._writer is None:
@@ -69,7 +69,7 @@ class StepFiles:
             if not columns or not all(d == np.float64 or d.kind in "iub" for d in dtypes.values()):
                 raise TypeError(f"a step table holds numbers only, got dtypes {dtypes}")
             self._parquet_tmp = temporary_path(self.out_dir / STEP_FILES[0])
-            # the schema a whole-table write gives (kvbench.atomic.write_table_parquet)
+            # the schema a whole-table write gives (kvbench.io.atomic.write_table_parquet)
             self._schema = arrow_table(names, columns).schema
             self._writer = pq.ParquetWriter(self._parquet_tmp, self._schema)
         # (an empty batch, a run with no step, is an empty row group, as the whole empty table writes)
@@ -99,7 +99,7 @@ class StepFiles:
         read back are the batches' own (numbers and bools, stored exactly), so the text is theirs."""
         import pyarrow.parquet as pq
 
-        from kvbench.arrow_columns import numpy_values
+        from kvbench.io.arrow_columns import numpy_values
 
         self._csv_tmp = temporary_path(self.out_dir / STEP_FILES[1])
         with (
@@ -143,7 +143,7 @@ def read_step_columns(path: Path, columns: Sequence[str] | None = None, every: i
     5x the columns' bytes at its peak (Arrow's buffers, then pandas' copy), which set a run's peak."""
     import pyarrow.parquet as pq
 
-    from kvbench.arrow_columns import numpy_values
+    from kvbench.io.arrow_columns import numpy_values
 
     if every < 1:
         raise ValueError(f"every must be >= 1, got {every}")

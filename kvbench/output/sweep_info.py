@@ -14,6 +14,9 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+#: the comparison frame's column holding a swept key's value for each job (``swept.allocator``)
+SWEPT_PREFIX = "swept."
+
 
 def _parse(lines: list[str]):
     from hydra.core.override_parser.overrides_parser import OverridesParser

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvbench.atomic import (
+from kvbench.io.atomic import (
     COMPLETE,
     check_targets,
     clear_incomplete,
@@ -32,7 +32,7 @@ def folder_files(tables: Iterable[str], others: Iterable[str] = ()) -> list[str]
 
 def check_folder_files(out_dir: Path, names: Iterable[str]) -> None:
     """Refuse, before any work, an output folder where one of ``names`` is a FIFO, a device, a
-    socket or a folder (:func:`kvbench.atomic.check_target`)."""
+    socket or a folder (:func:`kvbench.io.atomic.check_target`)."""
     check_targets(out_dir, names, _HINT)
 
 

@@ -72,7 +72,7 @@ def _read_doc(path: Path) -> dict:
 
 @functools.lru_cache(maxsize=64)
 def _read_cached(path: Path, mtime_ns: int, size_bytes: int) -> dict:
-    from kvbench.textio import read_json
+    from kvbench.io.textio import read_json
 
     return _validate(read_json(path, "calibration file"), path)
 
@@ -231,8 +231,8 @@ def write_calibration(
     """Write (or update) a calibration file: entries of ``efficiency`` replace the same layouts in
     an existing file, other layouts are kept; ``provenance`` (command, commit, date) and the
     ``fitted`` terms (prefill_flops_efficiency, step_overhead_s) replace the file's."""
-    from kvbench.atomic import check_target, write_json
-    from kvbench.textio import read_json
+    from kvbench.io.atomic import check_target, write_json
+    from kvbench.io.textio import read_json
 
     # a FIFO there would block the read below, a device or a folder be replaced by the write
     check_target(path, "remove it or write the calibration elsewhere with --out <folder>")

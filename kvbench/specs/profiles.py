@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 
 from kvbench.errors import ConfigError
-from kvbench.extras import install_hint
+from kvbench.errors.extras import install_hint
 
 PACKAGE = "aiconfigurator-core"
 #: the version whose layout and columns this module reads (pyproject's ``profiles`` extra pins it)

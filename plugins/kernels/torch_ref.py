@@ -4,7 +4,7 @@ behind the kernel interface, so that real mode and the kernel benchmark can sele
 from __future__ import annotations
 
 from kvbench import hookimpl
-from kvbench.extras import install_hint
+from kvbench.errors.extras import install_hint
 from kvbench.kernels.kernel import Kernel
 from kvbench.kernels.reference import paged_decode_reference
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from kvbench import hookimpl
 from kvbench.errors import ConfigError, require
-from kvbench.extras import install_hint
+from kvbench.errors.extras import install_hint
 from kvbench.kernels.kernel import Kernel
 
 

@@ -37,7 +37,7 @@ from omegaconf import MISSING
 
 from kvbench import hookimpl
 from kvbench.errors import ConfigError, clip, invisible_characters, is_invisible, require, visible
-from kvbench.textio import count_lines, open_text
+from kvbench.io.textio import count_lines, open_text
 from kvbench.workload.arrivals import MAX_ARRIVAL_S, arrival_times_s, validate_arrivals
 from kvbench.workload.source import Workload, WorkloadSource, read_only
 

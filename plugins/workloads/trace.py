@@ -57,7 +57,7 @@ from omegaconf import MISSING
 import kvbench
 from kvbench import hookimpl
 from kvbench.errors import ConfigError, clip, require
-from kvbench.textio import count_lines
+from kvbench.io.textio import count_lines
 from kvbench.workload.arrivals import ARRIVAL_KINDS, arrival_times_s, validate_arrivals
 from kvbench.workload.source import Workload, WorkloadSource, read_only
 

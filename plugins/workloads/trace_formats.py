@@ -27,7 +27,7 @@ from kvbench_plugins.workloads.request_csv import (
 )
 
 from kvbench.errors import ConfigError, clip, visible
-from kvbench.textio import open_text
+from kvbench.io.textio import open_text
 
 #: Mooncake's hash_ids each cover this many prompt tokens (FAST'25 release README)
 MOONCAKE_HASH_BLOCK_TOKENS = 512

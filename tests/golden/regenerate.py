@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf
 
-from kvbench.atomic import mark_complete, write_text
+from kvbench.io.atomic import mark_complete, write_text
 
 GOLDEN_DIR = Path(__file__).resolve().parent
 KEPT_FILES = ("summary.parquet", "summary.csv", "config.json")

@@ -81,7 +81,7 @@ def test_an_efficiency_above_one_is_refused_before_writing(runs, tmp_path):
 
 
 def revouch(folder) -> None:
-    from kvbench.atomic import COMPLETE, mark_complete
+    from kvbench.io.atomic import COMPLETE, mark_complete
 
     mark_complete(folder, list(json.loads((folder / COMPLETE).read_text())["files"]))
 

@@ -5,9 +5,10 @@ the core imports no plugin, the studies use only the public API. Read from the s
 The order, from the ground floor up (the engine is ``core`` to ``engine``; everything above it is
 a client of what is below):
 
-- ``errors``, ``suggest`` (the near-miss names of its one-line errors); ``textio``, ``table`` and
-  ``arrow_columns`` (a run's tables as numpy columns, and as Arrow's), ``numeric_csv``, ``atomic``; ``provenance``, ``specs``; ``workload``; ``core``: values and
-  the files they come from;
+- ``errors`` (the one-line errors, the near-miss names they suggest, the extras they name);
+  ``io`` (text files read strictly, a run's tables as numpy columns and as Arrow's, CSV written
+  fast, every file written atomically); ``specs``; ``workload``; ``core``: values and the files
+  they come from;
 - ``memory``, ``kernels``, ``exec``, ``sched``, ``metrics``, ``engine``: the engine;
 - ``output``: results written and read; ``slo``: the SLO questions' closed forms and search;
   ``registry`` (``kvbench.plugins``, ``kvbench.hookspecs``); ``app`` (a run's config and setup);
@@ -28,14 +29,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 ORDER = [
     "errors",
-    "suggest",
-    "extras",
-    "textio",
-    "table",
-    "arrow_columns",
-    "numeric_csv",
-    "atomic",
-    "provenance",
+    "io",
     "specs",
     "workload",
     "core",
@@ -145,3 +139,67 @@ def test_the_engine_rooms_hold_no_command_suite_benchmark_or_study(room):
     files = [p.name for p in (ROOT / "kvbench" / room).rglob("*.py")] if room != "engine" else ["engine.py"]
     suspects = [name for name in files if name.startswith(("cli", "conformance", "bench", "test_", "fit"))]
     assert not suspects, suspects
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """module -> the kvbench modules it imports (function-level imports included: a lazy import
+    is still a dependency a reader has to follow)."""
+    known = {module for _, module in modules()}
+    graph: dict[str, set[str]] = {}
+    for path, module in modules():
+        targets = set()
+        for _, target in imports(path):
+            # `from kvbench.output import provenance` names a module; `from x.y import name` its module
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                targets.add(target)
+        graph[module] = targets
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_two_modules_import_each_other_even_lazily():
+    """A circle (``main`` <-> ``completion``, ``figures`` <-> ``report``) means neither module can
+    be read, or moved, without the other: what both need goes to a module below both."""
+    cycles = import_cycles(_module_graph())
+    assert not cycles, "import circles: " + "; ".join(" <-> ".join(c) for c in cycles)

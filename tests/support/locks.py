@@ -13,7 +13,7 @@ from hang import HANG_S
 HOLD = """
 import sys
 from pathlib import Path
-from kvbench.atomic import folder_lock
+from kvbench.io.atomic import folder_lock
 with folder_lock(Path(sys.argv[1])):
     print("held", flush=True)
     sys.stdin.read()

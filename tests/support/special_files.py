@@ -56,7 +56,7 @@ def assert_unchanged(path: Path, before: tuple) -> None:
 
 
 def words(kind: str) -> str:
-    """How a refusal names ``kind`` (kvbench.atomic.kind_of)."""
+    """How a refusal names ``kind`` (kvbench.io.atomic.kind_of)."""
     return {
         "FIFO": "is a FIFO",
         "folder": "is a folder",

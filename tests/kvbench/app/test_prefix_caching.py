@@ -123,7 +123,7 @@ def test_a_job_reads_the_bounds_its_sweep_kept(tmp_path):
     from kvbench_cli import kvbench
 
     from kvbench.app.run import BOUNDS_CACHE
-    from kvbench.atomic import write_json
+    from kvbench.io.atomic import write_json
     from kvbench.metrics.prefix_bounds import cache_file
 
     key = _bounds_key_of(SWEPT)

@@ -169,7 +169,7 @@ main()
 
 SIGNAL_IN_LOCK = """
 import os, signal
-import kvbench.atomic as atomic
+import kvbench.io.atomic as atomic
 def _write_owner(fd):
     os.kill(os.getpid(), signal.SIGTERM)
 atomic._write_owner = _write_owner
@@ -195,7 +195,7 @@ def test_a_signal_while_the_lock_is_taken_is_one_line_and_releases_it(tmp_path):
 
 # the second run of a resumed sweep reports a different kvbench than the one that computed job 0
 OTHER_VERSION = """
-import kvbench.provenance as provenance
+import kvbench.output.provenance as provenance
 provenance.kvbench_version.cache_clear()
 provenance.kvbench_version = lambda: "9.9.9"
 from kvbench.commands.main import main

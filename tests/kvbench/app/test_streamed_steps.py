@@ -11,7 +11,7 @@ import pytest
 import kvbench.metrics.recorder as recorder
 from kvbench.api import compose
 from kvbench.app.run import execute
-from kvbench.atomic import write_csv
+from kvbench.io.atomic import write_csv
 
 SMALL = ["workload.num_requests=300", "progress=false", "wandb.mode=disabled"]
 

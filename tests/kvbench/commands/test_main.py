@@ -128,7 +128,7 @@ def test_help_lists_every_config_group_with_its_options(tmp_path):
 
 
 def test_version_is_kvbench_s_own(tmp_path):
-    from kvbench.provenance import kvbench_version
+    from kvbench.output.provenance import kvbench_version
 
     proc = kvbench("--version", cwd=tmp_path)
     assert proc.returncode == 0

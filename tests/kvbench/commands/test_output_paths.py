@@ -1,7 +1,7 @@
 """No command replaces an output path that is not a regular file: a FIFO, a folder, a device or a
 link to one of them, given as a file to write (``--json FILE``) or lying where a command writes a
 file into its output folder, is refused in one line with exit 2 before any work, and is still there,
-unchanged, afterwards (kvbench.atomic.check_target)."""
+unchanged, afterwards (kvbench.io.atomic.check_target)."""
 
 from __future__ import annotations
 

@@ -94,7 +94,7 @@ def test_a_sweep_composes_its_own_config_once(tmp_path, monkeypatch):
 
 
 def test_version_through_the_console_script_imports_no_hydra(tmp_path):
-    from kvbench.provenance import version_line
+    from kvbench.output.provenance import version_line
 
     code = (
         "import atexit, sys\n"

@@ -36,8 +36,8 @@ def two_copies(sweep_dir, tmp_path) -> tuple[Path, Path]:
 
 
 def _edit_summary(job_dir: Path, **values) -> None:
-    from kvbench.atomic import write_table_parquet
-    from kvbench.table import ColumnTable
+    from kvbench.io.atomic import write_table_parquet
+    from kvbench.io.table import ColumnTable
 
     frame = pd.read_parquet(job_dir / "summary.parquet")
     for column, value in values.items():

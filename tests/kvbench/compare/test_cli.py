@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from kvbench_cli import kvbench
 
-from kvbench.atomic import COMPLETE
 from kvbench.commands.compare import main
+from kvbench.io.atomic import COMPLETE
 from kvbench.output.results import write_failure
 
 

@@ -10,8 +10,8 @@ import signal
 
 import pytest
 
-from kvbench.atomic import COMPLETE, mark_complete
 from kvbench.commands import compare as cli
+from kvbench.io.atomic import COMPLETE, mark_complete
 
 
 def compare(*args) -> int:

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from kvbench.atomic import COMPLETE, mark_complete
+from kvbench.io.atomic import COMPLETE, mark_complete
 from kvbench.output.report import REPORT_WIDTH, print_comparison, print_summary, report_console
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kvbench.atomic import COMPLETE
+from kvbench.io.atomic import COMPLETE
 from kvbench.output.results import RunResult, finished_config, read_job, write_failure, write_run
 
 
@@ -39,7 +39,7 @@ def test_rewriting_a_folder_drops_tables_the_new_run_does_not_write(tmp_path):
 
 
 def test_the_tables_are_columns_and_dataframes_alike_and_a_frame_set_is_what_is_written(tmp_path):
-    from kvbench.table import ColumnTable
+    from kvbench.io.table import ColumnTable
 
     result = RunResult(
         config={},

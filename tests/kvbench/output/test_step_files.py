@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvbench.atomic import PARQUET_ROW_GROUP_ROWS, write_table
+from kvbench.io.atomic import PARQUET_ROW_GROUP_ROWS, write_table
+from kvbench.io.table import ColumnTable
 from kvbench.metrics.recorder import STEP_ROWS_BATCH
 from kvbench.output.step_files import (
     STEP_FILES,
@@ -19,7 +20,6 @@ from kvbench.output.step_files import (
     step_file_column_max,
     step_file_rows,
 )
-from kvbench.table import ColumnTable
 
 
 def table(num_rows: int, seed: int = 0) -> pd.DataFrame:

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-import kvbench.atomic as atomic
+import kvbench.io.atomic as atomic
 import kvbench.slo.common as common
 
 CURVE = pd.DataFrame({"rate": [1.0, 2.0], "attainment": [1.0, 0.5]})

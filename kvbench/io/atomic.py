@@ -30,7 +30,7 @@ from kvbench.errors import ConfigError, visible
 if TYPE_CHECKING:  # pandas is only needed once a DataFrame is written: the lock and marker paths stay light
     import pandas as pd
 
-    from kvbench.table import ColumnTable
+    from kvbench.io.table import ColumnTable
 
 #: written last into a finished run folder; its absence means "incomplete, do not read"
 COMPLETE = "COMPLETE"
@@ -164,8 +164,8 @@ def write_table(table: ColumnTable, out_dir: Path, name: str) -> None:
     """A run's table as ``<name>.parquet`` and ``<name>.csv``, each written atomically, without
     pandas: the Parquet file holds the same columns as :func:`write_frame`'s (no pandas metadata:
     ``pandas.read_parquet`` gives them a default index, as a written frame has), the CSV the same
-    bytes (:func:`kvbench.numeric_csv.write_table_csv`)."""
-    from kvbench.numeric_csv import write_table_csv
+    bytes (:func:`kvbench.io.numeric_csv.write_table_csv`)."""
+    from kvbench.io.numeric_csv import write_table_csv
 
     write_file(out_dir / f"{name}.parquet", lambda tmp: write_table_parquet(table, tmp))
     write_file(out_dir / f"{name}.csv", lambda tmp: write_table_csv(table, tmp))
@@ -175,7 +175,7 @@ def write_table_parquet(table: ColumnTable, path: Path, row_group_rows: int = PA
     """``table`` as Parquet, a row group of ``row_group_rows`` at a time (as :func:`write_parquet`)."""
     import pyarrow.parquet as pq
 
-    from kvbench.arrow_columns import arrow_table
+    from kvbench.io.arrow_columns import arrow_table
 
     arrow = arrow_table(table.columns, [table[name] for name in table.columns])
     with pq.ParquetWriter(path, arrow.schema) as writer:
@@ -185,8 +185,8 @@ def write_table_parquet(table: ColumnTable, path: Path, row_group_rows: int = PA
 def write_csv(frame: pd.DataFrame, path: Path, float_format: str | None = None) -> None:
     """``frame.to_csv(path, index=False, float_format=float_format)``: a table of plain numbers
     with full-precision floats through kvbench's own writer (the same bytes in under half the
-    time: :mod:`kvbench.numeric_csv`), anything else through pandas."""
-    from kvbench.numeric_csv import write_numeric_csv, writes_numeric_csv
+    time: :mod:`kvbench.io.numeric_csv`), anything else through pandas."""
+    from kvbench.io.numeric_csv import write_numeric_csv, writes_numeric_csv
 
     if float_format is None and writes_numeric_csv(frame):
         write_numeric_csv(frame, path)

@@ -16,7 +16,8 @@ from hang import HANG_S
 from locks import held_lock
 from special_files import KINDS, assert_unchanged, make, words
 
-from kvbench.atomic import (
+from kvbench.errors import ConfigError
+from kvbench.io.atomic import (
     COMPLETE,
     LOCK,
     check_target,
@@ -29,7 +30,6 @@ from kvbench.atomic import (
     write_parquet,
     write_text,
 )
-from kvbench.errors import ConfigError
 
 
 def test_a_file_is_replaced_whole_and_keeps_normal_permissions(tmp_path):
@@ -98,7 +98,7 @@ def test_parquet_is_written_a_row_group_at_a_time_and_reads_back_the_same_frame(
 
 
 def test_bytes_reach_the_disk_before_the_rename_and_the_marker(tmp_path, monkeypatch):
-    import kvbench.atomic as atomic
+    import kvbench.io.atomic as atomic
 
     synced: list[str] = []
     real_fsync, real_replace = os.fsync, os.replace
@@ -122,7 +122,7 @@ def test_bytes_reach_the_disk_before_the_rename_and_the_marker(tmp_path, monkeyp
 
 
 def test_the_marker_vouches_for_sizes_and_catches_a_truncated_or_stray_file(tmp_path):
-    from kvbench.atomic import check_complete
+    from kvbench.io.atomic import check_complete
 
     write_text(tmp_path / "summary.csv", "a,b\n1,2\n")
     mark_complete(tmp_path, ["summary.csv"])
@@ -136,7 +136,7 @@ def test_the_marker_vouches_for_sizes_and_catches_a_truncated_or_stray_file(tmp_
 
 
 def test_a_lock_whose_owner_line_cannot_be_written_still_holds(tmp_path, monkeypatch):
-    import kvbench.atomic as atomic
+    import kvbench.io.atomic as atomic
 
     def full(*args):
         raise OSError(28, "No space left on device")
@@ -199,7 +199,7 @@ STRESS = """
 import os, sys
 from pathlib import Path
 from kvbench.errors import ConfigError
-from kvbench.atomic import folder_lock
+from kvbench.io.atomic import folder_lock
 folder, target = Path(sys.argv[1]), int(sys.argv[2])
 inside = folder / "inside"
 held = refused = double = 0
@@ -248,7 +248,7 @@ def held_lock_refused(folder):
     """Another process tries the lock ``folder``'s holder has: it must be refused."""
     code = (
         "import sys; from pathlib import Path; from kvbench.errors import ConfigError; "
-        "from kvbench.atomic import folder_lock\n"
+        "from kvbench.io.atomic import folder_lock\n"
         "try:\n    folder_lock(Path(sys.argv[1])).__enter__()\nexcept ConfigError as exc:\n    print(exc)"
     )
     done = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=HANG_S)

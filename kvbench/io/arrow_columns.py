@@ -2,7 +2,7 @@
 
 pyarrow's own conversions (``pa.array(ndarray)``, ``Array.to_numpy()``) import pandas to ask
 whether their argument is a pandas object, and importing pandas is most of what a run that
-writes its tables would otherwise import (:mod:`kvbench.table`). Arrow's columns are plain
+writes its tables would otherwise import (:mod:`kvbench.io.table`). Arrow's columns are plain
 buffers, so a run's columns are wrapped as they are: numbers and bools as their values' buffer
 (bools packed into bits, as Arrow holds them), text as UTF-8 bytes and offsets, a column of None
 only as Arrow's null type. The same arrays come out as ``pa.array`` makes them (the tests compare

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kvbench.errors import ConfigError, clip, invisible_characters, visible
-from kvbench.textio import count_lines, parse_json, read_json, read_json_object, read_text
+from kvbench.io.textio import count_lines, parse_json, read_json, read_json_object, read_text
 
 
 def test_a_byte_order_mark_is_read_past(tmp_path):

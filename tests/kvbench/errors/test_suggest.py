@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbench.suggest import did_you_mean, near_misses
+from kvbench.errors.suggest import did_you_mean, near_misses
 
 SUBCOMMANDS = ["bench-kernels", "calibrate", "compare", "diff-engine", "paper", "profiles", "slo-batch", "slo-search"]
 

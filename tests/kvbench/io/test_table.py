@@ -1,4 +1,4 @@
-"""kvbench.table: a run's tables as numpy columns, typed and indexed as pandas would."""
+"""kvbench.io.table: a run's tables as numpy columns, typed and indexed as pandas would."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvbench.table import ColumnTable, as_table
+from kvbench.io.table import ColumnTable, as_table
 
 #: a summary row's kinds of value: text, a missing value, a flag, a count, a float, NaN, numpy scalars
 ROW = {

@@ -29,7 +29,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-    from kvbench.table import ColumnTable
+    from kvbench.io.table import ColumnTable
 
 #: rows formatted at a time: about 150,000 short strings (8 MB) for a 37-column steps table, so
 #: that writing a long run's table adds little to its peak memory

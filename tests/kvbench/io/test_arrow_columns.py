@@ -1,4 +1,4 @@
-"""kvbench.arrow_columns: numpy columns to Arrow and back as pyarrow's own conversions do, without
+"""kvbench.io.arrow_columns: numpy columns to Arrow and back as pyarrow's own conversions do, without
 importing pandas (pyarrow's do)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvbench.arrow_columns import arrow_array, arrow_table, numpy_values
+from kvbench.io.arrow_columns import arrow_array, arrow_table, numpy_values
 
 
 def _parquet_bytes(array: pa.Array) -> bytes:
@@ -80,7 +80,7 @@ def test_a_table_and_lists_of_token_ids():
 def test_nothing_here_imports_pandas():
     code = (
         "import sys, numpy as np\n"
-        "from kvbench.arrow_columns import arrow_table, numpy_values\n"
+        "from kvbench.io.arrow_columns import arrow_table, numpy_values\n"
         "names = np.empty(2, dtype=object); names[:] = ['a', None]\n"
         "t = arrow_table(['x', 'b', 'name'], [np.arange(2.0), np.array([True, False]), names])\n"
         "numpy_values(t.column('x')); numpy_values(t.column('b'))\n"

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from kvbench import numeric_csv
 from kvbench.api import run
-from kvbench.atomic import write_csv
-from kvbench.numeric_csv import write_numeric_csv, writes_numeric_csv
+from kvbench.io import numeric_csv
+from kvbench.io.atomic import write_csv
+from kvbench.io.numeric_csv import write_numeric_csv, writes_numeric_csv
 
 # floats as a run's tables hold them, and the awkward ones: NaN (written empty), infinities, -0.0,
 # subnormals, the bounds where the text switches to exponent notation, integral values
@@ -95,7 +95,7 @@ def test_a_float_format_is_left_to_pandas(tmp_path):
     assert (tmp_path / "out.csv").read_text().splitlines() == ["x", "3.141592654", "1"]
 
 
-# --- a run's tables without pandas: kvbench.numeric_csv.write_table_csv ----------------------------
+# --- a run's tables without pandas: kvbench.io.numeric_csv.write_table_csv ----------------------------
 
 #: a summary row's kinds of value, and text that the csv module must quote
 MIXED_ROW = {
@@ -117,8 +117,8 @@ def _pandas_csv(frame: pd.DataFrame, tmp_path) -> bytes:
 
 
 def test_a_summary_row_is_written_as_pandas_writes_it(tmp_path):
-    from kvbench.numeric_csv import write_table_csv
-    from kvbench.table import ColumnTable
+    from kvbench.io.numeric_csv import write_table_csv
+    from kvbench.io.table import ColumnTable
 
     write_table_csv(ColumnTable.from_row(MIXED_ROW), tmp_path / "ours.csv")
     assert (tmp_path / "ours.csv").read_bytes() == _pandas_csv(pd.DataFrame([MIXED_ROW]), tmp_path)
@@ -134,8 +134,8 @@ def test_a_summary_row_is_written_as_pandas_writes_it(tmp_path):
     )
 )
 def test_a_table_with_a_text_column_is_written_as_pandas_writes_it(tmp_path_factory, rows):
-    from kvbench.numeric_csv import write_table_csv
-    from kvbench.table import ColumnTable
+    from kvbench.io.numeric_csv import write_table_csv
+    from kvbench.io.table import ColumnTable
 
     tmp_path = tmp_path_factory.mktemp("csv")
     columns = dict(zip(("request_id", "free_s", "reason"), map(list, zip(*rows)))) if rows else {}
