@@ -151,6 +151,11 @@ class BlockPool:
         never_used = block_id >= self.num_blocks - self.num_fresh
         return 0 if never_used or block_id in self.evictable or block_id in self.free_block_ids else 1
 
+    def count_evictable(self, block_ids: Iterable[int]) -> int:
+        """How many of ``block_ids`` are cached and evictable (a hit on one takes it off the queue)."""
+        evictable = self.evictable
+        return sum(1 for block_id in block_ids if block_id in evictable)
+
     def num_shared_blocks(self) -> int:
         """Held blocks with two or more holders."""
         return len(self.shared_refs)

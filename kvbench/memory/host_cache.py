@@ -19,6 +19,7 @@ order of last use: evicting the front is LRU. Every operation is O(1).
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from typing import NamedTuple
 
 from kvbench.core.kv import Transfer
@@ -120,6 +121,27 @@ class HostBlockCache:
         self._slots.discard_cached(slot)
         self.num_discarded_blocks += 1
         return True
+
+    def reload_into(self, pool: BlockPool, walk: Sequence[tuple[Hashable, int | None]]) -> list[int]:
+        """Bring a prefix walk's host-resident keys (block None) back into ``pool``: each leaves
+        this tier first (the evictions below may fill it), the walk's GPU blocks gain a holder
+        (before new blocks are taken: an eviction must not take one of them), and each host key is
+        given a newly taken block. Returns the walk's blocks in order, every one held once more
+        (``pool.can_take`` said the new and revived ones fit)."""
+        num_reloaded = 0
+        for key, block_id in walk:
+            if block_id is None:
+                self.reload(key)
+                num_reloaded += 1
+        pool.reference([block_id for _, block_id in walk if block_id is not None])
+        new_blocks = iter(pool.take(num_reloaded))
+        table = []
+        for key, block_id in walk:
+            if block_id is None:
+                block_id = next(new_blocks)
+                pool.add_key(block_id, key)
+            table.append(block_id)
+        return table
 
     def ledger(self, budget_bytes: int) -> MemoryLedger:
         """The host budget (``host_cache_bytes``) at this instant, every byte accounted for:

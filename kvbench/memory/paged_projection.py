@@ -38,6 +38,20 @@ class BlockGrowth:
     #: ... and that block's slots it never fills
     final_waste: list[int]
 
+    @classmethod
+    def of(cls, lengths: list[tuple[int, int]], block_size_tokens: int) -> BlockGrowth:
+        """The growth of sequences given as (tokens now, final length), each in blocks of its own."""
+        size = block_size_tokens
+        counts = [0] * size
+        final_steps, final_waste = [], []
+        for tokens, final in lengths:
+            counts[-tokens % size] += 1
+            final_block_start = size * ((final - 1) // size)
+            if tokens <= final_block_start:  # its final block is taken at this step
+                final_steps.append(final_block_start - tokens + 1)
+                final_waste.append(-final % size)
+        return cls(len(lengths), counts, final_steps, final_waste)
+
 
 def project_blocks(
     growth: BlockGrowth,

@@ -9,47 +9,25 @@ a shared, partly filled block copies it first (copy-on-write).
 ``ledger()`` is O(1); ``project_decode`` answers "how many decode steps until a block runs out, and
 what does the ledger look like meanwhile" in closed form, so that the engine can skip those steps.
 
-Prefix caching (``prefix_caching=true``, vLLM's automatic prefix caching, v1's block pool):
+The blocks themselves (free, held, cached; reference counts; eviction) are a
+:class:`~kvbench.memory.block_pool.BlockPool`; this module keeps what is paged attention's own:
+block tables, token counts, each sequence's reserved future, copy-on-write of a shared last block.
 
-- a full prompt block is identified by :func:`kvbench.core.prefix.block_keys` (its granule's chained
-  id and its end). It gets its key when it becomes full while the prompt is computed, so a request
-  admitted later, even in the same step, can hit it while the first one still runs (as vLLM v1
-  caches blocks when it schedules them). A key is held by one block at most: a block that fills
-  with a key some other block already holds stays private (it is recomputed content, e.g. the last
-  block of a fully cached prompt), and is freed as an ordinary block.
-- ``cache_duplicate_blocks=true`` (vLLM's BlockPool, which does not de-duplicate: a block id never
-  changes once in a block table): such a block takes the key too, beside the block holding it. A
-  lookup finds the key's earliest holder still cached; freed, a duplicate joins the back of the
-  LRU queue like any keyed block (not the free pool), and the key is dropped only with its last
-  holder. What changes is which blocks an allocation evicts: a request preempted by recompute,
-  whose chain of cached blocks broke at an evicted one, recomputes the rest beside the cached
-  copies, and those copies then wait their turn in the queue instead of being reused at once.
-- ``allocate`` reuses every cached block of the longest cached run of the prompt's keys, up to
-  ``min(prompt, num_tokens - 1)`` tokens, in whole blocks (as vLLM: a fully cached prompt still
-  computes its last token to get logits, so its last full block is computed again). A live hit
-  block gains a reference; an evictable one is taken back out of the evictable queue.
-- a block with a key that nobody holds any more is not free but *cached*: it keeps its key and
-  joins the back of an LRU queue (an ``OrderedDict``: O(1) append, removal and pop of the front,
-  like v1's ``FreeKVCacheBlockQueue``). A sequence's blocks join it last block first, so a
-  prefix's tail is evicted before its head (a head evicted first would strand the rest).
-- ``cache_generated_blocks=true`` (vLLM hashes every full block): a one-sequence request's blocks
-  past its shared prefix get keys of its own (its request id and the block's end), up to its final
-  length, generated tokens included, and ``allocate`` may then reuse up to ``num_tokens - 1``
-  tokens: a request preempted by recompute finds its own blocks again while they stay cached.
-- new blocks come from truly free blocks first, then by evicting the front of the LRU queue
-  (its key is dropped). Admission, the watermark and decode projections count both as available.
-- swapping moves every distinct block of the family once, keyed or not (its host copy must be
-  complete whatever happens on the device meanwhile). On the device a keyed block is released as
-  by ``free``: kept for its other holders, or cached and evictable, so other requests keep hitting
-  it. Swapped back in, the family gets fresh private blocks; one re-takes its key only if no
-  other block holds that key by then (a block shared across requests is thus never moved for
-  another family: each family's swap is its own copy).
-- ``host_cache_bytes > 0`` (a host tier, :mod:`kvbench.memory.host_cache`): an evicted block's key
-  moves to a host LRU instead of vanishing (exclusive tiers: a key is in one or the other), and
-  :meth:`PagedAllocator.reload_from_host`, which the scheduler calls before an admission
-  (:mod:`kvbench.sched.host_reload`), continues a prefix lookup past the GPU-cached blocks through
-  host-resident keys and reloads them into new blocks, pinned until the request is admitted.
-  ``allocate`` itself only ever sees the GPU tier.
+Prefix caching (``prefix_caching=true``, vLLM's automatic prefix caching, v1's block pool): full
+prompt blocks get keys as they fill (:mod:`kvbench.memory.prompt_keys`). ``allocate`` reuses every
+cached block of the longest cached run of the prompt's keys, up to ``min(prompt, num_tokens - 1)``
+tokens, in whole blocks (as vLLM: a fully cached prompt still computes its last token to get
+logits). A keyed block nobody holds is *cached*: it joins the back of the pool's eviction queue, a
+sequence's blocks last block first, so a prefix's tail is evicted before its head (a head evicted
+first would strand the rest). A block that fills with a key another block holds stays private
+(recomputed content), or, with ``cache_duplicate_blocks=true``, takes the key too (the pool's
+:data:`~kvbench.memory.block_pool.VLLM` policy). Swaps: :mod:`kvbench.memory.block_swap`.
+
+``host_cache_bytes > 0`` (a host tier, :mod:`kvbench.memory.host_cache`): an evicted block's key
+moves to host memory instead of vanishing, and :meth:`PagedAllocator.reload_from_host`, which the
+scheduler calls before an admission (:mod:`kvbench.sched.host_reload`), continues a prefix lookup
+past the GPU-cached blocks through host-resident keys and reloads them into new blocks, pinned
+until the request is admitted. ``allocate`` itself only ever sees the GPU tier.
 """
 
 from __future__ import annotations
@@ -64,6 +42,7 @@ from kvbench.core.ledger import MemoryLedger
 from kvbench.core.prefix import BlockKey
 from kvbench.memory.allocator import Allocator, AllocatorCapabilities
 from kvbench.memory.block_pool import LRU, VLLM, BlockPool
+from kvbench.memory.block_swap import SwappedFamily, swap_in_blocks, swap_out_blocks
 from kvbench.memory.host_cache import HostReload, host_tier
 from kvbench.memory.paged_config import PagedConfig
 from kvbench.memory.paged_projection import SHORT_PROJECTION_STEPS, BlockGrowth, project_blocks
@@ -98,8 +77,7 @@ class PagedAllocator(Allocator):
         self.host_cache = host_tier(
             self.config.host_cache_bytes, self.block_bytes, self.block_size_tokens, enabled=self._caching
         )
-        #: the blocks: free, held (reference counts, only for blocks with 2 or more holders) and
-        #: cached (prefix-cache keys, the eviction queue)
+        #: the blocks: free, held (reference counted) and cached (keyed, evictable)
         self.pool = BlockPool(
             self.num_blocks, self.block_bytes, policy=VLLM if self._cache_duplicates else LRU, host=self.host_cache
         )
@@ -116,14 +94,8 @@ class PagedAllocator(Allocator):
         self._shared_tail_holders: dict[int, set[int]] = {}
         self._num_token_slots = 0  # physical slots holding a token (a shared block counted once)
         self._num_future_slots = 0
-        # swapped-out families: their block-table structure, to rebuild with the same sharing, and
-        # the keys of their blocks (position -> key) and of their prompts (seq -> keys, next index)
-        self._swapped: dict[
-            tuple[int, ...],
-            tuple[
-                list[tuple[int, list[int], int, int]], dict[int, BlockKey], dict[int, tuple[list[BlockKey], int | None]]
-            ],
-        ] = {}
+        # swapped-out families, with each sequence's (tokens, final length) and prompt keys
+        self._swapped: dict[tuple[int, ...], SwappedFamily] = {}
         #: copy-on-write block copies made by ``append`` so far
         self.num_cow_copies = 0
         #: each sequence's prompt keys, and its prompt blocks still waiting for theirs
@@ -166,10 +138,7 @@ class PagedAllocator(Allocator):
         return (self._blocks_for(shape.num_tokens) - num_hits) * self._block_size_tokens
 
     def refcount(self, block_id: int) -> int:
-        """How many live sequences hold ``block_id`` in their block table (0 when it is free or
-        cached and evictable).
-
-        A view for checks, not a hot path: a block with one holder is found by elimination."""
+        """How many live sequences hold ``block_id`` (:meth:`BlockPool.refcount`: a view for checks)."""
         return self.pool.refcount(block_id)
 
     def num_shared_blocks(self) -> int:
@@ -209,8 +178,7 @@ class PagedAllocator(Allocator):
             num_hit_tokens = 0
         else:
             hits = self.prompt_keys.hits(shape)
-            evictable = self.pool.evictable
-            num_revived = sum(1 for block_id in hits if block_id in evictable)
+            num_revived = self.pool.count_evictable(hits)
             # an evictable hit leaves the available pool as surely as a new block does
             if not self._can_take(num_blocks - len(hits) + num_revived, keep_free_bytes):
                 return None
@@ -223,8 +191,7 @@ class PagedAllocator(Allocator):
         self._num_tokens[seq_id] = num_tokens
         self._final_kv_tokens[seq_id] = shape.final_kv_tokens
         self._num_token_slots += num_tokens
-        # its own last block's unfilled slots are its reserved future, up to its final length (the
-        # last block is never a hit: at least one token is computed)
+        # its own last block's unfilled slots, up to its final length, are its future (never a hit)
         future = min(num_blocks * self._block_size_tokens - num_tokens, max(shape.final_kv_tokens - num_tokens, 0))
         self._future_tokens[seq_id] = future
         self._num_future_slots += future
@@ -235,19 +202,18 @@ class PagedAllocator(Allocator):
     def can_allocate(self, shape: SeqShape, keep_free_bytes: int = 0) -> bool:
         """``allocate``'s own test, changing nothing: the new blocks plus the evictable hits it
         would take back, and the watermark, within the free and evictable blocks."""
+        return self._can_take(self._blocks_needed(shape), keep_free_bytes)
+
+    def refusal_reason(self, shape: SeqShape, keep_free_bytes: int = 0) -> Refusal:
+        return Refusal.NO_MEMORY if self._num_free_blocks() < self._blocks_needed(shape) else Refusal.WATERMARK
+
+    def _blocks_needed(self, shape: SeqShape) -> int:
+        """Blocks ``allocate`` takes from the available ones: new blocks and evictable hits."""
         num_blocks = self._blocks_for(shape.num_tokens)
         if self._caching:
             hits = self.prompt_keys.hits(shape)
-            num_blocks += sum(1 for block_id in hits if block_id in self.pool.evictable) - len(hits)
-        return self._can_take(num_blocks, keep_free_bytes)
-
-    def refusal_reason(self, shape: SeqShape, keep_free_bytes: int = 0) -> Refusal:
-        num_needed = self._blocks_for(shape.num_tokens)
-        if self._caching:
-            hits = self.prompt_keys.hits(shape)
-            num_needed += sum(1 for block_id in hits if block_id in self.pool.evictable) - len(hits)
-        num_free_after = self._num_free_blocks() - num_needed
-        return Refusal.NO_MEMORY if num_free_after < 0 else Refusal.WATERMARK
+            num_blocks += self.pool.count_evictable(hits) - len(hits)
+        return num_blocks
 
     def append(self, seq_id: int, num_tokens: int = 1) -> bool:
         """Room for ``num_tokens`` more: in the own last block, in new blocks, or after copying a
@@ -416,62 +382,46 @@ class PagedAllocator(Allocator):
             self._release_tail(table[-1], seq_id)
 
     def swap_out(self, seq_ids: Sequence[int]) -> Transfer:
-        """Copy the family's blocks to the host, each shared block once, one copy per block (as
-        vLLM's swap does), and free them; remember each table as positions in that list. Blocks
-        with a prefix-cache key are copied too and stay on the device for their other holders
-        or as cached blocks (see the module docstring)."""
+        """Copy the family's blocks to the host, each shared block once, and free them
+        (:mod:`kvbench.memory.block_swap`)."""
         family = tuple(seq_ids)
-        positions: dict[int, int] = {}
-        structure = []
-        for seq_id in family:
-            table = [positions.setdefault(block_id, len(positions)) for block_id in self._tables[seq_id]]
-            structure.append((seq_id, table, self._num_tokens[seq_id], self._final_kv_tokens[seq_id]))
-        keyed = self._block_key
-        position_keys = {p: keyed[b] for b, p in positions.items() if b in keyed}
-        prompt_keys = self.prompt_keys.save(family)
-        for seq_id in family:
-            self.free(seq_id)
-        # only prefix-cache hits share a block across requests; anything else shared is a bug
-        if any(block_id in self._shared_refs and block_id not in keyed for block_id in positions):
-            raise RuntimeError(f"swap_out of {family}: a block is shared with a sequence outside the set")
-        self._swapped[family] = (structure, position_keys, prompt_keys)
-        return Transfer(len(positions) * self.block_bytes, len(positions))
+        lengths = {s: (self._num_tokens[s], self._final_kv_tokens[s]) for s in family}
+        swapped = swap_out_blocks(
+            self.pool, {s: (self._tables[s],) for s in family}, self.free, (lengths, self.prompt_keys.save(family))
+        )
+        self._swapped[family] = swapped
+        return Transfer(swapped.num_blocks * self.block_bytes, swapped.num_blocks)
 
     def swap_in(self, seq_ids: Sequence[int], keep_free_bytes: int = 0) -> Transfer | None:
         """Take fresh blocks for the family (``None`` when they and the watermark are not free) and
         rebuild its tables with the same sharing."""
         family = tuple(seq_ids)
-        structure, position_keys, prompt_keys = self._swapped[family]
-        num_blocks = 1 + max((max(table, default=-1) for _, table, _, _ in structure), default=-1)
-        if not self._can_take(num_blocks, keep_free_bytes):
+        if not self._can_take(self._swapped[family].num_blocks, keep_free_bytes):
             return None
-        del self._swapped[family]
-        blocks = self._take_blocks(num_blocks)
-        holders: dict[int, int] = {}
+        swapped = self._swapped.pop(family)
+        blocks = swap_in_blocks(self.pool, swapped)
+        lengths, prompt_keys = swapped.extra
         size = self._block_size_tokens
         filled: dict[int, int] = {}
         tails: dict[int, set[int]] = {}
-        for seq_id, table, num_tokens, final in structure:
+        for seq_id in family:
+            (table,), (num_tokens, final) = swapped.positions[seq_id], lengths[seq_id]
             self._tables[seq_id] = [blocks[p] for p in table]
             self._num_tokens[seq_id] = num_tokens
             self._final_kv_tokens[seq_id] = final
             self._future_tokens[seq_id] = 0
             for index, p in enumerate(table):
-                holders[p] = holders.get(p, 0) + 1
                 filled[p] = min(size, num_tokens - index * size)
             if num_tokens % size:
                 tails.setdefault(blocks[table[-1]], set()).add(seq_id)
         self._num_token_slots += sum(filled.values())
-        self.pool.share(blocks[p] for p, n in holders.items() for _ in range(n - 1))
         for block_id, tail_holders in tails.items():
             if len(tail_holders) > 1:
                 self._shared_tail_holders[block_id] = tail_holders
-        for seq_id, _, _, _ in structure:
+        for seq_id in family:
             self._refresh_future(seq_id)
-        for p, key in position_keys.items():  # a key nobody took meanwhile serves hits again
-            self.pool.add_key(blocks[p], key)  # (beside its holders with cache_duplicate_blocks)
         self.prompt_keys.restore(prompt_keys)
-        return Transfer(num_blocks * self.block_bytes, num_blocks)
+        return Transfer(swapped.num_blocks * self.block_bytes, swapped.num_blocks)
 
     # --- views -----------------------------------------------------------------------------------
 
@@ -486,8 +436,7 @@ class PagedAllocator(Allocator):
         """O(1) from running totals; ``next_shape`` does not matter (any free block serves anyone).
         Free is truly free blocks; cached is evictable blocks holding a prefix-cache key."""
         pool = self.pool
-        num_free_blocks = len(pool.free_block_ids) + pool.num_fresh
-        num_cached_blocks = len(pool.evictable)
+        num_free_blocks, num_cached_blocks = len(pool.free_block_ids) + pool.num_fresh, len(pool.evictable)
         allocated_slots = (self.num_blocks - num_free_blocks - num_cached_blocks) * self._block_size_tokens
         return MemoryLedger.from_slots(
             budget_bytes=self.budget_bytes,
@@ -501,9 +450,7 @@ class PagedAllocator(Allocator):
         )
 
     def host_ledger(self) -> MemoryLedger | None:
-        """The host tier's budget (``host_cache_bytes``) at this instant, every byte accounted for:
-        evicted blocks resident there (cached), empty block slots (free) and the bytes below one
-        block (external); None without a host tier. Nothing on host belongs to a sequence."""
+        """The host tier's budget at this instant (:meth:`HostBlockCache.ledger`); None without one."""
         return None if self.host_cache is None else self.host_cache.ledger(int(self.config.host_cache_bytes))
 
     def largest_hole_bytes(self) -> int:
@@ -525,36 +472,18 @@ class PagedAllocator(Allocator):
     def project_decode(
         self, seq_ids: Sequence[int], max_steps: int, next_shape: SeqShape | None = None
     ) -> DecodeProjection:
-        """Exact in closed form, in O(sequences + steps).
-
-        A sequence with ``s`` free slots in its own last block takes a new block at steps
-        ``s + 1, s + 1 + B, ...``, so the blocks taken per step repeat with period B and follow
-        from a histogram of ``s``. Before its final block a sequence's tail is all reserved future;
-        from the step that takes its final block on, that block's never-filled slots
-        (``B * ceil(final / B) - final``) are internal. Sequences must not pass their final length
-        within ``max_steps``; a sequence whose last block is shared (a copy pending) stops the
-        projection at 0 steps.
-        """
+        """Exact in closed form, in O(sequences + steps) (:mod:`kvbench.memory.paged_projection`).
+        Sequences must not pass their final length within ``max_steps``; a sequence whose last
+        block is shared (a copy pending) stops the projection at 0 steps."""
         if not seq_ids or max_steps <= 0:
             return NO_PROJECTION
         size = self._block_size_tokens
-        counts = [0] * size  # sequences by free slots left in their own last block
-        final_steps, final_waste = [], []
         num_tokens, tables, shared, finals = self._num_tokens, self._tables, self._shared_refs, self._final_kv_tokens
-        for seq_id in seq_ids:
-            tokens = num_tokens[seq_id]
-            offset = tokens % size
-            if offset and shared and tables[seq_id][-1] in shared:  # (nothing shared: no table looked at)
-                return NO_PROJECTION
-            counts[-offset % size] += 1
-            final = finals[seq_id]
-            final_block_start = size * ((final - 1) // size)
-            if tokens <= final_block_start:  # its final block is taken at this step
-                final_steps.append(final_block_start - tokens + 1)
-                final_waste.append(-final % size)
+        if shared and any(num_tokens[s] % size and tables[s][-1] in shared for s in seq_ids):
+            return NO_PROJECTION
         pool = self.pool
         return project_blocks(
-            BlockGrowth(len(seq_ids), counts, final_steps, final_waste),
+            BlockGrowth.of([(num_tokens[s], finals[s]) for s in seq_ids], size),
             max_steps,
             self.ledger(next_shape),
             kv_bytes_per_token=self.kv_bytes_per_token,
@@ -564,26 +493,22 @@ class PagedAllocator(Allocator):
             short_steps=SHORT_PROJECTION_STEPS,  # read here: tests lower it on this module
         )
 
-    # --- the block pool: what a subclass builds on ---------------------------------------------
-    # Public so that an allocator plugin derived from this one (a different placement, eviction
-    # or sharing rule) takes and counts blocks without reaching into private methods.
+    # --- what a subclass builds on (with ``self.pool``, the BlockPool) -----------------------------
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks that ``num_tokens`` tokens fill (the last one partly)."""
         return -(-num_tokens // self._block_size_tokens)
 
     def num_free_blocks(self) -> int:
-        """Blocks an allocation can take: truly free ones and evictable cached ones."""
+        """Blocks an allocation can take (:meth:`BlockPool.num_available`)."""
         return self.pool.num_available()
 
     def can_take(self, num_blocks: int, keep_free_bytes: int = 0) -> bool:
-        """Whether ``num_blocks`` can be taken with ``keep_free_bytes`` (the watermark) left free."""
+        """:meth:`BlockPool.can_take`: ``num_blocks`` with the watermark left available."""
         return self.pool.can_take(num_blocks, keep_free_bytes)
 
     def take_blocks(self, num_blocks: int) -> list[int]:
-        """Take ``num_blocks`` (``can_take`` said they exist): blocks given back first (last in,
-        first out), then never-used ones, then the least recently used cached ones (their keys
-        dropped). The caller puts them in a block table and counts their tokens."""
+        """:meth:`BlockPool.take`, through the hook a subclass may override (``_take_blocks``)."""
         return self._take_blocks(num_blocks)
 
     def can_readmit_branches(self, prompt_tokens: int, branch_tokens: Sequence[int], keep_free_bytes: int = 0) -> bool:
@@ -621,20 +546,10 @@ class PagedAllocator(Allocator):
         host_indices = tuple(i for i, (_, block_id) in enumerate(walk) if block_id is None)
         if not host_indices:
             return None
-        on_gpu = [block_id for _, block_id in walk if block_id is not None]
-        num_revived = sum(1 for block_id in on_gpu if block_id in self.pool.evictable)
+        num_revived = self.pool.count_evictable(block_id for _, block_id in walk)
         if not self._can_take(len(host_indices) + num_revived, keep_free_bytes):
             return None
-        for index in host_indices:  # out of the host tier first: the evictions below may fill it
-            host.reload(walk[index][0])
-        self.pool.reference(on_gpu)  # before taking blocks: an eviction must not take one of the walk
-        new_blocks = iter(self._take_blocks(len(host_indices)))
-        table = []
-        for key, block_id in walk:
-            if block_id is None:
-                block_id = next(new_blocks)
-                self.pool.add_key(block_id, key)
-            table.append(block_id)
+        table = host.reload_into(self.pool, walk)
         num_tokens = len(table) * self._block_size_tokens
         self._tables[holder_id] = table
         self._num_tokens[holder_id] = self._final_kv_tokens[holder_id] = num_tokens
