@@ -17,17 +17,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kvbench.core.kv import DecodeProjection, Footprint, KVCopy, Refusal, SeqShape, Transfer
 from kvbench.core.ledger import MemoryLedger
-from kvbench.memory.allocator import (
-    Allocator,
-    AllocatorCapabilities,
-    DecodeProjection,
-    Footprint,
-    KVCopy,
-    Refusal,
-    SeqShape,
-    Transfer,
-)
+from kvbench.memory.allocator import Allocator, AllocatorCapabilities
 
 
 class ContiguousAllocator(Allocator):
