@@ -39,17 +39,17 @@ from dataclasses import replace
 from kvbench import hookimpl
 from kvbench.core.kv import NO_PROJECTION, DecodeProjection, Footprint, KVCopy, Refusal, SeqShape, Transfer
 from kvbench.core.ledger import MemoryLedger
-from kvbench.core.prefix import BlockKey
-from kvbench.memory.allocator import Allocator, AllocatorCapabilities
+from kvbench.memory.allocator import AllocatorCapabilities
 from kvbench.memory.block_pool import LRU, VLLM, BlockPool
 from kvbench.memory.block_swap import SwappedFamily, swap_in_blocks, swap_out_blocks
 from kvbench.memory.host_cache import HostReload, host_tier
 from kvbench.memory.paged_config import PagedConfig
 from kvbench.memory.paged_projection import SHORT_PROJECTION_STEPS, BlockGrowth, project_blocks
+from kvbench.memory.pooled import PooledAllocator
 from kvbench.memory.prompt_keys import PromptKeys
 
 
-class PagedAllocator(Allocator):
+class PagedAllocator(PooledAllocator):
     """Block pool + block tables + reference counts, as in the vLLM paper (SOSP '23, section 4)."""
 
     name = "paged"
@@ -108,11 +108,6 @@ class PagedAllocator(Allocator):
             for name in ("append", "_append_blocks", "_take_blocks", "_refresh_future")
         )
 
-    @property
-    def num_evicted_blocks(self) -> int:
-        """Blocks evicted from the prefix cache so far (their keys dropped)."""
-        return self.pool.num_evicted_blocks
-
     # --- sizing ----------------------------------------------------------------------------------
 
     @property
@@ -137,28 +132,9 @@ class PagedAllocator(Allocator):
         num_hits = len(self.prompt_keys.hits(shape)) if self._caching else 0
         return (self._blocks_for(shape.num_tokens) - num_hits) * self._block_size_tokens
 
-    def refcount(self, block_id: int) -> int:
-        """How many live sequences hold ``block_id`` (:meth:`BlockPool.refcount`: a view for checks)."""
-        return self.pool.refcount(block_id)
-
-    def num_shared_blocks(self) -> int:
-        return self.pool.num_shared_blocks()
-
-    def shared_bytes_saved(self) -> int:
-        """O(1): a running count of the holders beyond the first of every shared block."""
-        return self.pool.num_extra_refs * self.block_bytes
-
     def num_cached_tokens(self, shape: SeqShape) -> int:
         """Tokens of the longest cached prefix ``allocate`` would reuse now, in whole blocks."""
         return len(self.prompt_keys.hits(shape)) * self._block_size_tokens if self._caching else 0
-
-    def cached_block_ids(self) -> list[int]:
-        """The evictable cached blocks, least recently used (evicted next) first: a view for checks."""
-        return self.pool.cached_block_ids()
-
-    def block_key(self, block_id: int) -> BlockKey | None:
-        """The prefix-cache key ``block_id`` holds, or None: a view for checks."""
-        return self._block_key.get(block_id)
 
     # --- verbs -----------------------------------------------------------------------------------
 
@@ -448,14 +424,6 @@ class PagedAllocator(Allocator):
             free_bytes=num_free_blocks * self.block_bytes,
             cached_bytes=num_cached_blocks * self.block_bytes,
         )
-
-    def host_ledger(self) -> MemoryLedger | None:
-        """The host tier's budget at this instant (:meth:`HostBlockCache.ledger`); None without one."""
-        return None if self.host_cache is None else self.host_cache.ledger(int(self.config.host_cache_bytes))
-
-    def largest_hole_bytes(self) -> int:
-        """Any available block serves anyone: truly free and evictable cached ones."""
-        return self._num_free_blocks() * self.block_bytes
 
     def footprint(self, seq_ids: Sequence[int]) -> Footprint:
         """Every distinct block of the set is moved by a swap; evicting the set frees those no

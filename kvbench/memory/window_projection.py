@@ -1,0 +1,129 @@
+"""A run of decode steps of a sliding-window model's block tables (``hybrid_paged``), exact, step by
+step in plain integers, on a copy of the few numbers an append changes.
+
+Per step and sequence in order, the blocks its windows leave are released (a shared one loses a
+holder; one nobody holds goes to the free pool, or to the eviction queue when keyed), then a block
+is taken per group whose last block is full. The run stops at the first step some append could
+not make.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from kvbench.core.kv import NO_PROJECTION, DecodeProjection
+from kvbench.core.ledger import MemoryLedger
+from kvbench.memory.block_pool import BlockPool
+from kvbench.memory.kv_group_blocks import GroupLayout
+
+#: a sequence's table in one group: (logical index of its first held block, the held block ids)
+GroupTable = tuple[int, list[int]]
+
+
+def project_window_decode(
+    seqs: Sequence[tuple[int, int, Sequence[GroupTable]]],
+    max_steps: int,
+    ledger: Callable[[], MemoryLedger],
+    *,
+    layout: GroupLayout,
+    pool: BlockPool,
+    slot_bytes: int,
+    held_per_group: Sequence[int],
+    ledger_groups: Callable[[Sequence[int]], tuple[tuple[str, int], ...]],
+) -> DecodeProjection:
+    """The ledger after each of up to ``max_steps`` steps of ``seqs`` (each: tokens, final length,
+    its group tables), from ``ledger()`` (the ledger now); ``held_per_group`` are the blocks each group
+    holds now, ``ledger_groups`` turns them into the ledger's per-group parts. A partly filled
+    shared last block (a copy on the next append) stops it at 0 steps."""
+    size, page_bytes = layout.block_size_tokens, pool.block_bytes
+    refs, keyed = pool.shared_refs, pool.key_of
+    state = []  # per sequence: [tokens, final, [[window, first, held ids (None: taken in the span)]]]
+    for n, final, tables in seqs:
+        groups = []
+        for g, (first, blocks) in enumerate(tables):
+            if n % size and blocks and blocks[-1] in refs:
+                return NO_PROJECTION
+            groups.append([layout.windows[g], first, list(blocks)])
+        state.append([n, final, groups])
+    led = ledger()
+    slot = slot_bytes or 1
+    truly_free, cached, allocated = pool.num_free(), pool.num_cached(), pool.num_held()
+    token_slots, future_slots = led.token_bytes // slot, led.reserved_future_bytes // slot
+    held_per_group = list(held_per_group)
+    holders: dict[int, int] = {}  # known blocks' holders as the span releases them
+    columns: dict[str, list[int]] = {name: [] for name in ("token", "future", "internal", "free", "cached")}
+    group_columns: dict[str, list[int]] = {name: [] for name, _ in ledger_groups(held_per_group)}
+    for _ in range(max_steps):
+        # one step on copies: a step that cannot be taken whole leaves the state as it was
+        free_, cached_, alloc_, token_, future_ = truly_free, cached, allocated, token_slots, future_slots
+        held_ = list(held_per_group)
+        step_holders = dict(holders)
+        new_state = []
+        ok = True
+        for n, final, groups in state:
+            new_n = n + 1
+            end = -(-new_n // size)
+            new_groups = []
+            num_new = 0
+            for g, (window, first, blocks) in enumerate(groups):
+                new_first = max(first, layout.first_needed(window, new_n))
+                drop = min(new_first - first, len(blocks))
+                for block_id in blocks[:drop]:
+                    left = (1 if block_id is None else step_holders.get(block_id, refs.get(block_id, 1))) - 1
+                    if block_id is not None:
+                        step_holders[block_id] = left
+                    if left:
+                        continue
+                    alloc_ -= 1
+                    held_[g] -= 1
+                    token_ -= size  # a block that left a window is full
+                    if block_id is not None and block_id in keyed:
+                        cached_ += 1
+                    else:
+                        free_ += 1
+                kept = blocks[drop:]
+                start = new_first + len(kept)
+                if end > start:
+                    num_new += end - start
+                    held_[g] += end - start
+                    kept = kept + [None] * (end - start)
+                new_groups.append([window, new_first, kept])
+            if num_new > free_ + cached_:
+                ok = False
+                break
+            from_free = num_new if num_new < free_ else free_
+            free_ -= from_free
+            cached_ -= num_new - from_free
+            alloc_ += num_new
+            token_ += len(groups)  # the new token in every group
+            # its own last block's unfilled slots up to its final length are its future
+            before = min(-n % size, max(final - n, 0))
+            after = min(-new_n % size, max(final - new_n, 0))
+            future_ += (after - before) * len(groups)
+            new_state.append([new_n, final, new_groups])
+        if not ok:
+            break
+        state, holders, held_per_group = new_state, step_holders, held_
+        truly_free, cached, allocated, token_slots, future_slots = free_, cached_, alloc_, token_, future_
+        columns["token"].append(token_slots * slot)
+        columns["future"].append(future_slots * slot)
+        columns["internal"].append((allocated * size - token_slots - future_slots) * slot)
+        columns["free"].append(truly_free * page_bytes)
+        columns["cached"].append(cached * page_bytes)
+        for name, value in ledger_groups(held_per_group):
+            group_columns[name].append(value)
+    num_steps = len(columns["token"])
+    if not num_steps:
+        return NO_PROJECTION
+    return DecodeProjection(
+        num_steps,
+        {
+            "token_bytes": columns["token"],
+            "reserved_future_bytes": columns["future"],
+            "internal_bytes": columns["internal"],
+            "external_bytes": [led.external_bytes] * num_steps,
+            "free_bytes": columns["free"],
+            "cached_bytes": columns["cached"],
+            **group_columns,
+        },
+    )
