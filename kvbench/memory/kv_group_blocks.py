@@ -13,9 +13,27 @@ cached only if each group can serve it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Container, Hashable, Mapping, Sequence
 
 from kvbench.core.kv import SeqShape
+from kvbench.errors import ConfigError
+from kvbench.specs.kv_groups import FULL, WINDOW, KVGroup
+
+#: a sequence's table in one group: (logical index of its first held block, the held block ids)
+GroupTable = tuple[int, list[int]]
+
+
+def group_slot_bytes(groups: Sequence[KVGroup], kv_bytes_per_token: int) -> int:
+    """One group's bytes per token (a slot of any block), for groups one pool can serve: full and
+    window groups of equally many layers (equal block bytes); refused in one line otherwise."""
+    if any(g.kind not in (FULL, WINDOW) for g in groups):
+        raise ConfigError("allocator=paged holds full and sliding-window groups only, not a state group")
+    if len({g.num_layers for g in groups}) != 1:
+        raise ConfigError("allocator=paged needs KV groups of equally many layers (equal block bytes)")
+    num_layers = sum(g.num_layers for g in groups)
+    if kv_bytes_per_token * groups[0].num_layers % num_layers:
+        raise ValueError("kv_bytes_per_token is not a whole number of bytes per group")
+    return kv_bytes_per_token * groups[0].num_layers // num_layers
 
 
 class GroupLayout:
@@ -82,3 +100,118 @@ class GroupLayout:
             if all(runs[g][h - 1] >= h - self.first_needed(w, h * size) for g, w in enumerate(self.windows) if w):
                 return h
         return 0
+
+    def hit_blocks(self, keys: Sequence[Hashable], num_hit: int, num_tokens: int, cached: Mapping) -> list[list[int]]:
+        """Each group's blocks of a hit of ``num_hit`` blocks, from the group's first needed block at
+        the allocation's ``num_tokens`` (``cached``: ``(group, key)`` -> its block)."""
+        return [
+            [cached[(g, keys[i])] for i in range(self.first_needed(w, num_tokens), num_hit)]
+            for g, w in enumerate(self.windows)
+        ]
+
+    def host_walk(
+        self, keys: Sequence[Hashable], max_blocks: int, cached: Mapping, host: Container
+    ) -> tuple[int, int, list[tuple[Hashable, int | None]]]:
+        """The host tier's lookup: the longest hit from GPU-cached blocks alone, the longest from
+        those and ``host``-resident keys, and, when longer, the blocks the longer hit needs in every
+        group, group by group, each ``(group, key)`` with its GPU block (None: on host)."""
+        num_gpu = self.longest_hit(keys, max_blocks, cached.__contains__)
+        num_hit = self.longest_hit(keys, max_blocks, lambda key: key in cached or key in host)
+        if num_hit <= num_gpu:
+            return num_gpu, num_hit, []
+        end = num_hit * self.block_size_tokens
+        walk = [
+            ((g, keys[i]), cached.get((g, keys[i])))
+            for g, w in enumerate(self.windows)
+            for i in range(self.first_needed(w, end), num_hit)
+        ]
+        return num_gpu, num_hit, walk
+
+    def walk_tables(self, blocks: Sequence[int], num_hit: int) -> list[GroupTable]:
+        """A :meth:`host_walk`'s blocks, in its order, as each group's table at ``num_hit`` blocks."""
+        tables, start = [], 0
+        for window in self.windows:
+            first = self.first_needed(window, num_hit * self.block_size_tokens)
+            tables.append((first, list(blocks[start : start + num_hit - first])))
+            start += num_hit - first
+        return tables
+
+    def append_plan(
+        self, tables: Sequence[GroupTable], num_tokens: int, new_tokens: int, shared: Container[int]
+    ) -> tuple[int, int, list[int]]:
+        """What appending ``new_tokens`` to a sequence of ``num_tokens`` does to its groups' tables:
+        (blocks released that nobody else holds, blocks needed, the groups whose ``shared`` partly
+        filled last block must be copied first)."""
+        size = self.block_size_tokens
+        new_n = num_tokens + new_tokens
+        end = -(-new_n // size)
+        freed, needed, copies = 0, 0, []
+        for g, (first, blocks) in enumerate(tables):
+            new_first = max(first, self.first_needed(self.windows[g], new_n))
+            held_end = first + len(blocks)
+            freed += sum(1 for i in range(first, min(new_first, held_end)) if blocks[i - first] not in shared)
+            if num_tokens % size and held_end - 1 >= new_first and blocks[-1] in shared:
+                copies.append(g)
+                needed += 1
+            needed += end - max(held_end, new_first)
+        return freed, needed, copies
+
+    def tail_slots(
+        self,
+        tables: Mapping[int, Sequence[GroupTable]],
+        num_tokens: Mapping[int, int],
+        final: Mapping[int, int],
+        shared,
+    ) -> tuple[int, int]:
+        """(the unfilled slots of the partly filled last blocks, each counted once however many
+        hold it; the reserved future: each sequence's unfilled slots of its own, unshared last
+        blocks, up to its final length)."""
+        size = self.block_size_tokens
+        future_slots = 0
+        partial: dict[int, int] = {}  # partly filled last blocks -> unfilled slots
+        for seq_id, seq_tables in tables.items():
+            n = num_tokens[seq_id]
+            tail = -n % size
+            if not tail:
+                continue
+            remaining = final[seq_id] - n
+            for _, blocks in seq_tables:
+                last = blocks[-1]
+                partial[last] = tail
+                if remaining > 0 and last not in shared:
+                    future_slots += tail if tail < remaining else remaining
+        return sum(partial.values()), future_slots
+
+    def can_truncate(
+        self, tables: Sequence[GroupTable], num_tokens: int, new_tokens: int, shared: Container[int]
+    ) -> bool:
+        """Whether a sequence of ``num_tokens`` can be cut back to ``new_tokens``: no block it drops
+        or cuts into (a partly kept last block) is shared (another holder's tokens are in it)."""
+        if not 0 <= new_tokens < num_tokens:
+            return False
+        end = -(-new_tokens // self.block_size_tokens)
+        cut_partial = bool(new_tokens % self.block_size_tokens)
+        for first, blocks in tables:
+            keep = max(end - first, 0)
+            if any(b in shared for b in blocks[keep - 1 if cut_partial and keep else keep :]):
+                return False
+        return True
+
+    def slide(
+        self, tables: list[GroupTable], num_tokens: int, release: Callable[[int], object]
+    ) -> tuple[list[int], int]:
+        """Move each group's window to ``num_tokens`` (every group before any takes a block, as vLLM
+        removes skipped blocks before allocating): ``release`` the blocks it left; returns where
+        each group's next new block goes, and how many blocks the windows moved past (dropped, or
+        never taken when one call appends several blocks' worth)."""
+        starts, num_slid = [], 0
+        for g, (first, blocks) in enumerate(tables):
+            new_first = max(first, self.first_needed(self.windows[g], num_tokens))
+            drop = min(new_first - first, len(blocks))
+            for block_id in blocks[:drop]:
+                release(block_id)
+            del blocks[:drop]
+            num_slid += new_first - first
+            starts.append(first + drop + len(blocks) if blocks else new_first)
+            tables[g] = (new_first, blocks)
+        return starts, num_slid

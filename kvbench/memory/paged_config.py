@@ -4,9 +4,9 @@ tier. Each option is checked in one line by :meth:`PagedConfig.validate`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
-from kvbench.errors import require
+from kvbench.errors import ConfigError, require
 from kvbench.memory.host_cache import validate_host_tier
 
 
@@ -61,3 +61,13 @@ class PagedConfig:
             "use true with allocator.prefix_caching=true, or false",
         )
         validate_host_tier(self.host_cache_bytes, self.host_reload, self.prefix_caching)
+
+    def refuse_unsupported(self, supported: tuple[str, ...], where: str) -> None:
+        """Refuse, in one line, an option left off its default that an allocator ``where`` does not
+        implement (``supported``: the options it does)."""
+        for option in fields(self):
+            value = getattr(self, option.name)
+            if option.name not in supported and value != option.default:
+                raise ConfigError(
+                    f"allocator.{option.name}={value!r} is not supported {where}; leave it at {option.default!r}"
+                )

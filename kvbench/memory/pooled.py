@@ -6,8 +6,10 @@ plugin that sets ``self.pool`` (and ``self.host_cache``, None without a host tie
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections import Counter
+from collections.abc import Hashable, Sequence
 
+from kvbench.core.kv import Footprint, Transfer
 from kvbench.core.ledger import MemoryLedger
 from kvbench.memory.allocator import Allocator
 from kvbench.memory.block_pool import BlockPool
@@ -47,6 +49,14 @@ class PooledAllocator(Allocator):
     def largest_hole_bytes(self) -> int:
         """Any available block serves anyone: truly free and evictable cached ones."""
         return self.pool.num_available() * self.pool.block_bytes
+
+    def footprint(self, seq_ids: Sequence[int]) -> Footprint:
+        """Every distinct block of the set is moved by a swap; evicting the set frees those no
+        sequence outside it holds."""
+        holders = Counter(block_id for seq_id in seq_ids for block_id in self.block_table(seq_id))
+        num_held = sum(1 for block_id, n in holders.items() if self.pool.shared_refs.get(block_id, 1) == n)
+        block_bytes, num_blocks = self.pool.block_bytes, len(holders)
+        return Footprint(num_held * block_bytes, Transfer(num_blocks * block_bytes, num_blocks))
 
     def host_ledger(self) -> MemoryLedger | None:
         """The host tier's budget at this instant (:meth:`HostBlockCache.ledger`); None without one."""

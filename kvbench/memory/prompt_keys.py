@@ -113,6 +113,22 @@ class PromptKeys:
         else:
             self.pending[seq_id] = end
 
+    def key_group_blocks(self, seq_id: int, tables: list[tuple[int, list[int]]], num_tokens: int) -> None:
+        """:meth:`key_full_blocks` for a sequence with one table per KV-cache group (each from its
+        first held block): a block takes ``(group, key)``, in every group that still holds it."""
+        keys = self.keys[seq_id]
+        start = self.pending[seq_id]
+        full_blocks = min(len(keys), num_tokens // self.block_size_tokens)
+        pool = self.pool
+        for g, (first, blocks) in enumerate(tables):
+            for index in range(max(start, first), min(full_blocks, first + len(blocks))):
+                if blocks[index - first] not in pool.key_of:
+                    pool.add_key(blocks[index - first], (g, keys[index]))
+        if full_blocks == len(keys):
+            del self.pending[seq_id]
+        elif full_blocks > start:
+            self.pending[seq_id] = full_blocks
+
     def forget(self, seq_id: int) -> None:
         if self.keys:
             self.keys.pop(seq_id, None)

@@ -4,37 +4,34 @@ step in plain integers, on a copy of the few numbers an append changes.
 Per step and sequence in order, the blocks its windows leave are released (a shared one loses a
 holder; one nobody holds goes to the free pool, or to the eviction queue when keyed), then a block
 is taken per group whose last block is full. The run stops at the first step some append could
-not make.
+not make. Sequences still keying prompt blocks (a full block may take a key an eviction in the span
+just freed) are projected by :func:`simulate_decode` instead.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 
-from kvbench.core.kv import NO_PROJECTION, DecodeProjection
-from kvbench.core.ledger import MemoryLedger
-from kvbench.memory.block_pool import BlockPool
-from kvbench.memory.kv_group_blocks import GroupLayout
-
-#: a sequence's table in one group: (logical index of its first held block, the held block ids)
-GroupTable = tuple[int, list[int]]
+from kvbench.core.kv import NO_PROJECTION, DecodeProjection, SeqShape
+from kvbench.core.ledger import LEDGER_FIELDS, MemoryLedger
+from kvbench.memory.allocator import Allocator
+from kvbench.memory.group_pool import GroupBlockPool
+from kvbench.memory.kv_group_blocks import GroupLayout, GroupTable
 
 
 def project_window_decode(
     seqs: Sequence[tuple[int, int, Sequence[GroupTable]]],
     max_steps: int,
     ledger: Callable[[], MemoryLedger],
-    *,
     layout: GroupLayout,
-    pool: BlockPool,
+    pool: GroupBlockPool,
     slot_bytes: int,
-    held_per_group: Sequence[int],
-    ledger_groups: Callable[[Sequence[int]], tuple[tuple[str, int], ...]],
 ) -> DecodeProjection:
     """The ledger after each of up to ``max_steps`` steps of ``seqs`` (each: tokens, final length,
-    its group tables), from ``ledger()`` (the ledger now); ``held_per_group`` are the blocks each group
-    holds now, ``ledger_groups`` turns them into the ledger's per-group parts. A partly filled
-    shared last block (a copy on the next append) stops it at 0 steps."""
+    its group tables), from ``ledger()`` (the ledger now), over ``pool``'s blocks (one group's
+    bytes per token: ``slot_bytes``). A partly filled shared last block (a copy on the next
+    append) stops it at 0 steps."""
     size, page_bytes = layout.block_size_tokens, pool.block_bytes
     refs, keyed = pool.shared_refs, pool.key_of
     state = []  # per sequence: [tokens, final, [[window, first, held ids (None: taken in the span)]]]
@@ -49,7 +46,7 @@ def project_window_decode(
     slot = slot_bytes or 1
     truly_free, cached, allocated = pool.num_free(), pool.num_cached(), pool.num_held()
     token_slots, future_slots = led.token_bytes // slot, led.reserved_future_bytes // slot
-    held_per_group = list(held_per_group)
+    held_per_group, ledger_groups = list(pool.held_per_group), pool.group_bytes
     holders: dict[int, int] = {}  # known blocks' holders as the span releases them
     columns: dict[str, list[int]] = {name: [] for name in ("token", "future", "internal", "free", "cached")}
     group_columns: dict[str, list[int]] = {name: [] for name, _ in ledger_groups(held_per_group)}
@@ -127,3 +124,27 @@ def project_window_decode(
             **group_columns,
         },
     )
+
+
+def simulate_decode(
+    allocator: Allocator,
+    seq_ids: Sequence[int],
+    max_steps: int,
+    next_shape: SeqShape | None,
+    group_columns: Sequence[str],
+) -> DecodeProjection:
+    """The decode steps taken one by one on a copy of ``allocator``, up to the first that an append
+    refuses or that makes a copy; its ledger after each (``group_columns``: its per-group parts)."""
+    twin = copy.deepcopy(allocator)
+    columns: dict[str, list[int]] = {name: [] for name in LEDGER_FIELDS}
+    columns.update((name, []) for name in group_columns)
+    for _ in range(max_steps):
+        if not all(twin.append(seq_id, 1) for seq_id in seq_ids) or twin.drain_copies():
+            break
+        led = twin.ledger(next_shape)
+        for name in LEDGER_FIELDS:
+            columns[name].append(getattr(led, name))
+        for name, value in led.group_bytes:
+            columns[name].append(value)
+    num_steps = len(columns["token_bytes"])
+    return DecodeProjection(num_steps, columns) if num_steps else NO_PROJECTION
