@@ -26,14 +26,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 from main_exits import one_line_failures
-from report_files import check_report, write_report
+from report_files import check_report, report_header, write_report
 from scale import STORM_BLOCKS
 from side_by_side import KV_BLOCKS, ORCA, vllm_overrides
 
@@ -181,9 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     if ending.exit_status is not None:
         return ending.exit_status
     report = {
-        "measured_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python benchmarks/tokens_scaling.py" + "".join(f" {a}" for a in (argv or sys.argv[1:])),
-        "machine": f"{platform.machine()}, Python {platform.python_version()}",
+        **report_header("tokens_scaling.py", argv),
         "requests": args.requests,
         "pairs": args.pairs,
         "regimes": regimes,
