@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from report_files import check_report, write_report
+from report_files import check_report, report_header, write_report
 
 from kvbench.api import run
 from kvbench.errors import ConfigError
@@ -106,9 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             tables[name] = measure(frame, args.pairs, Path(scratch))
             print(f"{name}: {tables[name]['speedup']:.2f}x", file=sys.stderr)
     report = {
-        "measured_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python benchmarks/csv_writing.py" + "".join(f" {a}" for a in (argv or sys.argv[1:])),
-        "machine": f"{platform.machine()}, Python {platform.python_version()}",
+        **report_header("csv_writing.py", argv),
         "requests": len(result.requests),
         "pairs": args.pairs,
         "tables": tables,

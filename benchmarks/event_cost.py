@@ -30,12 +30,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from loop_instructions import COUNTED_ENV, PRELUDE, NotComparable, count_with
+from main_exits import one_line_failures, valgrind_missing
 from speed_gate import BASE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -236,11 +236,10 @@ def main(argv: list[str]) -> int:
         parser.error(f"give at least two batch caps >= 1, got {batches}")
     if args.requests < 1:
         parser.error(f"--requests must be >= 1, got {args.requests}")
-    if shutil.which("valgrind") is None:
-        print("event cost: error: valgrind is not installed (apt install valgrind)", file=sys.stderr)
+    if valgrind_missing("event cost"):
         return 2
     rows = []
-    try:
+    with one_line_failures("event cost", CannotCount) as ending:
         for batch in batches:
             rows.append(measure(batch, args.requests))
             r = rows[-1]
@@ -250,12 +249,8 @@ def main(argv: list[str]) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-    except CannotCount as exc:
-        print(f"event cost: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("event cost: interrupted", file=sys.stderr)
-        return 130
+    if ending.exit_status is not None:
+        return ending.exit_status
     if len({r["decodes_per_turn"] for r in rows}) < 2:
         print(
             "event cost: error: every cap ran the same batch (too few requests to fill the larger caps?): "

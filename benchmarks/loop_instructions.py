@@ -36,15 +36,16 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from main_exits import one_line_failures, valgrind_missing
 from source_trees import TreeError, child_env, export_pair, import_path
-from speed_gate import BASE, default_revisions
+from speed_gate import BASE, add_revision_arguments, default_revisions, head_without_base
 from speed_gate import CONFIGS as GATE_CONFIGS
+from vllm_v0 import vllm_v0_scheduling
 
 #: the speed gate's configs, and one of this script's own: a batch that preempts. 300 lecture
 #: requests of 512 + 2,048 tokens at t = 0 through vLLM v0 (paged, recompute): 128 of them at full
@@ -52,14 +53,7 @@ from speed_gate import CONFIGS as GATE_CONFIGS
 #: step rows, about 60 sequences decoding per row), the regime where passes over the batch are most
 #: of a turn (its loop is too long for the gate's paired 50 ms runs)
 #: vLLM v0's scheduling as scale.py runs it: paged 16-token blocks, prefill first, recompute
-VLLM_V0 = [
-    "scheduler=prefill_first",
-    "allocator=paged",
-    "allocator.block_size_tokens=16",
-    "scheduler.max_num_batched_tokens=4096",
-    "preemption=recompute",
-    "scheduler.max_num_seqs=128",
-]
+VLLM_V0 = vllm_v0_scheduling()
 CONFIGS = {
     **GATE_CONFIGS,
     # chat: scale.py's chat-like traffic (kvbench's workload=lognormal, medians 512/128 tokens) at
@@ -277,8 +271,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python benchmarks/loop_instructions.py", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--base", help="the reference commit (default: HEAD or HEAD~1, as speed_gate.py picks)")
-    parser.add_argument("--head", help="the commit under test (default: the working tree, or HEAD)")
+    add_revision_arguments(parser)
     parser.add_argument(
         "--config",
         action="append",
@@ -291,29 +284,23 @@ def main(argv: list[str]) -> int:
         help="stream the step table to its files as the kvbench command does, and count their commit too",
     )
     args = parser.parse_args(argv)
-    if args.head and not args.base:  # (the default head goes with the default base only)
-        print("loop instructions: error: give --base with --head", file=sys.stderr)
-        return 2
-    if shutil.which("valgrind") is None:
-        print("loop instructions: error: valgrind is not installed (apt install valgrind)", file=sys.stderr)
+    if head_without_base("loop instructions", args) or valgrind_missing("loop instructions"):
         return 2
     base_rev, head_rev = (args.base, args.head) if args.base else default_revisions()
-    try:
-        with tempfile.TemporaryDirectory(prefix="kvbench-instructions-") as tmp:
-            base_tree, base_name, head_tree, head_name = export_pair(base_rev, head_rev, Path(tmp))
-            rows = compare(
-                base_tree,
-                head_tree,
-                args.config or ["arrivals"],
-                progress=lambda m: print(f"  {m}", file=sys.stderr),
-                streamed=args.streamed,
-            )
-    except (TreeError, NotComparable) as exc:
-        print(f"loop instructions: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("loop instructions: interrupted", file=sys.stderr)
-        return 130
+    with (
+        one_line_failures("loop instructions", TreeError, NotComparable) as ending,
+        tempfile.TemporaryDirectory(prefix="kvbench-instructions-") as tmp,
+    ):
+        base_tree, base_name, head_tree, head_name = export_pair(base_rev, head_rev, Path(tmp))
+        rows = compare(
+            base_tree,
+            head_tree,
+            args.config or ["arrivals"],
+            progress=lambda m: print(f"  {m}", file=sys.stderr),
+            streamed=args.streamed,
+        )
+    if ending.exit_status is not None:
+        return ending.exit_status
     print(report(rows, base_name, head_name))
     return 0
 

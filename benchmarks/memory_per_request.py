@@ -29,6 +29,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from main_exits import one_line_failures
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 TRACES = ROOT / "kvbench" / "traces"
@@ -210,16 +212,15 @@ def main(argv: list[str]) -> int:
     path = RESULTS / f"{stem}.json"
     rows = {r["kind"]: r for r in json.loads(path.read_text())} if path.is_file() else {}
     command = " ".join(["python benchmarks/memory_per_request.py", *argv])
-    try:
+    with one_line_failures("memory_per_request") as ending:  # no error to name: Ctrl-C only
         for kind in KINDS:
             if not args.only or kind.name in args.only:
                 rows[kind.name] = {
                     **measure(kind, None if args.sizes is None else tuple(args.sizes)),
                     "command": command,
                 }
-    except KeyboardInterrupt:  # nothing written: a table is replaced whole or not at all
-        print("memory_per_request: interrupted", file=sys.stderr)
-        return 130
+    if ending.exit_status is not None:  # interrupted, nothing written: a table is replaced whole or not at all
+        return ending.exit_status
     ordered = [rows[k.name] for k in KINDS if k.name in rows]
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(ordered, indent=1) + "\n")

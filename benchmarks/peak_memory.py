@@ -34,11 +34,12 @@ from pathlib import Path
 
 from child_process import measure
 from loop_instructions import NotComparable, compile_tree
+from main_exits import one_line_failures
 from report_files import check_report, write_report
 from scale import DEFAULT_OUTPUTS, SPECS
 from side_by_side import kvbench_command
 from source_trees import TreeError, child_env, export_pair
-from speed_gate import default_revisions
+from speed_gate import add_revision_arguments, default_revisions, head_without_base
 from speed_report import MB, PEAK_RSS_GOAL_MB
 
 #: the summary's values both sides must agree on: the same work
@@ -133,8 +134,7 @@ def report(meta: dict, runs: dict[str, list[dict]], stats: dict) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python benchmarks/peak_memory.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base", help="the reference commit (default: HEAD or HEAD~1, as speed_gate.py picks)")
-    parser.add_argument("--head", help="the commit under test (default: the working tree, or HEAD)")
+    add_revision_arguments(parser)
     names = [spec.name for spec in SPECS]
     parser.add_argument(
         "--scenario",
@@ -146,8 +146,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--pairs", type=int, default=3, help="runs of each side, in turns (default 3)")
     parser.add_argument("--out", type=Path, help="write peak_memory.{md,json} to this folder")
     args = parser.parse_args(argv)
-    if args.head and not args.base:  # (the default head goes with the default base only)
-        print("peak memory: error: give --base with --head", file=sys.stderr)
+    if head_without_base("peak memory", args):
         return 2
     if args.pairs < 1 or (args.requests is not None and args.requests < 1):
         print("peak memory: error: --pairs and --requests must be at least 1", file=sys.stderr)
@@ -156,7 +155,7 @@ def main(argv: list[str]) -> int:
         check_report("peak memory", args.out, ["peak_memory.md", "peak_memory.json"])
     spec = next(spec for spec in SPECS if spec.name == args.scenario)
     num_requests = args.requests or spec.full
-    try:
+    with one_line_failures("peak memory", TreeError, NotComparable) as ending:
         base_rev, head_rev = (args.base, args.head) if args.base else default_revisions()
         with tempfile.TemporaryDirectory(prefix="kvbench-peak-memory-") as tmp:
             work = Path(tmp)
@@ -170,12 +169,8 @@ def main(argv: list[str]) -> int:
                 work,
                 progress=lambda m: print(f"  {m}", file=sys.stderr),
             )
-    except (TreeError, NotComparable) as exc:
-        print(f"peak memory: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("peak memory: interrupted", file=sys.stderr)
-        return 130
+    if ending.exit_status is not None:
+        return ending.exit_status
     stats = summarize(runs)
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

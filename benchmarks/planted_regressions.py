@@ -216,10 +216,11 @@ class Detection:
     wall_s: float
 
 
-def pytest_in(tree: Path, args: list[str]) -> Detection:
-    started = time.perf_counter()
-    done = subprocess.run(
-        [*PYTEST, *args],
+def run_in(tree: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``argv`` run in ``tree`` as a child that imports the tree's own kvbench, warnings off and
+    output captured, for at most PYTEST_TIMEOUT_S; a non-zero exit is the caller's to read."""
+    return subprocess.run(
+        argv,
         cwd=tree,
         env=child_env(tree, {"PYTHONWARNINGS": "ignore"}),
         capture_output=True,
@@ -227,6 +228,11 @@ def pytest_in(tree: Path, args: list[str]) -> Detection:
         timeout=PYTEST_TIMEOUT_S,
         check=False,
     )
+
+
+def pytest_in(tree: Path, args: list[str]) -> Detection:
+    started = time.perf_counter()
+    done = run_in(tree, [*PYTEST, *args])
     failures = [line for line in done.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
     first = re.sub(r"\s+-\s.*$", "", failures[0]).split(" ", 1)[1] if failures else ""
     if done.returncode not in (0, 1) and not first:
@@ -274,15 +280,7 @@ print(json.dumps({"largest_rel": largest, "metrics_moved": moved}))
 def golden_shift(tree: Path) -> dict[str, float]:
     """How far a planted bug moves the golden scenarios: the largest relative change of any simulated
     metric (inf: a metric that was 0), and how many (job, metric) values moved at all."""
-    done = subprocess.run(
-        [sys.executable, "-c", SHIFT_CODE],
-        cwd=tree,
-        env=child_env(tree, {"PYTHONWARNINGS": "ignore"}),
-        capture_output=True,
-        text=True,
-        timeout=PYTEST_TIMEOUT_S,
-        check=False,
-    )
+    done = run_in(tree, [sys.executable, "-c", SHIFT_CODE])
     if done.returncode != 0:
         return {"largest_rel": math.nan, "metrics_moved": -1}
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -5,8 +5,10 @@ line and exit 2, never replaced (kvbench.io.atomic.check_target)."""
 
 from __future__ import annotations
 
+import platform
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import NoReturn
 
@@ -18,6 +20,16 @@ from kvbench.io.atomic import check_targets, write_file, write_text
 def _refuse(prog: str, reason: object) -> NoReturn:
     print(error_line(prog, reason), file=sys.stderr)
     sys.exit(2)
+
+
+def report_header(script: str, argv: list[str] | None) -> dict[str, str]:
+    """What a report says first: when it was measured (UTC), the command that measured it (``argv``,
+    or this process's arguments when None) and on what machine."""
+    return {
+        "measured_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": f"python benchmarks/{script}" + "".join(f" {a}" for a in (argv or sys.argv[1:])),
+        "machine": f"{platform.machine()}, Python {platform.python_version()}",
+    }
 
 
 def check_report(prog: str, out_dir: Path, names: Iterable[str]) -> None:

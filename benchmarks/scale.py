@@ -131,11 +131,11 @@ from speed_report import (
     LOOP_SPEEDUP_GOAL,
     MB,
     MILLION_PEAK_RSS_GOAL_MB,
-    PART_NAMES,
     PEAK_RSS_GOAL_MB,
     PROCESS_SPEEDUP_GOAL,
     T0_LOOP_SPEEDUP_GOAL,
     TOKENS_16X_LOOP_RATIO_GOAL,
+    process_parts_table,
     summarize,
 )
 
@@ -505,28 +505,13 @@ def goals(report: dict) -> list[dict]:
         per_event = summary.get("steps_per_event")
         return speed(summary["loop_speedup"]) + ("" if per_event is None else f" ({per_event:.1f} steps/event)")
 
-    for name in ARRIVAL_HEAVY:
-        if name in s:
-            value = s[name]["loop_speedup"]
-            add(
-                f"whole loop >= {LOOP_SPEEDUP_GOAL:g}x Vidur's",
-                name,
-                value,
-                loop_text(s[name]),
-                LOOP_SPEEDUP_GOAL,
-                True,
-            )
-    for name in AT_T0:
-        if name in s:
-            value = s[name]["loop_speedup"]
-            add(
-                f"whole loop >= {T0_LOOP_SPEEDUP_GOAL:g}x Vidur's at t = 0",
-                name,
-                value,
-                loop_text(s[name]),
-                T0_LOOP_SPEEDUP_GOAL,
-                True,
-            )
+    for names, target, goal in (
+        (ARRIVAL_HEAVY, LOOP_SPEEDUP_GOAL, f"whole loop >= {LOOP_SPEEDUP_GOAL:g}x Vidur's"),
+        (AT_T0, T0_LOOP_SPEEDUP_GOAL, f"whole loop >= {T0_LOOP_SPEEDUP_GOAL:g}x Vidur's at t = 0"),
+    ):
+        for name in names:
+            if name in s:
+                add(goal, name, s[name]["loop_speedup"], loop_text(s[name]), target, True)
     # a scenario's kvbench process writes its tables: it cannot take less than the Hydra app writing
     # a table, so Vidur's process over that app's time bounds the speed-up any such run could reach
     tables_floor_s = report.get("hydra", {}).get("hydra_app_tables", {}).get("wall_s")
@@ -718,15 +703,10 @@ def markdown(report: dict) -> str:
         "Where kvbench's process goes (medians, s): start-up is the same run cut to one request, writing nothing; "
         "the rest is building the workload, the summary and the tables, and writing them.",
         "",
-        "| scenario | start-up | loop | rest | process | largest |",
-        "|---|---:|---:|---:|---:|---|",
+        *process_parts_table(
+            report["scenarios"], [("start-up", "startup", ".2f"), ("loop", "loop", ".3f"), ("rest", "rest", ".2f")]
+        ),
     ]
-    for name, s in report["scenarios"].items():
-        p = s["kvbench_process_parts_s"]
-        lines.append(
-            f"| {name} | {'-' if 'startup' not in p else format(p['startup'], '.2f')} | {p['loop']:.3f} | {p['rest']:.2f} "
-            f"| {s['median']['kvbench_process_s']:.2f} | {PART_NAMES[s['kvbench_process_dominated_by']]} |"
-        )
     lines += [
         "",
         "## The floor",

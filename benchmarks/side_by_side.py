@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 from child_process import measure
 from kvbench_plugins.workloads.request_csv import read_requests
+from vllm_v0 import vllm_v0_scheduling
 
 import kvbench
 from kvbench.output.step_files import step_file_rows
@@ -84,12 +85,7 @@ def vllm_overrides(kv_blocks: int = KV_BLOCKS) -> list[str]:
     return [
         *COMMON,
         f"hardware.kv_budget_bytes={kv_blocks * BLOCK_BYTES}",
-        "scheduler=prefill_first",
-        "allocator=paged",
-        "allocator.block_size_tokens=16",
-        "scheduler.max_num_batched_tokens=4096",
-        "preemption=recompute",
-        "scheduler.max_num_seqs=128",
+        *vllm_v0_scheduling(),
     ]
 
 

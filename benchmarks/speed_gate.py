@@ -37,6 +37,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from main_exits import one_line_failures
 from source_trees import TreeError, child_env, export_pair, uncommitted_source_change
 
 #: the largest head / base loop-time ratio that passes. An unchanged build measured 0.95-1.07 on a
@@ -210,6 +211,21 @@ def default_revisions() -> tuple[str, str | None]:
     return ("HEAD", None) if uncommitted_source_change() else ("HEAD~1", "HEAD")
 
 
+def add_revision_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--base`` and ``--head``, for a benchmark that compares two commits as this gate picks them."""
+    parser.add_argument("--base", help="the reference commit (default: HEAD or HEAD~1, as speed_gate.py picks)")
+    parser.add_argument("--head", help="the commit under test (default: the working tree, or HEAD)")
+
+
+def head_without_base(prog: str, args: argparse.Namespace) -> bool:
+    """True, after saying so in one line, when ``--head`` is given alone: the default head goes
+    with the default base only."""
+    if args.head and not args.base:
+        print(f"{prog}: error: give --base with --head", file=sys.stderr)
+        return True
+    return False
+
+
 def report(verdicts: list[Verdict], base_name: str, head_name: str) -> str:
     lines = [f"speed gate: head {head_name} against base {base_name}, median of {PAIRS} paired runs"]
     for v in verdicts:
@@ -256,14 +272,10 @@ def main(argv: list[str]) -> int:
         if not (folder / "kvbench" / "__init__.py").is_file():
             print(f"speed gate: error: {folder} holds no kvbench checkout (no kvbench/__init__.py)", file=sys.stderr)
             return 2
-    try:
+    with one_line_failures("speed gate", TreeError, NotComparable) as ending:
         verdicts, text = run_gate(args.base, args.head, args.base_tree, args.head_tree)
-    except (TreeError, NotComparable) as exc:
-        print(f"speed gate: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("speed gate: interrupted", file=sys.stderr)
-        return 130
+    if ending.exit_status is not None:
+        return ending.exit_status
     print(text)
     return 0 if all(v.passed for v in verdicts) else 1
 

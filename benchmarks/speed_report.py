@@ -120,6 +120,24 @@ def _speedup(value: float | None, verdict: str) -> str:
     return "-" if value is None else f"{value:.1f}x ({verdict})"
 
 
+def process_parts_table(scenarios: dict, parts: list[tuple[str, str, str]]) -> list[str]:
+    """The Markdown lines of a table of where each scenario's kvbench process time went: a column
+    for each of ``parts`` (header, key of ``kvbench_process_parts_s``, format; "-" where that part
+    was not measured), then the whole process and its largest part."""
+    lines = [
+        f"| scenario | {' | '.join(header for header, _, _ in parts)} | process | largest |",
+        "|---|" + "---:|" * (len(parts) + 1) + "---|",
+    ]
+    for name, s in scenarios.items():
+        p = s["kvbench_process_parts_s"]
+        cells = ["-" if key not in p else format(p[key], fmt) for _, key, fmt in parts]
+        lines.append(
+            f"| {name} | {' | '.join(cells)} | {s['median']['kvbench_process_s']:.2f} "
+            f"| {PART_NAMES[s['kvbench_process_dominated_by']]} |"
+        )
+    return lines
+
+
 def markdown(report: dict) -> str:
     """The report as two tables ready to paste into the README, and what they measure."""
     lines = [
@@ -155,16 +173,16 @@ def markdown(report: dict) -> str:
             "the loop, is building the workload, the summary and the tables:"
         ),
         "",
-        "| scenario | start-up | workload, summary, tables | loop | writing outputs | process | largest |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        *process_parts_table(
+            report["scenarios"],
+            [
+                ("start-up", "startup", ".2f"),
+                ("workload, summary, tables", "per_request_besides_loop", ".2f"),
+                ("loop", "loop", ".3f"),
+                ("writing outputs", "writing_outputs", ".2f"),
+            ],
+        ),
     ]
-    for name, s in report["scenarios"].items():
-        p = s["kvbench_process_parts_s"]
-        lines.append(
-            f"| {name} | {p['startup']:.2f} | {p['per_request_besides_loop']:.2f} | {p['loop']:.3f} "
-            f"| {p['writing_outputs']:.2f} | {s['median']['kvbench_process_s']:.2f} "
-            f"| {PART_NAMES[s['kvbench_process_dominated_by']]} |"
-        )
     startup_mb = max(s["kvbench_startup_peak_rss_mb"] for s in report["scenarios"].values())
     lines += [
         "",

@@ -54,7 +54,7 @@ def test_the_configs_differ_in_the_batch_cap_only():
 
 
 def test_without_valgrind_it_says_so_and_exits_2(monkeypatch, capsys):
-    monkeypatch.setattr(event_cost.shutil, "which", lambda name: None)
+    monkeypatch.setattr("shutil.which", lambda name: None)
     assert event_cost.main([]) == 2
     assert capsys.readouterr().err.strip() == "event cost: error: valgrind is not installed (apt install valgrind)"
 
@@ -68,7 +68,7 @@ def test_bad_arguments_exit_2_with_the_reason(argv, capsys):
 
 
 def test_a_run_that_fails_is_one_line_and_exit_2(monkeypatch, capsys):
-    monkeypatch.setattr(event_cost.shutil, "which", lambda name: "/usr/bin/valgrind")
+    monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/valgrind")
 
     def failing(batch, num_requests):
         raise event_cost.CannotCount("the plain run failed: ConfigError: no such GPU")
@@ -91,7 +91,7 @@ def test_the_plain_run_counts_turns_decodes_and_the_loops_lines():
 
 def test_caps_that_ran_the_same_batch_are_not_fitted(monkeypatch, capsys):
     """Too few requests to fill the larger caps gives every cap the same batch: no line to fit."""
-    monkeypatch.setattr(event_cost.shutil, "which", lambda name: "/usr/bin/valgrind")
+    monkeypatch.setattr("shutil.which", lambda name: "/usr/bin/valgrind")
     monkeypatch.setattr(event_cost, "measure", lambda batch, num_requests: dict(ROWS[0], batch_cap=batch))
     assert event_cost.main(["--batch", "4", "--batch", "8"]) == 2
     assert (

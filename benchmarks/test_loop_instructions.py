@@ -21,7 +21,7 @@ def test_the_report_gives_each_config_its_ratio():
 
 
 def test_without_valgrind_it_says_so_and_exits_2(monkeypatch, capsys):
-    monkeypatch.setattr(loop_instructions.shutil, "which", lambda name: None)
+    monkeypatch.setattr("shutil.which", lambda name: None)
     assert loop_instructions.main([]) == 2
     assert capsys.readouterr().err.strip() == (
         "loop instructions: error: valgrind is not installed (apt install valgrind)"

@@ -36,6 +36,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from vllm_v0 import vllm_v0_scheduling
 
 from kvbench.api import compose
 from kvbench.app.run import setup
@@ -71,12 +72,7 @@ CONFIGS = {
     "vllm32": [
         *COMMON,
         *DECODE_HEAVY,
-        "scheduler=prefill_first",
-        "allocator=paged",
-        "allocator.block_size_tokens=16",
-        "scheduler.max_num_batched_tokens=4096",
-        "preemption=recompute",
-        "scheduler.max_num_seqs=32",
+        *vllm_v0_scheduling(max_num_seqs=32),
     ],
 }
 #: many events, few quiet runs: 2,000 requests of 512 + 128 tokens through vLLM's 128 sequences
@@ -84,12 +80,7 @@ CONFIGS = {
 EVENT_HEAVY = [
     *COMMON,
     "workload.num_requests=2000",
-    "scheduler=prefill_first",
-    "allocator=paged",
-    "allocator.block_size_tokens=16",
-    "scheduler.max_num_batched_tokens=4096",
-    "preemption=recompute",
-    "scheduler.max_num_seqs=128",
+    *vllm_v0_scheduling(),
 ]
 
 # Thresholds: a safe fraction of what was measured (2 cores, shared and busy, Python 3.11), so a

@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
-from report_files import check_report, write_report
+from main_exits import one_line_failures
+from report_files import check_report, report_header, write_report
 from scale import STORM_BLOCKS
 from side_by_side import KV_BLOCKS, ORCA, vllm_overrides
 
@@ -170,21 +169,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     check_report("tokens_scaling", args.out, ["tokens_scaling.json", "tokens_scaling.md", "tokens_scaling.png"])
     regimes = {}
-    try:
+    with one_line_failures(
+        "tokens scaling", ConfigError, NotRepeatable, error_prefix="error", interrupted="interrupted, nothing written"
+    ) as ending:
         for name, overrides in REGIMES.items():
             print(f"{name}...", file=sys.stderr, flush=True)
             regimes[name] = measure_regime(overrides, args.requests, args.pairs)
             print(f"  16x / 1x: loop {regimes[name]['loop_ratio']:.2f}x", file=sys.stderr, flush=True)
-    except (ConfigError, NotRepeatable) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("tokens scaling: interrupted, nothing written", file=sys.stderr)
-        return 130
+    if ending.exit_status is not None:
+        return ending.exit_status
     report = {
-        "measured_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python benchmarks/tokens_scaling.py" + "".join(f" {a}" for a in (argv or sys.argv[1:])),
-        "machine": f"{platform.machine()}, Python {platform.python_version()}",
+        **report_header("tokens_scaling.py", argv),
         "requests": args.requests,
         "pairs": args.pairs,
         "regimes": regimes,

@@ -133,18 +133,10 @@ def _main(argv: list[str]) -> int:
         out.print(f"{' and '.join(ignored)}: not used (a decode-only batch has only a TPOT)", highlight=False)
     out.print(f"kernel decode efficiency {answer.decode_efficiency:.3f} ({s.efficiency.source})", highlight=False)
     # no vertical rules: the eight columns fit 100 (a pipe's width) without wrapping a cell
-    rich_table = compact_table(f"TPOT versus batch: SLO {slo_text}")
-    for header in (
-        "B",
-        "KV read GB",
-        "weights ms",
-        "KV ms",
-        "step (TPOT) ms",
-        "tokens/s",
-        "meets SLO?",
-        "fits memory?",
-    ):
-        rich_table.add_column(header, justify="right", no_wrap=True)
+    rich_table = compact_table(
+        f"TPOT versus batch: SLO {slo_text}",
+        ("B", "KV read GB", "weights ms", "KV ms", "step (TPOT) ms", "tokens/s", "meets SLO?", "fits memory?"),
+    )
     for row in table.itertuples():
         note = {b_slo: " ← SLO", b_mem: " ← memory"}.get(row.batch, "")
         rich_table.add_row(

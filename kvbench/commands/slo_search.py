@@ -141,19 +141,20 @@ def _main(argv: list[str]) -> int:
     curve = pd.DataFrame(rows).sort_values("value", kind="stable").reset_index(drop=True)
     curve.insert(0, "knob", knob.key)
     # units under the headers and no vertical rules: the table fits 100 columns (a pipe's width)
-    table = compact_table(f"kvbench slo-search over {knob.key}: {slo_text(slo)}, target {args.attainment * 100:g} %")
-    for header in (
-        args.over,
-        "attainment",
-        "goodput\nreq/s",
-        "throughput\nreq/s",
-        "TTFT p99\ns",
-        "TPOT p99\nms",
-        "E2E p99\ns",
-        "pass?",
-        "probe #",
-    ):
-        table.add_column(header, justify="right", no_wrap=True)
+    table = compact_table(
+        f"kvbench slo-search over {knob.key}: {slo_text(slo)}, target {args.attainment * 100:g} %",
+        (
+            args.over,
+            "attainment",
+            "goodput\nreq/s",
+            "throughput\nreq/s",
+            "TTFT p99\ns",
+            "TPOT p99\nms",
+            "E2E p99\ns",
+            "pass?",
+            "probe #",
+        ),
+    )
     for row in curve.itertuples():
         table.add_row(
             value_text(row.value, knob, digits),

@@ -46,6 +46,8 @@ from kvbench.io.table import ColumnTable
 if TYPE_CHECKING:
     import pandas as pd
 
+#: step-table columns of what a step cost: the seconds of each part of it and the KV bytes it read (floats)
+STEP_COST_COLUMNS = ("prefill_s", "decode_s", "swap_s", "copy_s", "recompute_s", "kv_read_bytes")
 #: step-table columns besides the ledger's, in order (one source for the table and its readers)
 STEP_COLUMNS: tuple[str, ...] = (
     "step",
@@ -67,12 +69,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "copy_bytes",
     "swap_out_bytes",
     "swap_in_bytes",
-    "prefill_s",
-    "decode_s",
-    "swap_s",
-    "copy_s",
-    "recompute_s",
-    "kv_read_bytes",
+    *STEP_COST_COLUMNS,
     "num_computed_tokens",
     "num_recomputed_tokens",
     *LEDGER_FIELDS,
@@ -83,19 +80,7 @@ STEP_COLUMNS: tuple[str, ...] = (
 )
 #: step-table columns holding times, byte amounts read or ledger means (floats); the others count
 #: (integers) but ``saturated`` (a flag)
-FLOAT_STEP_COLUMNS = frozenset(
-    (
-        "start_s",
-        "duration_s",
-        "prefill_s",
-        "decode_s",
-        "swap_s",
-        "copy_s",
-        "recompute_s",
-        "kv_read_bytes",
-        *LEDGER_FIELDS,
-    )
-)
+FLOAT_STEP_COLUMNS = frozenset(("start_s", "duration_s", *STEP_COST_COLUMNS, *LEDGER_FIELDS))
 #: step-table columns of a real run only (``StepResult.predicted_s`` set): the measured time
 #: (``duration_s`` again, named for what it is) and the cost model's time for the same plan
 MEASURED_COLUMNS: tuple[str, ...] = ("measured_s", "predicted_s")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kvbench.core.sequence import EVENT_COLUMNS
 from kvbench.metrics.slo_config import SloConfig  # re-exported: it lived here
 from kvbench.metrics.step_totals import StepTotals
 
@@ -205,14 +206,7 @@ def _request_summary(requests: Table, slo: SloConfig) -> Summary:
             "recompute_tax": num_recomputed / num_computed if num_computed else math.nan,
         }
     )
-    for key in (
-        "num_preemptions",
-        "num_recompute_preemptions",
-        "num_swap_preemptions",
-        "num_swap_fallbacks",
-        "swap_out_bytes",
-        "swap_in_bytes",
-    ):
+    for key in EVENT_COLUMNS:  # the preemption and swap counts, totalled over the requests
         out[key] = int(_col(requests, key, np.int64).sum())
     out.update(_prefix_summary(requests, was_admitted))
     return out

@@ -5,6 +5,7 @@ pandas: a run prints its summary without importing it."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from rich.console import Console
@@ -37,12 +38,16 @@ def wide_console() -> Console:
     return report_console()
 
 
-def compact_table(title: str) -> Table:
-    """A table with units under its headers and no vertical rules or outer edge: the subcommands'
-    many-column tables (``slo-batch``, ``slo-search``) fit 100 columns, a pipe's width, this way."""
+def compact_table(title: str, headers: Iterable[str]) -> Table:
+    """A table of right-aligned, unwrapped columns of numbers with units under its ``headers`` and
+    no vertical rules or outer edge: the subcommands' many-column tables (``slo-batch``,
+    ``slo-search``) fit 100 columns, a pipe's width, this way."""
     from rich import box
 
-    return Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    for header in headers:
+        table.add_column(header, justify="right", no_wrap=True)
+    return table
 
 
 def _slo_from_config(out_dir: Path | None) -> bool | None:

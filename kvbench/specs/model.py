@@ -30,6 +30,15 @@ GEMMA_LIKE = ("gemma2", "gemma3_text")
 #: the most GPUs one tensor-parallel group spans here (one node of eight, as the public
 #: measurements kvbench prices steps with were taken)
 MAX_TENSOR_PARALLEL = 8
+#: the shape transformers gives both Gemma-2 and Gemma-3's text decoder by default: Gemma-2 2B's
+_GEMMA_2B_SHAPE = {
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 26,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+}
 #: per model type, the defaults of the fields kvbench reads, as in transformers 5.x
 #: ``models/<type>/configuration_<type>.py``. None: derived from other fields when absent or null
 #: (head_dim = hidden_size // heads, num_key_value_heads = heads, word_embed_proj_dim = hidden_size);
@@ -93,12 +102,7 @@ FAMILY_DEFAULTS: dict[str, dict[str, int | bool | None]] = {
     # Gemma-2 (2B's shape by default): window and full attention layers alternate (kvbench.specs.kv_groups)
     "gemma2": {
         "vocab_size": 256000,
-        "hidden_size": 2304,
-        "intermediate_size": 9216,
-        "num_hidden_layers": 26,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
-        "head_dim": 256,
+        **_GEMMA_2B_SHAPE,
         "max_position_embeddings": 8192,
         "tie_word_embeddings": True,
         "attention_bias": False,
@@ -106,12 +110,7 @@ FAMILY_DEFAULTS: dict[str, dict[str, int | bool | None]] = {
     # Gemma-3's text decoder (gemma3_text): five window layers per full one by default
     "gemma3_text": {
         "vocab_size": 262208,
-        "hidden_size": 2304,
-        "intermediate_size": 9216,
-        "num_hidden_layers": 26,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
-        "head_dim": 256,
+        **_GEMMA_2B_SHAPE,
         "max_position_embeddings": 131072,
         "tie_word_embeddings": True,
         "attention_bias": False,

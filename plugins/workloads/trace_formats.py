@@ -66,6 +66,21 @@ def read_lengths(path: Path, skip: int, limit: int | None) -> TraceRows:
     return TraceRows(table.prompt_tokens, table.output_tokens, table.lines)
 
 
+def _after_skip(
+    skip: int, prompt: list[int], output: list[int], lines: list[int], arrival: np.ndarray, ticks_per_s: float, **rest
+) -> TraceRows:
+    """The rows a reader parsed, less the first ``skip``, as int64 columns (``arrival`` comes cut
+    already: the reader checked it sorted); ``rest``: the format's optional columns."""
+    return TraceRows(
+        np.array(prompt[skip:], dtype=np.int64),
+        np.array(output[skip:], dtype=np.int64),
+        np.array(lines[skip:], dtype=np.int64),
+        arrival,
+        ticks_per_s,
+        **rest,
+    )
+
+
 def read_azure(path: Path, skip: int, limit: int | None) -> TraceRows:
     """The Azure LLM inference trace 2023: ``TIMESTAMP`` (``YYYY-MM-DD HH:MM:SS.fffffff``),
     ``ContextTokens``, ``GeneratedTokens``; arrivals in integer nanoseconds after the first row read."""
@@ -109,13 +124,7 @@ def read_azure(path: Path, skip: int, limit: int | None) -> TraceRows:
     _check_rows(path, len(lines), skip, limit)
     arrival = np.array(ticks[skip:], dtype=np.int64)
     _check_sorted(path, arrival, lines[skip:], f"{at[0] + 1}: {AZURE_COLUMNS[0]}", "TIMESTAMP")
-    return TraceRows(
-        np.array(prompt[skip:], dtype=np.int64),
-        np.array(output[skip:], dtype=np.int64),
-        np.array(lines[skip:], dtype=np.int64),
-        arrival,
-        1e9,
-    )
+    return _after_skip(skip, prompt, output, lines, arrival, 1e9)
 
 
 def _azure_ns(path: Path, line: int, row: list[str], index: int) -> int:
@@ -165,15 +174,15 @@ def read_mooncake(path: Path, skip: int, limit: int | None) -> TraceRows:
     is_int = all(isinstance(t, int) for t in ticks[skip:])
     arrival = np.array(ticks[skip:], dtype=np.int64 if is_int else np.float64)
     _check_sorted(path, arrival, lines[skip:], " timestamp", "timestamp")
-    return TraceRows(
-        np.array(prompt[skip:], dtype=np.int64),
-        np.array(output[skip:], dtype=np.int64),
-        np.array(lines[skip:], dtype=np.int64),
+    return _after_skip(
+        skip,
+        prompt,
+        output,
+        lines,
         arrival,
         1e3,
-        None,
-        hashes[skip:],
-        MOONCAKE_HASH_BLOCK_TOKENS,
+        prefix_hashes=hashes[skip:],
+        hash_block_tokens=MOONCAKE_HASH_BLOCK_TOKENS,
     )
 
 

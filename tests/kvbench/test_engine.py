@@ -241,14 +241,20 @@ FAN_OUT = [*FAST, "workload=lecture_chat", "workload.num_requests=1", "model=lla
 SLOT = 524_288  # Llama-2-7B KV bytes per token
 
 
-def test_eight_branches_off_a_4k_prompt_hold_6144_tokens_shared_not_34816():
-    n8 = [
+def fan_out(prompt_tokens: int, output_tokens: int, num_branches: int, s_max_tokens: int) -> list[str]:
+    """One request: a prompt of ``prompt_tokens`` forking into ``num_branches`` branches of
+    ``output_tokens``, with an S_max of ``s_max_tokens``."""
+    return [
         *FAN_OUT,
-        "workload.prompt_tokens=4096",
-        "workload.output_tokens=256",
-        "workload.num_branches=8",
-        "workload.s_max_tokens=4352",
+        f"workload.prompt_tokens={prompt_tokens}",
+        f"workload.output_tokens={output_tokens}",
+        f"workload.num_branches={num_branches}",
+        f"workload.s_max_tokens={s_max_tokens}",
     ]
+
+
+def test_eight_branches_off_a_4k_prompt_hold_6144_tokens_shared_not_34816():
+    n8 = fan_out(4096, 256, 8, s_max_tokens=4352)
     shared = run([*n8, "allocator=paged"]).summary
     unshared = run([*n8, "allocator=per_request", "allocator.reserve=oracle"]).summary
     # paged: the prompt's 256 blocks once, plus 16 blocks per branch for its 255 cached tokens
@@ -269,13 +275,7 @@ def test_eight_branches_off_a_4k_prompt_hold_6144_tokens_shared_not_34816():
 
 
 def test_sixteen_branches_off_8k_fit_shared_and_not_unshared():
-    n16 = [
-        *FAN_OUT,
-        "workload.prompt_tokens=8192",
-        "workload.output_tokens=512",
-        "workload.num_branches=16",
-        "workload.s_max_tokens=8704",
-    ]
+    n16 = fan_out(8192, 512, 16, s_max_tokens=8704)
     shared = run([*n16, "allocator=paged"]).summary
     assert shared["peak_allocated_bytes"] == (8192 + 16 * 512) * SLOT == 8_589_934_592  # 8.6 GB
     with pytest.raises(ConfigError, match="cannot hold all its branches at once"):
@@ -285,16 +285,7 @@ def test_sixteen_branches_off_8k_fit_shared_and_not_unshared():
 def test_a_branch_diverging_inside_a_shared_block_copies_it():
     # a 4,100-token prompt ends 4 tokens into its last block: each of 4 branches copies that block
     # once (copy-on-write) when it writes its first token there
-    s = run(
-        [
-            *FAN_OUT,
-            "workload.prompt_tokens=4100",
-            "workload.output_tokens=8",
-            "workload.num_branches=4",
-            "workload.s_max_tokens=4200",
-            "allocator=paged",
-        ]
-    ).summary
+    s = run([*fan_out(4100, 8, 4, s_max_tokens=4200), "allocator=paged"]).summary
     assert s["num_copies"] == 3  # the last branch to write finds the block its own again
     assert s["copy_bytes"] == 3 * 16 * SLOT and s["copy_s"] > 0
     # at the fork the 257 prompt blocks (the partly filled one too) are held by all 4 branches
@@ -304,14 +295,7 @@ def test_a_branch_diverging_inside_a_shared_block_copies_it():
 
 
 def test_a_beam_search_shares_what_its_beams_share_and_copies_the_rest():
-    beam = [
-        *FAN_OUT,
-        "workload.prompt_tokens=4096",
-        "workload.output_tokens=256",
-        "workload.num_branches=8",
-        "workload.s_max_tokens=4352",
-        "workload.fan_out=beam",
-    ]
+    beam = [*fan_out(4096, 256, 8, s_max_tokens=4352), "workload.fan_out=beam"]
     sampled = run([*beam, "workload.fan_out=sample", "allocator=paged"]).summary
     # never re-forked, 8 beams are 8 samples: they share the prompt only
     assert comparable(run([*beam, "workload.beam_fork_probability=0", "allocator=paged"]).summary) == comparable(

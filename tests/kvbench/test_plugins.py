@@ -10,7 +10,12 @@ import pytest
 import kvbench.plugins as plugins
 from kvbench import hookimpl
 from kvbench.errors import ConfigError
+from kvbench.kernels.kernel import Kernel
+from kvbench.memory.allocator import Allocator
 from kvbench.plugins import PluginLoadWarning, make_plugin_manager, registry
+from kvbench.sched.preemption import PreemptionPolicy
+from kvbench.sched.scheduler import Scheduler
+from kvbench.workload.source import WorkloadSource
 
 
 def test_builtins_register_through_entry_points():
@@ -72,36 +77,17 @@ def test_kvbench_config_searchpath_is_collected():
     assert "pkg://somewhere.conf" in plugins.config_searchpaths(pm)
 
 
-def test_kvbench_register_allocators_classes_follow_the_interface():
-    from kvbench.memory.allocator import Allocator
-
-    for name, cls in registry("allocator").items():
-        assert issubclass(cls, Allocator) and cls.name == name
-
-
-def test_kvbench_register_kernels_classes_follow_the_interface():
-    from kvbench.kernels.kernel import Kernel
-
-    for name, cls in registry("kernel").items():
-        assert issubclass(cls, Kernel) and cls.name == name
-
-
-def test_kvbench_register_preemption_policies_classes_follow_the_interface():
-    from kvbench.sched.preemption import PreemptionPolicy
-
-    for name, cls in registry("preemption").items():
-        assert issubclass(cls, PreemptionPolicy) and cls.name == name
-
-
-def test_kvbench_register_schedulers_classes_follow_the_interface():
-    from kvbench.sched.scheduler import Scheduler
-
-    for name, cls in registry("scheduler").items():
-        assert issubclass(cls, Scheduler) and cls.name == name
-
-
-def test_kvbench_register_workloads_classes_follow_the_interface():
-    from kvbench.workload.source import WorkloadSource
-
-    for name, cls in registry("workload").items():
-        assert issubclass(cls, WorkloadSource) and cls.name == name
+@pytest.mark.parametrize(
+    ("kind", "interface"),
+    [
+        ("allocator", Allocator),
+        ("kernel", Kernel),
+        ("preemption", PreemptionPolicy),
+        ("scheduler", Scheduler),
+        ("workload", WorkloadSource),
+    ],
+    ids=lambda value: value if isinstance(value, str) else value.__name__,
+)
+def test_registered_classes_follow_the_interface(kind, interface):
+    for name, cls in registry(kind).items():
+        assert issubclass(cls, interface) and cls.name == name

@@ -18,9 +18,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from hang import HANG_S
+from kvbench_cli import kvbench, main_without
 from kvbench_plugins import wandb_sink
 
 from kvbench.output.results import RunResult
+
+
+def environ_without(*prefixes: str) -> dict[str, str]:
+    """This process's environment less the variables starting with ``prefixes``: a W&B setting
+    left by the developer's shell or an in-process test would steer the child's W&B."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
 
 
 def result(tmp_path, mode: str, requests: pd.DataFrame | None = None) -> RunResult:
@@ -301,17 +308,13 @@ def test_without_wandb_installed_disabled_runs_and_the_environment_can_turn_it_o
 
 def test_a_run_asking_for_wandb_without_it_is_one_line_and_exit_2(tmp_path):
     """The command line, with ``wandb`` hidden from the import system: one line, nothing run."""
-    # None in sys.modules: what import and importlib.util.find_spec see for a package not installed
-    hide = "import sys; sys.modules['wandb'] = None\nfrom kvbench.commands.main import main; main()\n"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore")
-    proc = subprocess.run(
-        [sys.executable, "-c", hide, "wandb.mode=offline", "workload.num_requests=5", "progress=false"],
+    proc = kvbench(
+        "wandb.mode=offline",
+        "workload.num_requests=5",
+        "progress=false",
         cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=HANG_S,
+        code=main_without("wandb"),
+        env=environ_without("WANDB_"),
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
@@ -322,13 +325,8 @@ def test_a_run_asking_for_wandb_without_it_is_one_line_and_exit_2(tmp_path):
 
 
 def test_a_sweep_asking_for_wandb_without_it_is_refused_before_any_job(tmp_path):
-    hide = "import sys; sys.modules['wandb'] = None\nfrom kvbench.commands.main import main; main()\n"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore")
     args = ["-m", "allocator=naive,paged", "wandb.mode=disabled,offline", "workload.num_requests=5", "progress=false"]
-    proc = subprocess.run(
-        [sys.executable, "-c", hide, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_S
-    )
+    proc = kvbench(*args, cwd=tmp_path, code=main_without("wandb"), env=environ_without("WANDB_"))
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "kvbench: error: wandb.mode=offline logs the run to Weights & Biases, which is not installed: "
@@ -379,11 +377,9 @@ def offline_sweep(tmp_path_factory):
     """``kvbench -m allocator=naive,paged`` offline, audited, in a fresh folder: (folder, process)."""
     tmp_path = tmp_path_factory.mktemp("offline-sweep")
     # no WANDB_* variable: WANDB_SERVICE, left by an in-process test, would reuse that test's wandb-core
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env = environ_without("WANDB_")
     env.update(
         AUDIT_LOG=str(tmp_path / "audit.json"),
-        HYDRA_FULL_ERROR="0",
-        PYTHONWARNINGS="ignore",
         WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"),
         WANDB_CACHE_DIR=str(tmp_path / "wandb-cache"),
         WANDB_DATA_DIR=str(tmp_path / "wandb-data"),
@@ -396,15 +392,7 @@ def offline_sweep(tmp_path_factory):
         "output.steps=false",
         "wandb.mode=offline",
     ]
-    proc = subprocess.run(
-        [sys.executable, "-c", AUDITED_KVBENCH, *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=HANG_S,
-    )
-    return tmp_path, proc
+    return tmp_path, kvbench(*args, cwd=tmp_path, code=AUDITED_KVBENCH, env=env)
 
 
 def test_an_offline_sweep_says_how_to_upload_its_runs_and_wandb_sync_finds_them(offline_sweep):
@@ -413,7 +401,7 @@ def test_an_offline_sweep_says_how_to_upload_its_runs_and_wandb_sync_finds_them(
     [hint] = [line for line in proc.stderr.splitlines() if "wandb sync" in line]
     command = hint.split("upload with: ", 1)[1]
     assert "offline-run-*" not in proc.stdout, "the hint is a note on stderr, not part of the table"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env = environ_without("WANDB_")
     env.update(WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"), WANDB_MODE="offline")
     wandb_cli = str(Path(sys.executable).with_name("wandb"))
     listed = subprocess.run(
@@ -482,24 +470,16 @@ def test_an_offline_run_writes_nothing_outside_its_folder(tmp_path):
     # staging in ~/.local/share/wandb: with a home of its own, the run must leave it empty
     home = tmp_path / "home"
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "XDG_"))}
-    env.update(HOME=str(home), HYDRA_FULL_ERROR="0", PYTHONWARNINGS="ignore")
+    env = environ_without("WANDB_", "XDG_")
+    env.update(HOME=str(home))
     run_dir = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from kvbench.commands.main import main; main()",
-            "workload.num_requests=20",
-            "progress=false",
-            "wandb.mode=offline",
-            f"hydra.run.dir={run_dir}",
-        ],
+    proc = kvbench(
+        "workload.num_requests=20",
+        "progress=false",
+        "wandb.mode=offline",
+        f"hydra.run.dir={run_dir}",
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=HANG_S,
     )
     assert proc.returncode == 0, proc.stderr
     # (matplotlib keeps its font cache under ~/.cache/matplotlib, as for any program that draws)

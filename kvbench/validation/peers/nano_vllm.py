@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvbench.errors import clip
-from kvbench.validation.peers.types import PeerCaps, PeerRequest, PeerStep, PeerTrace, join_arrivals
+from kvbench.validation.peers.types import PeerCaps, PeerRequest, PeerStep, PeerTrace, check_progress, join_arrivals
 
 #: the upstream commit this driver and its hand-worked tests were checked against, and the
 #: version upstream's pyproject.toml gives there
@@ -254,10 +254,7 @@ def run(
         blocks_used: list[int] = []
         clock_s, next_arrival, num_finished = 0.0, 0, 0
         while num_finished < len(seqs):
-            if len(steps) >= max_steps:
-                raise RuntimeError(
-                    f"nano-vllm: {num_finished} of {len(seqs)} requests finished after {max_steps} steps"
-                )
+            check_progress("nano-vllm", len(steps), max_steps, num_finished, len(seqs))
             next_arrival, clock_s = join_arrivals(
                 requests, next_arrival, clock_s, scheduler.is_finished(), lambda i: scheduler.add(seqs[i])
             )

@@ -65,6 +65,13 @@ class PeerTrace:
         return sum(len(step.preempted) for step in self.steps)
 
 
+def check_progress(engine: str, num_steps: int, max_steps: int, num_finished: int, num_requests: int) -> None:
+    """RuntimeError, naming how far it got, once a peer's loop has run ``max_steps`` steps: a
+    scheduler that stopped finishing requests must fail the check, not run for ever."""
+    if num_steps >= max_steps:
+        raise RuntimeError(f"{engine}: {num_finished} of {num_requests} requests finished after {max_steps} steps")
+
+
 def join_arrivals(
     requests: list[PeerRequest], next_arrival: int, clock_s: float, idle: bool, add: Callable[[int], None]
 ) -> tuple[int, float]:

@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from kvbench.validation.peers.types import PeerCaps, PeerRequest, PeerStep, PeerTrace, join_arrivals
+from kvbench.validation.peers.types import PeerCaps, PeerRequest, PeerStep, PeerTrace, check_progress, join_arrivals
 
 VERSION = "0.33.0"
 ENGINE = f"vllm {VERSION}"
@@ -169,10 +169,7 @@ def run(
         blocks_used: list[int] = []
         clock_s, next_arrival, num_finished = 0.0, 0, 0
         while num_finished < len(requests):
-            if len(steps) >= max_steps:
-                raise RuntimeError(
-                    f"{ENGINE}: {num_finished} of {len(requests)} requests finished after {max_steps} steps"
-                )
+            check_progress(ENGINE, len(steps), max_steps, num_finished, len(requests))
             idle = scheduler.get_num_unfinished_requests() == 0
             next_arrival, clock_s = join_arrivals(
                 requests, next_arrival, clock_s, idle, lambda i: scheduler.add_request(vllm_requests[i])

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hang import HANG_S
-from kvbench_cli import assert_one_line_error, kvbench
+from kvbench_cli import assert_one_line_error, kvbench, main_without
 
 import kvbench.app.checks as checks_module
 from kvbench.api import compose, run
@@ -291,16 +290,8 @@ def test_real_mode_loads_safetensors_only_and_damaged_weights_are_one_line(tmp_p
 
 
 def test_real_mode_without_torch_is_one_line_naming_the_extra(tmp_path):
-    import subprocess
-    import sys
-
-    hide = "import sys; sys.modules['torch'] = None\nfrom kvbench.commands.main import main; main()\n"
-    proc = subprocess.run(
-        [sys.executable, "-c", hide, "mode=real", "model=tiny-llama", "kernel=torch", "workload=real_smoke"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=HANG_S,
+    proc = kvbench(
+        "mode=real", "model=tiny-llama", "kernel=torch", "workload=real_smoke", cwd=tmp_path, code=main_without("torch")
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [

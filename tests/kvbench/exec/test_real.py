@@ -50,28 +50,31 @@ def _run(*overrides: str):
     return run([*WORKLOAD, *overrides])
 
 
+def _generated(model, row) -> list[int]:
+    """The token ids Hugging Face's greedy generate adds to the prompt of ``row`` (a request-table
+    row), one prompt at a time (no padding)."""
+    prompt = prompt_token_ids(SEED, int(row.request_id), int(row.prompt_tokens), model.config.vocab_size)
+    ids = torch.tensor([prompt])
+    with torch.inference_mode():
+        gen = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=int(row.output_tokens),
+            pad_token_id=0,
+        )
+    return gen[0, len(prompt) :].tolist()
+
+
 @functools.lru_cache(maxsize=1)
 def _reference() -> dict[int, list[int]]:
-    """Hugging Face greedy generate, one prompt at a time (no padding), same weights."""
+    """Hugging Face greedy generate of each request, same weights."""
     from kvbench.exec.real.model import build_model
 
     base = _run("allocator=paged")
     cfg_model = base.config["model"]
     model = build_model(dict(cfg_model["hf_config"]), cfg_model["dtype"], SEED)
-    out = {}
-    for row in base.requests.itertuples():
-        prompt = prompt_token_ids(SEED, int(row.request_id), int(row.prompt_tokens), model.config.vocab_size)
-        ids = torch.tensor([prompt])
-        with torch.inference_mode():
-            gen = model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=False,
-                max_new_tokens=int(row.output_tokens),
-                pad_token_id=0,
-            )
-        out[int(row.request_id)] = gen[0, len(prompt) :].tolist()
-    return out
+    return {int(row.request_id): _generated(model, row) for row in base.requests.itertuples()}
 
 
 def test_paged_matches_hugging_face_generate():
@@ -169,18 +172,7 @@ def test_real_weights_from_a_local_folder_are_the_ones_used(tmp_path):
     saved.save_pretrained(tmp_path / "tiny")
     result = run([*WORKLOAD, "allocator=paged", f"model.config_path={tmp_path / 'tiny'}"])
     for row, ids in zip(result.requests.itertuples(), result.requests["output_token_ids"]):
-        prompt = torch.tensor(
-            [prompt_token_ids(SEED, int(row.request_id), int(row.prompt_tokens), saved.config.vocab_size)]
-        )
-        with torch.inference_mode():
-            gen = saved.generate(
-                prompt,
-                attention_mask=torch.ones_like(prompt),
-                do_sample=False,
-                max_new_tokens=int(row.output_tokens),
-                pad_token_id=0,
-            )
-        assert list(ids[0]) == gen[0, prompt.shape[1] :].tolist()
+        assert list(ids[0]) == _generated(saved, row)
     assert _tokens(result) != _tokens(_run("allocator=paged"))  # not the seeded random weights
 
 

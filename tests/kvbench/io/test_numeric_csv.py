@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from summary_row import SUMMARY_ROW
 
 from kvbench.api import run
 from kvbench.io import numeric_csv
@@ -97,18 +98,6 @@ def test_a_float_format_is_left_to_pandas(tmp_path):
 
 # --- a run's tables without pandas: kvbench.io.numeric_csv.write_table_csv ----------------------------
 
-#: a summary row's kinds of value, and text that the csv module must quote
-MIXED_ROW = {
-    "allocator": "paged",
-    "workload": 'trace "a, b"\nsecond line',
-    "calibration": None,
-    "event_driven": True,
-    "num_requests": 7,
-    "duration_s": 1.25,
-    "tpot_p50_s": math.nan,
-    "kv_budget_bytes": np.int64(62_500_000_000),
-}
-
 
 def _pandas_csv(frame: pd.DataFrame, tmp_path) -> bytes:
     path = tmp_path / "pandas.csv"
@@ -120,8 +109,8 @@ def test_a_summary_row_is_written_as_pandas_writes_it(tmp_path):
     from kvbench.io.numeric_csv import write_table_csv
     from kvbench.io.table import ColumnTable
 
-    write_table_csv(ColumnTable.from_row(MIXED_ROW), tmp_path / "ours.csv")
-    assert (tmp_path / "ours.csv").read_bytes() == _pandas_csv(pd.DataFrame([MIXED_ROW]), tmp_path)
+    write_table_csv(ColumnTable.from_row(SUMMARY_ROW), tmp_path / "ours.csv")
+    assert (tmp_path / "ours.csv").read_bytes() == _pandas_csv(pd.DataFrame([SUMMARY_ROW]), tmp_path)
 
 
 @settings(max_examples=40, deadline=None)

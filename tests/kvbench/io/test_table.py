@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 import pytest
+from summary_row import SUMMARY_ROW
 
 from kvbench.io.table import ColumnTable, as_table
 
-#: a summary row's kinds of value: text, a missing value, a flag, a count, a float, NaN, numpy scalars
-ROW = {
-    "allocator": "paged",
-    "calibration": None,
-    "event_driven": True,
-    "num_requests": 7,
-    "duration_s": 1.25,
-    "tpot_p50_s": math.nan,
-    "kv_budget_bytes": np.int64(62_500_000_000),
-    "utilization_mean": np.float64(0.5),
-}
-
 
 def test_a_row_is_typed_as_a_one_row_dataframe_types_it():
-    table = ColumnTable.from_row(ROW)
-    frame = pd.DataFrame([ROW])
-    assert len(table) == 1 and table.columns == list(ROW)
-    for name in ROW:
+    table = ColumnTable.from_row(SUMMARY_ROW)
+    frame = pd.DataFrame([SUMMARY_ROW])
+    assert len(table) == 1 and table.columns == list(SUMMARY_ROW)
+    for name in SUMMARY_ROW:
         expected = frame[name].to_numpy()
         assert (
             (table[name].dtype == object)

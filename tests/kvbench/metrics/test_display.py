@@ -6,6 +6,7 @@ import io
 import math
 
 import pytest
+from prefix_summary import ZERO_HIT_NOTE, ZERO_PREFIX_HITS
 from rich.console import Console
 
 from kvbench.metrics.display import METRIC_DEFINITIONS, format_bytes, format_number, format_summary, headline_rows
@@ -199,23 +200,11 @@ def test_token_slots_and_allocated_blocks_sit_side_by_side():
 
 def test_prefix_rows_show_hits_bounds_and_why_zero():
     assert not any("prefix" in label for label, _ in headline_rows(_summary()))
-    note = "hit rate 0: prompts share at most 8 tokens, less than one 16-token block (only full blocks are cached)"
-    rows = dict(
-        headline_rows(
-            _summary(
-                prefix_hit_rate=0.0,
-                prefix_recompute_cached_tokens=1234,
-                prefix_hit_rate_infinite=0.0,
-                prefix_hit_rate_belady=0.0,
-                prefix_hit_rate_lru_offline=0.0,
-                prefix_note=note,
-            )
-        )
-    )
+    rows = dict(headline_rows(_summary(**{**ZERO_PREFIX_HITS, "prefix_recompute_cached_tokens": 1234})))
     assert rows["prefix cache hits (% of prompt tokens)"] == "0.0"
     assert rows["  offline: ceiling / Belady / LRU (%)"] == "0.0 / 0.0 / 0.0"
     assert rows["  re-admitted from cache (tokens, not hits)"] == "1,234"
-    assert rows["  note"] == note
+    assert rows["  note"] == ZERO_HIT_NOTE
     hit = dict(
         headline_rows(
             _summary(

@@ -44,90 +44,62 @@ STEP_ROWS = [
 ]
 
 
+#: the request-table column of each value of a REQUEST_ROWS row, in order
+REQUEST_FIELDS = (
+    "request_id",
+    "arrival_s",
+    "prompt_tokens",
+    "output_tokens",
+    "s_max_tokens",
+    "num_generated",
+    "boundary_s",
+    "admitted_s",
+    "prefill_compute_s",
+    "first_token_s",
+    "finish_s",
+    "num_preemptions",
+    "num_computed_tokens",
+    "num_recomputed_tokens",
+)
+#: the step-table column of each value of a STEP_ROWS row, in order
+STEP_FIELDS = (
+    "step",
+    "start_s",
+    "duration_s",
+    "num_running",
+    "num_prefill_seqs",
+    "num_prefill_tokens",
+    "num_decode_seqs",
+    "num_waiting",
+    "saturated",
+    "token_bytes",
+    "reserved_future_bytes",
+    "internal_bytes",
+    "external_bytes",
+    "free_bytes",
+    "kv_read_bytes",
+    "num_preemptions",
+)
+
+
+def _table(rows, fields: tuple[str, ...], columns: tuple[str, ...], **same) -> pd.DataFrame:
+    """A table of ``columns``: a record per row (its values named by ``fields``, ``same`` in every
+    record, 0 in the other columns)."""
+    records = [{**dict.fromkeys(columns, 0), **same, **dict(zip(fields, row, strict=True))} for row in rows]
+    return pd.DataFrame(records, columns=list(columns))
+
+
 def requests(rows=REQUEST_ROWS) -> pd.DataFrame:
-    records = []
-    for (
-        rid,
-        arrival,
-        prompt,
-        output,
-        s_max,
-        generated,
-        boundary,
-        admitted,
-        prefill,
-        first,
-        finish,
-        preemptions,
-        computed,
-        recomputed,
-    ) in rows:
-        record = dict.fromkeys(REQUEST_COLUMNS, 0)
-        record.update(
-            request_id=rid,
-            arrival_s=arrival,
-            prompt_tokens=prompt,
-            s_max_tokens=s_max,
-            num_branches=1,
-            max_branch_output_tokens=output,
-            output_tokens=output,
-            num_generated=generated,
-            boundary_s=boundary,
-            admitted_s=admitted,
-            prefill_compute_s=prefill,
-            first_token_s=first,
-            finish_s=finish,
-            num_preemptions=preemptions,
-            num_recompute_preemptions=preemptions,
-            num_computed_tokens=computed,
-            num_recomputed_tokens=recomputed,
-        )
-        records.append(record)
-    return pd.DataFrame(records, columns=list(REQUEST_COLUMNS))
+    """Single-branch requests: the branch's output is the request's, every preemption a recompute."""
+    table = _table(rows, REQUEST_FIELDS, REQUEST_COLUMNS, num_branches=1)
+    table["max_branch_output_tokens"] = table["output_tokens"]
+    table["num_recompute_preemptions"] = table["num_preemptions"]
+    return table
 
 
 def steps(rows=STEP_ROWS) -> pd.DataFrame:
-    records = []
-    for (
-        step,
-        start,
-        duration,
-        running,
-        prefill_seqs,
-        prefill_tokens,
-        decode_seqs,
-        waiting,
-        saturated,
-        token,
-        future,
-        internal,
-        external,
-        free,
-        kv_read,
-        preemptions,
-    ) in rows:
-        record = dict.fromkeys(STEP_COLUMNS, 0)
-        record.update(
-            step=step,
-            num_steps=1,
-            start_s=start,
-            duration_s=duration,
-            num_running=running,
-            num_prefill_seqs=prefill_seqs,
-            num_prefill_tokens=prefill_tokens,
-            num_decode_seqs=decode_seqs,
-            num_waiting=waiting,
-            saturated=saturated,
-            token_bytes=token,
-            reserved_future_bytes=future,
-            internal_bytes=internal,
-            external_bytes=external,
-            free_bytes=free,
-            kv_read_bytes=kv_read,
-            num_preemptions=preemptions,
-        )
-        records.append(record)
-    return pd.DataFrame(records, columns=list(STEP_COLUMNS))
+    """One step a row."""
+    return _table(rows, STEP_FIELDS, STEP_COLUMNS, num_steps=1)
 
 
 def run(req=None, stp=None, slo=None, max_concurrency=None):

@@ -9,6 +9,7 @@ import shutil
 
 import pandas as pd
 import pytest
+from prefix_summary import ZERO_PREFIX_HITS
 from rich.console import Console
 
 from kvbench.io.atomic import COMPLETE, mark_complete
@@ -265,15 +266,7 @@ def test_without_prefix_caching_no_prefix_group(allocator_sweep):
 
 def test_a_zero_hit_run_summary_says_why_and_fits(block_preemption_sweep):
     summary = pd.read_parquet(block_preemption_sweep / "1" / "summary.parquet").iloc[0].to_dict()
-    note = "hit rate 0: prompts share at most 8 tokens, less than one 16-token block (only full blocks are cached)"
-    summary.update(
-        prefix_hit_rate=0.0,
-        prefix_recompute_cached_tokens=0,
-        prefix_hit_rate_infinite=0.0,
-        prefix_hit_rate_belady=0.0,
-        prefix_hit_rate_lru_offline=0.0,
-        prefix_note=note,
-    )
+    summary.update(ZERO_PREFIX_HITS)
     lines, _ = printed(print_summary, summary, None, width=100)
     assert_fits(lines)
     assert len(lines) <= 40, "\n".join(lines)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 
 import pandas as pd
 import pytest
-from kvbench_cli import kvbench
+from kvbench_cli import kvbench, main_status
 
 from kvbench.api import compose
 from kvbench.app.run import setup
@@ -28,12 +27,7 @@ def built(*overrides: str):
 
 def run_main(monkeypatch, *args: str) -> int:
     """``kvbench slo-batch <args>`` in this process; the exit status (0 when main returns)."""
-    monkeypatch.setattr(sys, "argv", ["kvbench slo-batch", *args])
-    try:
-        slo_batch_command.main()
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
+    return main_status(monkeypatch, "slo-batch", slo_batch_command.main, *args)
 
 
 def test_the_lecture_question_gives_the_formulas_159_not_164():

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 
 import pandas as pd
 import pytest
-from kvbench_cli import kvbench
+from kvbench_cli import kvbench, main_status
 
 from kvbench.api import run
 from kvbench.commands import slo_search as search_command
@@ -24,12 +23,7 @@ SLOS = ["slo.ttft_s=2", "slo.tpot_s=0.05"]
 
 def run_main(monkeypatch, *args: str) -> int:
     """``kvbench slo-search <args>`` in this process; the exit status (0 when main returns)."""
-    monkeypatch.setattr(sys, "argv", ["kvbench slo-search", *args])
-    try:
-        search_command.main()
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
+    return main_status(monkeypatch, "slo-search", search_command.main, *args)
 
 
 def attainment(overrides: list[str]) -> float:

@@ -44,18 +44,49 @@ def test_the_nano_vllm_preset_decides_as_nano_vllm_on_the_lecture_workload():
     assert c.num_identical_finish_steps == c.num_requests == 1000
 
 
-@needs_nano_vllm
-def test_the_nano_vllm_preset_decides_as_nano_vllm_on_a_replayed_trace():
-    c = diff(NANO + AZURE, "nano_vllm")
+@pytest.mark.parametrize(
+    ("overrides", "peer", "expected"),
+    [
+        pytest.param(NANO + AZURE, "nano_vllm", (7437, 441, 465, 1857), marks=needs_nano_vllm, id="nano_vllm-trace"),
+        pytest.param(
+            NANO + ["allocator=paged_cached", "allocator.cache_generated_blocks=true"],
+            "nano_vllm",
+            (941, 325, 465, 1000),
+            marks=needs_nano_vllm,
+            id="nano_vllm-every-block-cached",
+        ),
+        # the 62.5 GB budget holds 7,450 blocks; vLLM's null block leaves 7,449, the peak
+        pytest.param(VLLM, "vllm_v1", (656, 130, 7449, 1000), marks=needs_vllm, id="vllm_v1-lecture"),
+        pytest.param(VLLM + AZURE, "vllm_v1", (5709, 413, 7449, 1857), marks=needs_vllm, id="vllm_v1-trace"),
+        # vLLM v1's options
+        pytest.param(
+            VLLM + ["scheduler=mixed", "scheduler.decodes_in_budget=true"],  # chunking off
+            "vllm_v1",
+            (657, 132, 7449, 1000),
+            marks=needs_vllm,
+            id="vllm_v1-no-chunking",
+        ),
+        pytest.param(
+            VLLM + ["scheduler.long_prefill_token_threshold=2048", *AZURE],
+            "vllm_v1",
+            (5710, 428, 7449, 1857),
+            marks=needs_vllm,
+            id="vllm_v1-long-prefill-threshold",
+        ),
+        # int(0.01 x 7,450) = 74 blocks, the null block counted in the pool, as vLLM counts it
+        pytest.param(
+            VLLM + ["scheduler.watermark_fraction=0.01"],
+            "vllm_v1",
+            (657, 77, 7449, 1000),
+            marks=needs_vllm,
+            id="vllm_v1-watermark",
+        ),
+    ],
+)
+def test_the_preset_decides_as_its_peer(overrides, peer, expected):
+    c = diff(overrides, peer)
     assert c.identical
-    assert numbers(c) == [(7437, 441, 465, 1857)] * 2
-
-
-@needs_nano_vllm
-def test_the_nano_vllm_preset_with_every_block_cached_decides_as_nano_vllm():
-    c = diff(NANO + ["allocator=paged_cached", "allocator.cache_generated_blocks=true"], "nano_vllm")
-    assert c.identical
-    assert numbers(c) == [(941, 325, 465, 1000)] * 2
+    assert numbers(c) == [expected] * 2
 
 
 @needs_nano_vllm
@@ -124,37 +155,6 @@ def test_a_missing_nano_vllm_is_one_line_saying_how_to_get_it(tmp_path, monkeypa
     )
     with pytest.raises(ConfigError, match=r"--peer=nano_vllm: nano-vllm is not installed: pip install --no-deps git\+"):
         run_differential(cfg, "nano_vllm")
-
-
-@needs_vllm
-def test_the_vllm_v1_preset_decides_as_vllm_on_the_lecture_workload():
-    c = diff(VLLM, "vllm_v1")
-    assert c.identical
-    # the 62.5 GB budget holds 7,450 blocks; vLLM's null block leaves 7,449, the peak
-    assert numbers(c) == [(656, 130, 7449, 1000)] * 2
-
-
-@needs_vllm
-def test_the_vllm_v1_preset_decides_as_vllm_on_a_replayed_trace():
-    c = diff(VLLM + AZURE, "vllm_v1")
-    assert c.identical
-    assert numbers(c) == [(5709, 413, 7449, 1857)] * 2
-
-
-@needs_vllm
-@pytest.mark.parametrize(
-    ("extra", "expected"),
-    [
-        (["scheduler=mixed", "scheduler.decodes_in_budget=true"], (657, 132, 7449, 1000)),  # chunking off
-        (["scheduler.long_prefill_token_threshold=2048", *AZURE], (5710, 428, 7449, 1857)),
-        # int(0.01 x 7,450) = 74 blocks, the null block counted in the pool, as vLLM counts it
-        (["scheduler.watermark_fraction=0.01"], (657, 77, 7449, 1000)),
-    ],
-)
-def test_the_vllm_v1_options_decide_as_vllm(extra, expected):
-    c = diff(VLLM + extra, "vllm_v1")
-    assert c.identical
-    assert numbers(c) == [expected] * 2
 
 
 @needs_vllm
