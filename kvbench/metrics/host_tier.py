@@ -56,6 +56,10 @@ def host_tier_summary(
         "num_host_evicted_blocks": host.num_evicted_blocks,
         "host_peak_bytes": host.peak_blocks * block_bytes,
     }
+    if any(g.window_tokens for g in getattr(alloc, "kv_groups", ())):
+        # a sliding-window model's cache holds a prefix's last window per window group, not
+        # whole-model blocks: bounds of a cache of whole-model blocks bound nothing it does
+        return out
     # the bounds count whole-model blocks: both tiers' bytes in those
     model_block_bytes = block_size * alloc.kv_bytes_per_token
     capacity_blocks = alloc.budget_bytes // model_block_bytes + host.capacity_blocks * block_bytes // model_block_bytes
