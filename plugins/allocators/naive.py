@@ -39,15 +39,16 @@ class NaiveAllocator(ContiguousAllocator):
     name = "naive"
     Config = NaiveConfig
 
-    def __init__(self, config: NaiveConfig | None = None, *, budget_bytes: int, kv_bytes_per_token: int) -> None:
-        super().__init__(config or NaiveConfig(), budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)
+    def __init__(self, config: NaiveConfig | None = None, **sizes: int) -> None:
+        """``sizes``: ``budget_bytes`` and ``kv_bytes_per_token``, as every allocator takes them."""
+        super().__init__(config, **sizes)
         self.s_max_tokens = self.config.s_max_tokens
         self.slot_bytes = self.s_max_tokens * self.kv_bytes_per_token
-        # the budget left over below one slot can never hold a sequence: external, forever
-        self._remainder_bytes = self.budget_bytes % self.slot_bytes
         # the slots are a block pool's blocks of one slot each (never shared, never keyed): given
         # back ones are taken first (last in, first out), then never-used ones 0, 1, 2, ...
         self._slots = BlockPool(self.budget_bytes // self.slot_bytes, self.slot_bytes)
+        # the budget left over below one slot can never hold a sequence: external, forever
+        self._remainder_bytes = self.budget_bytes % self.slot_bytes
         self.num_slots = self._slots.num_blocks
 
     @property
