@@ -78,3 +78,13 @@ class SchedulerConfig:
             self.long_prefill_token_threshold,
             "use 0 (no cap) or a token count >= 1",
         )
+
+    def require_decodes_fit(self, what: str) -> None:
+        """As vLLM requires where decodes share the step's token budget (``what``: the option that
+        makes them share it): every running sequence's decode must fit that budget."""
+        require(
+            self.max_num_batched_tokens >= self.max_num_seqs,
+            "scheduler.max_num_batched_tokens",
+            self.max_num_batched_tokens,
+            f"{what} needs at least scheduler.max_num_seqs={self.max_num_seqs}",
+        )
