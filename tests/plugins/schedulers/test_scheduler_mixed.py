@@ -13,6 +13,7 @@ from kvbench_plugins.schedulers.mixed import MixedScheduler
 from toy import decode_s, paged, prefill_s, request
 
 from kvbench import hookspecs
+from kvbench.errors import ConfigError
 
 
 def test_kvbench_register_schedulers_registers_the_four_builtins():
@@ -96,5 +97,5 @@ def test_decodes_in_the_budget_need_a_budget_that_covers_every_running_decode(de
     if not decodes_in_budget:  # decodes outside the budget: a budget under the batch cap is fine
         assert build().config.max_num_batched_tokens == 8
         return
-    with pytest.raises(Exception, match="max_num_batched_tokens=8 is invalid: decodes_in_budget needs at least"):
+    with pytest.raises(ConfigError, match="max_num_batched_tokens=8 is invalid: decodes_in_budget needs at least"):
         build()
