@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kvbench.studies.paper.document import Section, Table
+from kvbench.studies.paper.lecture_capacity import paged_concurrency_spec
 from kvbench.studies.paper.lecture_numbers import (
     GB,
     KIB,
@@ -19,7 +20,7 @@ from kvbench.studies.paper.lecture_numbers import (
     block_overrides,
     pct,
 )
-from kvbench.studies.paper.lecture_rows import Spec, filled, from_run, section
+from kvbench.studies.paper.lecture_rows import Spec, from_run, section
 
 
 @dataclass(frozen=True)
@@ -207,15 +208,11 @@ def _paged_specs(n: Numbers) -> list[Spec]:
             f"memory binds is {pct(n.paged_run['utilization_saturated']):.1f} % (sequences are admitted and finish "
             "between steps).",
         ),
-        Spec(
+        paged_concurrency_spec(
+            n,
             "paged_concurrency_199",
             "paged concurrency (instructor notes: 29 -> 199)",
-            "seqs",
-            "199",
-            f"floor({n.blocks_total:,} blocks / {n.blocks_per_seq} per sequence) = {n.paged_n}",
-            n.paged_n,
-            filled(n.paged_overrides, n.seq, n.s_max),
-            sim_tol=0.0,
+            formula=f"floor({n.blocks_total:,} blocks / {n.blocks_per_seq} per sequence) = {n.paged_n}",
             why=f"See §10.2's packed_concurrency: a 62.5 GiB budget ({LECTURE_BUDGET_GB * 2**30 / GB:.1f}e9 B) would "
             f"hold exactly {LECTURE_BUDGET_GB * 2**30 / (n.seq * n.kv):.0f} sequences of "
             f"{n.seq} x {n.kv / KIB:g} KiB, and the lecture's 199 is one less; kvbench's allocator holds {n.paged_n} "
