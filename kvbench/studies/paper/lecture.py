@@ -19,7 +19,9 @@ section's module; :func:`kvbench.studies.paper.lecture_rows.section` makes them 
   :mod:`~kvbench.studies.paper.lecture_block_size`, 4 :mod:`~kvbench.studies.paper.lecture_break_even`
   and 5 :mod:`~kvbench.studies.paper.lecture_agent`.
 
-The shared inputs are :class:`~kvbench.studies.paper.lecture_numbers.Numbers`; the figures are drawn by
+The shared inputs are :class:`~kvbench.studies.paper.lecture_numbers.Numbers`; a number several
+sections say again (naive's 29, paged's 199, the naive utilization, paging's multiplier) is one
+function of :mod:`~kvbench.studies.paper.lecture_capacity`; the figures are drawn by
 :mod:`~kvbench.studies.paper.lecture_figures`.
 """
 

@@ -4,6 +4,7 @@ holds, paged and with a 16K reservation, and what re-sending their prompts costs
 from __future__ import annotations
 
 from kvbench.studies.paper.document import Section
+from kvbench.studies.paper.lecture_capacity import paging_gain_spec
 from kvbench.studies.paper.lecture_numbers import GB, KIB, LECTURE_BUDGET_GB, Numbers, pct
 from kvbench.studies.paper.lecture_rows import Spec, filled, section
 from kvbench.studies.paper.lecture_setup import GQA8, blocks_for
@@ -35,7 +36,6 @@ def _sessions_specs(n: Numbers) -> list[Spec]:
     sessions = blocks_total // blocks_for(distinct, n.block)
     naive = ["allocator=naive", f"allocator.s_max_tokens={s_max}", *GQA8, *POS_16K]
     n16 = n.budget // (s_max * n.kv_gqa)
-    gain = sessions / n16
     return [
         Spec(
             "ex5_peak_kv_gb",
@@ -71,13 +71,12 @@ def _sessions_specs(n: Numbers) -> list[Spec]:
             filled(naive, distinct, s_max),
             sim_tol=0.0,
         ),
-        Spec(
+        paging_gain_spec(
             "ex5_paging_gain",
             "what paging is worth for agent sessions",
-            "x",
             "2.2x",
-            f"{sessions} / {n16} = {gain:.2f}",
-            gain,
+            sessions,
+            n16,
             why=f"63 / 29 = {63 / 29:.2f} in the lecture; kvbench's {sessions} / {n16}.",
         ),
     ]

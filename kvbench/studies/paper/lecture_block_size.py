@@ -4,10 +4,9 @@ block-table entries per block size, and what copy-on-write copies with 256-token
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
-import pandas as pd
-
-from kvbench.studies.paper.document import Section, Table
+from kvbench.studies.paper.document import Section
 from kvbench.studies.paper.lecture_numbers import (
     GB,
     KIB,
@@ -18,7 +17,7 @@ from kvbench.studies.paper.lecture_numbers import (
     fan_out_overrides,
     pct,
 )
-from kvbench.studies.paper.lecture_rows import Measured, Spec, from_run, section
+from kvbench.studies.paper.lecture_rows import Measured, Spec, from_run, printed_table, section
 from kvbench.studies.paper.lecture_setup import blocks_for
 from kvbench.studies.paper.runs import command
 
@@ -51,17 +50,12 @@ EXERCISE3 = {
 
 
 def exercise3(n: Numbers) -> Section:
-    specs, records = [], []
-    for b, printed in EXERCISE3.items():
-        block_specs, record = _block(n, b, printed)
-        specs += block_specs
-        records.append(record)
-    table = Table(
-        name="lecture_exercise3_block_sizes",
-        caption="Exercise 3 by kvbench's closed forms (MB = 1e6 B, GB = 1e9 B)",
-        frame=pd.DataFrame(records),
-        run="kvbench/studies/paper/lecture.py closed forms",
-        decimals={"mean_tail_MB": 2, "waste_at_B199_GB": 3, "waste_pct": 2},
+    specs, table = printed_table(
+        EXERCISE3,
+        partial(_block, n),
+        "lecture_exercise3_block_sizes",
+        "Exercise 3 by kvbench's closed forms (MB = 1e6 B, GB = 1e9 B)",
+        {"mean_tail_MB": 2, "waste_at_B199_GB": 3, "waste_pct": 2},
     )
     return section(
         "Exercise 3: picking a block size",

@@ -4,6 +4,13 @@
 from __future__ import annotations
 
 from kvbench.studies.paper.document import Section
+from kvbench.studies.paper.lecture_capacity import (
+    naive_concurrency_spec,
+    naive_token_gb_spec,
+    naive_utilization_spec,
+    paged_concurrency_spec,
+    paging_gain_spec,
+)
 from kvbench.studies.paper.lecture_numbers import (
     GB,
     KIB,
@@ -11,11 +18,9 @@ from kvbench.studies.paper.lecture_numbers import (
     LECTURE_BUDGET_GB,
     TABLE_ENTRY_BYTES,
     Numbers,
-    in_gb,
-    pct,
 )
 from kvbench.studies.paper.lecture_preemption import swap_specs
-from kvbench.studies.paper.lecture_rows import Spec, filled, from_run, section
+from kvbench.studies.paper.lecture_rows import Spec, from_run, section
 from kvbench.studies.paper.lecture_sharing import fan_out_specs
 from kvbench.studies.paper.lecture_sizing import tpot_specs
 
@@ -38,71 +43,43 @@ def memorize(n: Numbers) -> Section:
 def _capacity_specs(n: Numbers) -> list[Spec]:
     """Naive against paged: utilization, concurrency and the multiplier."""
     kv, budget = n.kv, n.budget
-    u32 = n.naive_32k_n * n.seq * kv / budget
-    multiplier = n.paged_n / n.naive_n
     return [
-        Spec(
+        naive_utilization_spec(
+            n,
             "mem_naive_utilization",
             "naive utilization, 640-token workload, S_max = 4K",
-            "%",
-            "15.2%",
-            f"{n.naive_n} x {n.seq} x {kv:,} / {budget:,} = {pct(n.naive_util):.2f} %",
-            pct(n.naive_util),
-            from_run(n.runs, n.naive_overrides, "utilization_saturated", pct),
             why="Decimal KB in the lecture (0.328 GB per sequence); see §10.2's naive_utilization_4k.",
         ),
-        Spec(
+        naive_token_gb_spec(
+            n,
             "mem_naive_token_gb",
             "the tokens' GB in '9.5 of 62.5 GB'",
-            "GB",
-            "9.5",
-            f"{n.naive_n} x {n.seq} x {kv:,} B = {n.naive_tokens_bytes / GB:.2f} GB",
-            n.naive_tokens_bytes / GB,
-            from_run(n.runs, n.naive_overrides, "peak_token_bytes", in_gb),
             why=f"29 x 0.328 GB (decimal KB) in the lecture. The run's peak token bytes are its own peak (at most "
             f"{n.seq - 1} KV tokens per sequence, not all at once), not {n.naive_n} full sequences.",
         ),
         Spec("mem_kv_budget_gb", "the budget in '9.5 of 62.5 GB'", "GB", "62.5 GB", f"{budget:,} B", budget / GB),
-        Spec(
+        naive_utilization_spec(
+            n,
             "mem_naive_utilization_32k",
             "the same at S_max = 32K",
-            "%",
-            "1.9%",
-            f"{n.naive_32k_n} x {n.seq} x {kv:,} / {budget:,} = {pct(u32):.2f} %",
-            pct(u32),
-            from_run(n.runs, n.long_overrides, "utilization_saturated", pct),
             why=f"The lecture's 15.2 % / {n.s_max_32k // n.s_max} ignores that only {n.naive_32k_n} slots of "
             f"{n.s_max_32k * kv / GB:.1f} GB fit ({budget / (n.s_max_32k * kv):.1f} rounded down).",
+            s_max_32k=True,
         ),
-        Spec(
-            "mem_naive_concurrency",
-            "concurrency, naive",
-            "seqs",
-            "29",
-            f"floor({budget:,} / ({n.s_max:,} x {kv:,})) = {n.naive_n}",
-            n.naive_n,
-            filled(n.naive_overrides, n.seq, n.s_max),
-            sim_tol=0.0,
-        ),
-        Spec(
+        naive_concurrency_spec(n, "mem_naive_concurrency", "concurrency, naive"),
+        paged_concurrency_spec(
+            n,
             "mem_paged_concurrency",
             "concurrency, paged",
-            "seqs",
-            "199",
-            f"floor({n.blocks_total:,} / {n.blocks_per_seq}) = {n.paged_n}",
-            n.paged_n,
-            filled(n.paged_overrides, n.seq, n.s_max),
-            sim_tol=0.0,
             why=f"{budget / GB:g}e9 B hold {n.blocks_total:,} blocks of {n.block} x {kv / KIB:g} KiB, "
             f"{n.blocks_per_seq} per sequence; 62.5 GiB would give {LECTURE_BUDGET_GB * 2**30 / (n.seq * kv):.0f}.",
         ),
-        Spec(
+        paging_gain_spec(
             "mem_paged_over_naive",
             "naive -> paged multiplier",
-            "x",
             "6.9x",
-            f"{n.paged_n} / {n.naive_n} = {multiplier:.2f}",
-            multiplier,
+            n.paged_n,
+            n.naive_n,
             why=f"199 / 29 in the lecture; kvbench's {n.paged_n} / {n.naive_n}.",
         ),
     ]

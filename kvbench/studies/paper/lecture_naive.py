@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from kvbench.studies.paper.document import Section
+from kvbench.studies.paper.lecture_capacity import naive_token_gb_spec, naive_utilization_spec, paged_concurrency_spec
 from kvbench.studies.paper.lecture_numbers import (
     GB,
     KIB,
@@ -13,10 +14,9 @@ from kvbench.studies.paper.lecture_numbers import (
     LECTURE_NAIVE_N,
     LECTURE_SEQ_GB,
     Numbers,
-    in_gb,
     pct,
 )
-from kvbench.studies.paper.lecture_rows import Spec, as_is, filled, from_run, section
+from kvbench.studies.paper.lecture_rows import Spec, as_is, from_run, section
 
 
 def s10_2(n: Numbers) -> Section:
@@ -60,14 +60,10 @@ def _naive_rows(n: Numbers) -> list[Spec]:
             f"the closed form; filling a fresh naive allocator also gives {n.naive_fill}. "
             "The lecture's 29 is from the instructor notes ('29 of them stacked').",
         ),
-        Spec(
+        naive_token_gb_spec(
+            n,
             "naive_token_gb",
             "KV the 29 sequences' tokens fill, at full length",
-            "GB",
-            "9.5",
-            f"{n.naive_n} x {n.seq} x {kv:,} B = {n.naive_tokens_bytes / GB:.2f} GB",
-            n.naive_tokens_bytes / GB,
-            measured("peak_token_bytes", in_gb),
             why=f"The lecture's '9.5 of 62.5' takes a 640-token sequence as 0.328 GB (640 x 512 decimal KB): "
             f"{LECTURE_NAIVE_N} x {LECTURE_SEQ_GB} = {LECTURE_NAIVE_N * LECTURE_SEQ_GB:.2f} GB. A token is "
             f"{kv / KIB:g} KiB = {kv:,} B, so {n.seq} tokens are "
@@ -85,14 +81,11 @@ def _naive_rows(n: Numbers) -> list[Spec]:
             budget / GB,
             why="The budget is an input (conf/hardware/h100-sxm.yaml), as in the lecture.",
         ),
-        Spec(
+        naive_utilization_spec(
+            n,
             "naive_utilization_4k",
             "naive utilization at full length (tokens / budget)",
-            "%",
-            "15.2%",
-            f"{n.naive_n} x {n.seq} x {kv:,} B / {budget:,} B = {pct(n.naive_util):.2f} %",
-            pct(n.naive_util),
-            measured("utilization_saturated", pct),
+            formula=f"{n.naive_n} x {n.seq} x {kv:,} B / {budget:,} B = {pct(n.naive_util):.2f} %",
             why=util_why,
         ),
         Spec(
@@ -177,16 +170,13 @@ def _packed_rows(n: Numbers) -> list[Spec]:
     """The same budget packed by the paged allocator, against the H100's ridge point."""
     kv, budget = n.kv, n.budget
     return [
-        Spec(
+        paged_concurrency_spec(
+            n,
             "packed_concurrency",
             "concurrency once the cache is packed (paged, blocks of 16)",
-            "seqs",
-            "200",
-            f"floor(floor({budget:,} / ({n.block} x {kv:,})) / ceil({n.seq} / {n.block})) = "
+            claim="200",
+            formula=f"floor(floor({budget:,} / ({n.block} x {kv:,})) / ceil({n.seq} / {n.block})) = "
             f"floor({n.blocks_total:,} / {n.blocks_per_seq}) = {n.paged_n}",
-            n.paged_n,
-            filled(n.paged_overrides, n.seq, n.s_max),
-            sim_tol=0.0,
             why=f"{budget / GB:g} GB holds {n.blocks_total:,} blocks of {n.block} x {kv / KIB:g} KiB; a {n.seq}-token "
             f"sequence needs {n.blocks_per_seq}, so {n.paged_n}. "
             f"The lecture's 200 is what a 62.5 GiB budget gives: 62.5 x 2^30 / ({n.seq} x {kv / KIB:g} KiB) = "
@@ -220,17 +210,14 @@ def _packed_rows(n: Numbers) -> list[Spec]:
 def _long_context_rows(n: Numbers) -> list[Spec]:
     """The naive allocator again at S_max = 32,768."""
     kv, budget = n.kv, n.budget
-    u32 = n.naive_32k_n * n.seq * kv / budget
     return [
-        Spec(
+        naive_utilization_spec(
+            n,
             "naive_utilization_32k",
             "naive utilization at S_max = 32,768",
-            "%",
-            "1.9%",
-            f"floor({budget:,} / ({n.s_max_32k:,} x {kv:,})) = {n.naive_32k_n} seqs; {n.naive_32k_n} x {n.seq} x "
-            f"{kv:,} / {budget:,} = {pct(u32):.2f} %",
-            pct(u32),
-            from_run(n.runs, n.long_overrides, "utilization_saturated", pct),
+            s_max_32k=True,
+            formula=f"floor({budget:,} / ({n.s_max_32k:,} x {kv:,})) = {n.naive_32k_n} seqs; "
+            f"{n.naive_32k_n} x {n.seq} x {kv:,} / {budget:,} = {pct(n.naive_32k_util):.2f} %",
             why=f"A 32K slot is {n.s_max_32k * kv / GB:.2f} GB, so {n.naive_32k_n} fit (the run holds "
             f"{n.long_run['peak_concurrency']}, a fresh allocator {n.naive_32k_fill}). The lecture's 1.9 % is "
             f"15.2 % / {n.s_max_32k // n.s_max}: it scales the utilization by the slot's growth, ignoring that "

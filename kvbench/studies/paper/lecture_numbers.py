@@ -120,6 +120,7 @@ class Numbers:
         self.s_max_32k = 32768
         self.naive_32k_n = self.budget // (self.s_max_32k * self.kv)
         self.naive_32k_fill = fill(self.long_overrides, self.seq, self.s_max_32k)
+        self.naive_32k_util = self.naive_32k_n * self.seq * self.kv / self.budget
         # runs on the lecture's chat workload
         self.naive_run = runs(self.naive_overrides).summary
         self.per_request_run = runs(["allocator=per_request"]).summary

@@ -4,10 +4,10 @@ and the instructor notes' 15.2 % -> 98.7 % and 29 -> 199."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
-import pandas as pd
-
-from kvbench.studies.paper.document import Section, Table
+from kvbench.studies.paper.document import Section
+from kvbench.studies.paper.lecture_capacity import paged_concurrency_spec
 from kvbench.studies.paper.lecture_numbers import (
     GB,
     KIB,
@@ -19,7 +19,7 @@ from kvbench.studies.paper.lecture_numbers import (
     block_overrides,
     pct,
 )
-from kvbench.studies.paper.lecture_rows import Spec, filled, from_run, section
+from kvbench.studies.paper.lecture_rows import Spec, from_run, printed_table, section
 
 
 @dataclass(frozen=True)
@@ -66,18 +66,13 @@ LECTURE_BLOCK_TABLE = {
 
 
 def s10_3(n: Numbers) -> Section:
-    specs, records = [], []
-    for block, cells in LECTURE_BLOCK_TABLE.items():
-        block_specs, record = _block(n, block, cells)
-        specs += block_specs
-        records.append(record)
-    table = Table(
-        name="lecture_block_size_table",
-        caption="§10.3's block-size table by kvbench's closed forms "
+    specs, table = printed_table(
+        LECTURE_BLOCK_TABLE,
+        partial(_block, n),
+        "lecture_block_size_table",
+        "§10.3's block-size table by kvbench's closed forms "
         f"(waste at the lecture's B = {LECTURE_B}; MB = 1e6 B), beside the lecture's printed cells",
-        frame=pd.DataFrame(records),
-        run="kvbench/studies/paper/lecture.py closed forms",
-        decimals={"mean_tail_MB": 2, "waste_at_B199_pct": 2, "mean_tail_tokens": 1},
+        {"mean_tail_MB": 2, "waste_at_B199_pct": 2, "mean_tail_tokens": 1},
     )
     return section(
         "§10.3 PagedAttention: the KV cache as virtual memory",
@@ -207,15 +202,11 @@ def _paged_specs(n: Numbers) -> list[Spec]:
             f"memory binds is {pct(n.paged_run['utilization_saturated']):.1f} % (sequences are admitted and finish "
             "between steps).",
         ),
-        Spec(
+        paged_concurrency_spec(
+            n,
             "paged_concurrency_199",
             "paged concurrency (instructor notes: 29 -> 199)",
-            "seqs",
-            "199",
-            f"floor({n.blocks_total:,} blocks / {n.blocks_per_seq} per sequence) = {n.paged_n}",
-            n.paged_n,
-            filled(n.paged_overrides, n.seq, n.s_max),
-            sim_tol=0.0,
+            formula=f"floor({n.blocks_total:,} blocks / {n.blocks_per_seq} per sequence) = {n.paged_n}",
             why=f"See §10.2's packed_concurrency: a 62.5 GiB budget ({LECTURE_BUDGET_GB * 2**30 / GB:.1f}e9 B) would "
             f"hold exactly {LECTURE_BUDGET_GB * 2**30 / (n.seq * n.kv):.0f} sequences of "
             f"{n.seq} x {n.kv / KIB:g} KiB, and the lecture's 199 is one less; kvbench's allocator holds {n.paged_n} "

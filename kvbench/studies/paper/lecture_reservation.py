@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from kvbench.studies.paper.configs import composed
 from kvbench.studies.paper.document import Section
+from kvbench.studies.paper.lecture_capacity import naive_concurrency_spec
 from kvbench.studies.paper.lecture_numbers import GB, KIB, LECTURE_BUDGET_GB, Numbers, pct
 from kvbench.studies.paper.lecture_rows import Measured, Spec, filled, from_run, section
 from kvbench.studies.paper.lecture_setup import GQA8, LONG, POS_128K, fill
@@ -201,14 +202,7 @@ def _fragmentation_specs(n: Numbers, mix: list[tuple[int, float]]) -> list[Spec]
             "The lecture's 20 GB (and §10.2's 1.2 GB hole) are illustrations; this run's worst case is the "
             "number above.",
         ),
-        Spec(
-            "ex2_better_than_naive",
-            "better than naive's concurrency",
-            "seqs",
-            "29",
-            f"naive at S_max 4K: {n.naive_n}",
-            n.naive_n,
-            filled(n.naive_overrides, n.seq, n.s_max),
-            sim_tol=0.0,
+        naive_concurrency_spec(
+            n, "ex2_better_than_naive", "better than naive's concurrency", f"naive at S_max 4K: {n.naive_n}"
         ),
     ]

@@ -4,8 +4,11 @@ specs into its :class:`~kvbench.studies.paper.rows.Row` objects, keyed ``lecture
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
 
 from kvbench.studies.paper.document import Section, Table
 from kvbench.studies.paper.lecture_setup import fill, fill_description
@@ -96,3 +99,22 @@ def row(spec: Spec, where: str) -> Row:
 def section(title: str, where: str, intro: str, specs: Sequence[Spec], tables: Sequence[Table] = ()) -> Section:
     """A section of the lecture: its rows from ``specs``, in order, and its tables."""
     return Section(title=title, intro=intro, rows=[row(spec, where) for spec in specs], tables=list(tables))
+
+
+def printed_table(
+    printed: Mapping[int, Any],
+    line: Callable[[int, Any], tuple[list[Spec], dict]],
+    name: str,
+    caption: str,
+    decimals: dict[str, int],
+) -> tuple[list[Spec], Table]:
+    """A table the lecture prints a line per block size (``printed``: its cells by block size):
+    ``line(b, cells)`` gives a spec per printed cell and kvbench's own line by its closed forms.
+    Every line's specs, in order, and kvbench's table of its lines."""
+    specs, records = [], []
+    for b, cells in printed.items():
+        line_specs, record = line(b, cells)
+        specs += line_specs
+        records.append(record)
+    frame = pd.DataFrame(records)
+    return specs, Table(name, caption, frame, run="kvbench/studies/paper/lecture.py closed forms", decimals=decimals)

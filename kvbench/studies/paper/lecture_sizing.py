@@ -10,6 +10,7 @@ import pandas as pd
 
 from kvbench.api import slo_batch
 from kvbench.studies.paper.document import Section, Table
+from kvbench.studies.paper.lecture_capacity import paged_concurrency_spec, paging_gain_spec
 from kvbench.studies.paper.lecture_numbers import (
     GB,
     KIB,
@@ -22,7 +23,7 @@ from kvbench.studies.paper.lecture_numbers import (
     in_ms,
     ttft_overrides,
 )
-from kvbench.studies.paper.lecture_rows import Measured, Spec, filled, from_run, ratio, section
+from kvbench.studies.paper.lecture_rows import Measured, Spec, from_run, ratio, section
 from kvbench.studies.paper.runs import command
 
 
@@ -142,15 +143,10 @@ def tpot_specs(n: Numbers, prefix: str) -> list[Spec]:
             "rounds up to 164; a batch must round down (B = 164 misses the SLO even on the lecture's numbers). "
             "kvbench slo-batch prints this arithmetic.",
         ),
-        Spec(
+        paged_concurrency_spec(
+            n,
             f"{prefix}_memory_ceiling",
             "the memory ceiling the SLO batch is set against",
-            "seqs",
-            "199",
-            f"floor({n.blocks_total:,} / {n.blocks_per_seq}) = {n.paged_n}",
-            n.paged_n,
-            filled(n.paged_overrides, n.seq, n.s_max),
-            sim_tol=0.0,
             why=f"kvbench's paged allocator holds {n.paged_n} (see §10.2's packed_concurrency). The conclusion holds: "
             f"the SLO's {b_slo} binds before memory's {n.paged_n}.",
         ),
@@ -249,7 +245,7 @@ def s10_7(n: Numbers) -> Section:
         )
 
     specs = [
-        Spec(key, quantity, "x", claim, f"{n.paged_n} / {n.naive_n} = {multiplier:.2f}", multiplier, floors(), why=why)
+        paging_gain_spec(key, quantity, claim, n.paged_n, n.naive_n, why, floors())
         for key, quantity, claim in (
             ("easy_ratio_6_9", "paging's concurrency multiplier ('the easy 6.9x')", "6.9x"),
             ("easy_ratio_7", "the same, as the timing plan closes ('the easy 7x')", "7x"),

@@ -66,38 +66,34 @@ def block_size(runs: Runs, ref: dict, figures_dir: Path) -> Section:
         "nothing here; on the paper's GPU, blocks below 16 underuse the kernel, which kvbench can show only with "
         "a calibration measured on a GPU."
     )
+
+    def judged(key: str, quantity: str, claim: str, formula: str, holds: bool, curve, reading: str) -> Row:
+        """A §7.2 claim judged on one workload's ``curve`` (normalized latency per block size)."""
+        per_block = ", ".join(f"{b}: {v:.4f}" for b, v in zip(BLOCK_SIZES, curve, strict=True))
+        why = f"Normalized latency (s/token) per block: {per_block}. {reading}{note}"
+        return Row(f"vllm.{key}", "§7.2", quantity, "", claim, formula, None, run=run, holds=holds, why=why)
+
     rows = [
-        Row(
-            "vllm.sec7_2_sharegpt_block_16_128",
-            "§7.2",
+        judged(
+            "sec7_2_sharegpt_block_16_128",
             "ShareGPT: block sizes 16-128 perform best",
-            "",
             ref["sec7_2_block_size"].split(";")[0],
             "every block size in 16..128 within 10 % of the best normalized "
             f"latency at {BLOCK_SWEEP_RATE['sharegpt_like']:g} req/s",
-            None,
-            run=run,
-            holds=sg_holds,
-            why="Normalized latency (s/token) per block: "
-            + ", ".join(f"{b}: {v:.4f}" for b, v in zip(BLOCK_SIZES, sg, strict=True))
-            + ". Larger blocks leave more unfilled tail per sequence, fewer sequences fit, and at this load the queue "
-            "grows." + note,
+            sg_holds,
+            sg,
+            "Larger blocks leave more unfilled tail per sequence, fewer sequences fit, and at this load the queue "
+            "grows.",
         ),
-        Row(
-            "vllm.sec7_2_alpaca_block_16_32",
-            "§7.2",
+        judged(
+            "sec7_2_alpaca_block_16_32",
             "Alpaca: 16 and 32 work well, larger sizes degrade",
-            "",
             "16 and 32 work well; larger degrade",
             "16 and 32 within 10 % of the best, 128 and 256 more than 10 % worse "
             f"(at {BLOCK_SWEEP_RATE['alpaca_like']:g} req/s)",
-            None,
-            run=run,
-            holds=al_holds,
-            why="Normalized latency (s/token) per block: "
-            + ", ".join(f"{b}: {v:.4f}" for b, v in zip(BLOCK_SIZES, al, strict=True))
-            + f". Alpaca's short sequences (about {mean_tokens['alpaca_like']:.0f} tokens) waste most of a large block."
-            + note,
+            al_holds,
+            al,
+            f"Alpaca's short sequences (about {mean_tokens['alpaca_like']:.0f} tokens) waste most of a large block.",
         ),
     ]
     fig, ax = new_figure(6.0, 3.6)
