@@ -123,6 +123,35 @@ class StepOutcome(NamedTuple):
     any_seq_finished: bool
 
 
+def _available_bytes(ledger) -> int:
+    """Bytes an allocation may take: free, and cached but evictable."""
+    return ledger.free_bytes + ledger.cached_bytes
+
+
+def _before_memory_rises(projection: DecodeProjection, available_bytes: int) -> DecodeProjection:
+    """The steps of a projected run before the first whose free and cached bytes exceed
+    ``available_bytes`` (what the step's decisions saw, at its start and at its end). A scheduler
+    decides at a step's start or end, and every such decision (an admission, a swap-in, a prompt
+    chunk) is refused with less memory if it was refused with more, so these steps repeat the
+    first one's decisions; the step that would see more memory is taken on its own."""
+    free, cached = projection.ledgers["free_bytes"], projection.ledgers["cached_bytes"]
+    if isinstance(free, list):
+        num_steps = next((j for j, (f, c) in enumerate(zip(free, cached)) if f + c > available_bytes), len(free))
+    else:
+        over = np.flatnonzero(np.asarray(free) + np.asarray(cached) > available_bytes)
+        num_steps = int(over[0]) if len(over) else len(free)
+    if num_steps == projection.num_steps:
+        return projection
+    if not num_steps:
+        return NO_PROJECTION
+    pages = projection.pages_mapped
+    return DecodeProjection(
+        num_steps,
+        {name: values[:num_steps] for name, values in projection.ledgers.items()},
+        None if pages is None else pages[:num_steps],
+    )
+
+
 class _Work:
     """One request's share of a step, committed to the plan only once all of it fits."""
 
@@ -213,6 +242,10 @@ class Scheduler:
         self._headroom_bytes = 0
         self._refused: tuple[SeqShape, Refusal] | None = None  # why the last admission failed
         self._caches_prefixes = allocator.capabilities.caches_prefixes
+        # a run of decode steps may free memory (sliding windows): what was free and cached when
+        # the step began, so that a projected run stops before a refused request could fit
+        self._frees_during_decode = allocator.capabilities.frees_during_decode
+        self._available_at_start_bytes = 0
         # the cache hit counted by the admission in progress, to take back if it is refused:
         # (group, lost positions served back from the cache, new prompt positions served)
         self._admission_hit: tuple[SequenceGroup, int, int] | None = None
@@ -303,6 +336,8 @@ class Scheduler:
         self._num_eligible = len(self.running) + len(self.waiting)
         if self.host_reloads is not None:
             self.host_reloads.start_step(clock_s, self.waiting.peek() if self.waiting else None)
+        if self._frees_during_decode:
+            self._available_at_start_bytes = _available_bytes(self.allocator.ledger())
         self.schedule_step(plan)
         plan.copies.extend(self.allocator.drain_copies())
         if self.allocator.capabilities.maps_pages:  # vAttention: the pages this step mapped, to be priced
@@ -380,7 +415,19 @@ class Scheduler:
         """The next ``limit`` (at most) decode steps of a quiet plan's sequences, as memory allows."""
         if limit <= 0:
             return NO_PROJECTION
-        return self.allocator.project_decode([seq.seq_id for seq in plan.decodes], limit, self._head_shape())
+        projection = self.allocator.project_decode([seq.seq_id for seq in plan.decodes], limit, self._head_shape())
+        if projection.num_steps and self._frees_during_decode and self._memory_may_change_plan(plan):
+            available_bytes = _available_bytes(plan.ledger)
+            if available_bytes > self._available_at_start_bytes:
+                return NO_PROJECTION  # the next step's decisions already see more than this one's
+            return _before_memory_rises(projection, available_bytes)
+        return projection
+
+    def _memory_may_change_plan(self, plan: StepPlan) -> bool:
+        """Whether memory freed during a run of decode steps could change a later step: a request
+        waits or is swapped out, or a running sequence did not compute this step (a prompt chunk
+        that did not fit, or one past the step's sequence cap)."""
+        return bool(self.waiting or self.swapped or len(plan.decodes) < self.num_running_seqs)
 
     def extend(self, plan: StepPlan, projection: DecodeProjection, num_extra_steps: int) -> None:
         """Make a quiet plan stand for ``num_extra_steps`` more decode steps (``decode_span`` said they fit)."""

@@ -39,7 +39,7 @@ from __future__ import annotations
 import copy
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from kvbench_plugins.allocators.paged import PagedConfig
 
@@ -128,10 +128,12 @@ class HybridPagedAllocator(Allocator):
                     f"with sliding-window layers (hybrid KV groups); leave it at {option.default!r}"
                 )
         self._caching = bool(self.config.prefix_caching)
-        if self._caching:
-            self.capabilities = AllocatorCapabilities(
-                shares_blocks=True, can_swap=True, projects_decode=True, caches_prefixes=True
-            )
+        self.capabilities = replace(
+            type(self).capabilities,
+            caches_prefixes=self._caching,
+            # a window group frees the blocks its window moves past, decoding too
+            frees_during_decode=any(self._windows),
+        )
         self._cached_block_id: dict[tuple, int] = {}  # (group, prefix key) -> its one block
         self._block_key: dict[int, tuple] = {}
         self._evictable: OrderedDict[int, None] = OrderedDict()

@@ -231,6 +231,25 @@ def test_both_loops_agree_for_a_hybrid_model(model, budget, preemption):
     assert s["num_preemptions"] > 0, "the heavy workload must preempt"
 
 
+@pytest.mark.parametrize("scheduler", ["mixed", "prefill_first"])
+def test_both_loops_agree_when_a_sliding_window_frees_room_for_a_refused_request(scheduler):
+    """Twenty requests in step at t = 0: their windows free blocks together, and while others wait
+    that room admits the head of the queue at the step it appears. A run of decode steps advanced
+    at once must end before that step, not take the memory the step-by-step loop admits with."""
+    result = both_loops(
+        "model=mistral-7b-v0.1",
+        "model.hf_config.sliding_window=256",
+        "workload=synthetic",
+        "workload.num_requests=20",
+        "workload.prompt_tokens=200",
+        "workload.output_tokens=300",
+        "workload.s_max_tokens=2048",
+        "hardware.kv_budget_bytes=0.2e9",
+        f"scheduler={scheduler}",
+    )
+    assert result.summary["window_slid_bytes"] > 0 and len(result.refusals) > 0
+
+
 def test_a_window_model_decodes_faster_and_holds_more_than_its_twin():
     from kvbench.api import run
 
