@@ -3,7 +3,7 @@
 ``hybrid_paged``) and its full-attention twin (``model.hf_config.sliding_window=null``: the same
 weights and layers in one full group, on the paged allocator), on the same requests.
 
-    python benchmarks/hybrid_speed.py                         # 100,000 requests, 2 pairs (about 5 min on 2 idle cores)
+    python benchmarks/hybrid_speed.py                         # 100,000 requests, 2 pairs (about 2 min on 2 idle cores)
     python benchmarks/hybrid_speed.py --requests 10000 --repeat 3
     python benchmarks/hybrid_speed.py --models gemma3-12b,mistral-7b-v0.1
     python benchmarks/hybrid_speed.py --quick                 # 2,000 requests, one pair: a smoke test
@@ -55,6 +55,7 @@ from side_by_side import (
     KV_BUDGET_BYTES,
     Scenario,
     compile_kvbench,
+    kvbench_command,
     poisson_lengths_scenario,
     run_kvbench,
 )
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> dict:
     report: dict = {
         "command": " ".join(["python benchmarks/hybrid_speed.py", *argv]),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "kvbench": "this checkout's" if args.kvbench is None else args.kvbench[0],
+        "kvbench": (args.kvbench or kvbench_command())[0],
         "load_average": {"start": load_average()},
         "pairs": {},
     }

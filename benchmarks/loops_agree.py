@@ -1,7 +1,8 @@
 """Both loops, identical tables, at scale: the event-driven loop against the step-by-step reference on
-scale.py's scenarios (100,000-request arrival-heavy traces, preemption storms, 16x the tokens).
+scale.py's scenarios (100,000-request arrival-heavy traces, preemption storms, 16x the tokens) and on
+a sliding-window model.
 
-    python benchmarks/loops_agree.py                          # every scenario, full size (about 4 min on 2 cores)
+    python benchmarks/loops_agree.py                          # every scenario, full size (about 6 min on 2 cores)
     python benchmarks/loops_agree.py --scenarios arxiv-poisson3-100k,azure-conv-1x-100k
     python benchmarks/loops_agree.py --quick                  # scale.py's small sizes (about 20 s)
     python benchmarks/loops_agree.py --scenarios arxiv-poisson3-100k-gemma3-12b,arxiv-t0-2k-gemma3-12b
