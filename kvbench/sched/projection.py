@@ -29,6 +29,8 @@ def _before_memory_rises(projection: DecodeProjection, available_bytes: int) -> 
     decides at a step's start or end, and every such decision (an admission, a swap-in, a prompt
     chunk) is refused with less memory if it was refused with more, so these steps repeat the
     first one's decisions; the step that would see more memory is taken on its own."""
+    if not projection.num_steps:
+        return projection
     free, cached = projection.ledgers["free_bytes"], projection.ledgers["cached_bytes"]
     if isinstance(free, list):
         num_steps = next((j for j, (f, c) in enumerate(zip(free, cached)) if f + c > available_bytes), len(free))
@@ -68,13 +70,15 @@ class ProjectionMixin:
         """The next ``limit`` (at most) decode steps of a quiet plan's sequences, as memory allows."""
         if limit <= 0:
             return NO_PROJECTION
-        projection = self.allocator.project_decode([seq.seq_id for seq in plan.decodes], limit, self._head_shape())
-        if projection.num_steps and self._frees_during_decode and self._memory_may_change_plan(plan):
+        seq_ids = [seq.seq_id for seq in plan.decodes]
+        if self._frees_during_decode and self._memory_may_change_plan(plan):
             available_bytes = _available_bytes(plan.ledger)
             if available_bytes > self._available_at_start_bytes:
                 return NO_PROJECTION  # the next step's decisions already see more than this one's
-            return _before_memory_rises(projection, available_bytes)
-        return projection
+            return _before_memory_rises(
+                self.allocator.project_decode(seq_ids, limit, self._head_shape()), available_bytes
+            )
+        return self.allocator.project_decode(seq_ids, limit, self._head_shape())
 
     def _memory_may_change_plan(self, plan: StepPlan) -> bool:
         """Whether memory freed during a run of decode steps could change a later step: a request
