@@ -1,14 +1,19 @@
 """Both loops, identical tables, at scale: the event-driven loop against the step-by-step reference on
-scale.py's scenarios (100,000-request arrival-heavy traces, preemption storms, 16x the tokens).
+scale.py's scenarios (100,000-request arrival-heavy traces, preemption storms, 16x the tokens) and on
+a sliding-window model.
 
-    python benchmarks/loops_agree.py                          # every scenario, full size (about 4 min on 2 cores)
+    python benchmarks/loops_agree.py                          # every scenario, full size (about 6 min on 2 cores)
     python benchmarks/loops_agree.py --scenarios arxiv-poisson3-100k,azure-conv-1x-100k
     python benchmarks/loops_agree.py --quick                  # scale.py's small sizes (about 20 s)
+    python benchmarks/loops_agree.py --scenarios arxiv-poisson3-100k-gemma3-12b,arxiv-t0-2k-gemma3-12b
 
 The unit tests check that ``event_driven=true`` and ``event_driven=false`` write the same tables on
 every allocator x scheduler x preemption, at tens of requests. This runs both loops on the scenarios
 the speed goals are measured on, each as a ``kvbench`` process writing its normal tables (Parquet
-and CSV, no figures), and compares what they wrote:
+and CSV, no figures), and on a sliding-window model (Gemma-3-12B on a 40 GB KV budget, whose window
+groups free blocks while it decodes: hybrid_speed.py's window side) with scale.py's arXiv replay
+and with 2,000 arXiv requests at t = 0, where it preempts and requests wait while windows free
+memory; and compares what they wrote:
 
 - ``requests``, ``steps`` and ``refusals``, as CSV and as Parquet: byte for byte;
 - ``summary.json``: every key but the ones that are the run's own (its job and date, and those
@@ -39,12 +44,48 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from hybrid_speed import PAIRS, side_scenario
 from report_files import check_report, write_report
-from scale import NAMES, RESULTS, SPECS
-from side_by_side import compile_kvbench, run_kvbench
+from scale import RESULTS, SPECS, Spec
+from side_by_side import ARXIV_LENGTHS, VLLM, Scenario, compile_kvbench, poisson_lengths_scenario, run_kvbench
 
 from kvbench.compare.tolerance import default_rules, tolerance_for
 
+
+def _on_gemma3(name: str, requests: Scenario, kv_budget_bytes: float | None = None) -> Scenario:
+    """A request list replayed on Gemma-3-12B (five window groups of 1,024 tokens per full group),
+    on hybrid_speed.py's 40 GB KV budget or ``kv_budget_bytes``."""
+    window = side_scenario(requests, PAIRS["gemma3-12b"], "window", kv_budget_bytes)
+    budget = f", {kv_budget_bytes / 1e9:g} GB of KV" if kv_budget_bytes else ""
+    return Scenario(name, f"{requests.description}, {window.description}{budget}", window.kvbench_overrides)
+
+
+def _arxiv_at_once(name: str, n: int) -> Scenario:
+    what = f"{n:,} requests of the arXiv length file at t = 0, paged prefill-first"
+    return Scenario(name, what, [*VLLM, "workload=arxiv", "workload.arrival=all_at_once", f"workload.num_requests={n}"])
+
+
+#: the memory-bound start's KV budget: about 15 of its sequences at once, so it preempts
+T0_KV_BUDGET_BYTES = 8e9
+#: the sliding-window model's scenarios: the arXiv replay, and a memory-bound start at t = 0
+HYBRID_SPECS = (
+    Spec(
+        "arxiv-poisson3-100k-gemma3-12b",
+        lambda n, work: _on_gemma3(
+            "arxiv-poisson3-100k-gemma3-12b", poisson_lengths_scenario("arxiv-gemma3", ARXIV_LENGTHS, n, work)
+        ),
+        100_000,
+        2_000,
+    ),
+    Spec(
+        "arxiv-t0-2k-gemma3-12b",
+        lambda n, work: _on_gemma3("arxiv-t0-2k-gemma3-12b", _arxiv_at_once("", n), T0_KV_BUDGET_BYTES),
+        2_000,
+        300,
+    ),
+)
+ALL_SPECS = (*SPECS, *HYBRID_SPECS)
+NAMES = tuple(s.name for s in ALL_SPECS)
 #: the tables both loops must write alike, byte for byte
 TABLE_FILES = tuple(f"{table}.{kind}" for table in ("requests", "steps", "refusals") for kind in ("csv", "parquet"))
 #: the run's labels: its job (which names its own overrides, the loop among them) and its date
@@ -170,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict:
     compile_kvbench()
     with tempfile.TemporaryDirectory(prefix="kvbench-loops-agree-") as tmp:
         work = Path(tmp)
-        for spec in (s for s in SPECS if s.name in args.scenarios):
+        for spec in (s for s in ALL_SPECS if s.name in args.scenarios):
             scenario = spec.build(spec.quick if args.quick else spec.full, work)
             report["scenarios"][spec.name] = check_scenario(scenario, work)
     report["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -96,7 +96,7 @@ SEMANTIC = (
     Mutant(
         "watermark_ignored",
         "admission keeps no watermark free",
-        "kvbench/sched/scheduler.py",
+        "kvbench/sched/admission.py",
         "self._headroom_bytes = self.watermark_bytes if self.num_running_seqs else 0",
         "self._headroom_bytes = 0",
     ),
@@ -131,7 +131,7 @@ SEMANTIC = (
     Mutant(
         "recompute_count",
         "a recompute preemption counts one position fewer as recomputed",
-        "kvbench/sched/scheduler.py",
+        "kvbench/sched/victims.py",
         "victim.num_recomputed_tokens += kv_tokens",
         "victim.num_recomputed_tokens += kv_tokens - 1",
     ),
@@ -159,7 +159,7 @@ SEMANTIC = (
     Mutant(
         "seq_cap_off_by_one",
         "admission stops one sequence below max_num_seqs",
-        "kvbench/sched/scheduler.py",
+        "kvbench/sched/admission.py",
         "            if self._seqs_counted(plan) + group.num_live > cfg.max_num_seqs:",
         "            if self._seqs_counted(plan) + group.num_live >= cfg.max_num_seqs:",
     ),

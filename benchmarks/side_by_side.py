@@ -313,17 +313,26 @@ def compile_kvbench() -> None:
             compileall.compile_dir(folder, quiet=1)
 
 
-def run_kvbench(scenario: Scenario, run_dir: Path, *, write_outputs: bool = True, extra: tuple[str, ...] = ()) -> dict:
-    """One ``kvbench`` process; with ``write_outputs`` its normal tables (Parquet + CSV, no figures),
-    its whole loop (``loop_s``: ``loop_wall_s``), the engine's part of it (``engine_loop_s``:
-    ``sim_wall_s``) and its events (``events``: rows of its step table, from the Parquet file's footer)."""
+def run_kvbench(
+    scenario: Scenario,
+    run_dir: Path,
+    *,
+    write_outputs: bool = True,
+    extra: tuple[str, ...] = (),
+    command: list[str] | None = None,
+) -> dict:
+    """One ``kvbench`` process (``command``: another install's ``kvbench``; None: this one's); with
+    ``write_outputs`` its normal tables (Parquet + CSV, no figures), its whole loop (``loop_s``:
+    ``loop_wall_s``), the engine's part of it (``engine_loop_s``: ``sim_wall_s``) and its events
+    (``events``: rows of its step table, from the Parquet file's footer)."""
     overrides = [
         *scenario.kvbench_overrides,
         f"hydra.run.dir={run_dir}",
         f"output.write={str(write_outputs).lower()}",
         *extra,
     ]
-    run = measure([*kvbench_command(), *overrides], env=kvbench_env()).check(f"kvbench ({scenario.name})")
+    argv = [*(command or kvbench_command()), *overrides]
+    run = measure(argv, env=kvbench_env()).check(f"kvbench ({scenario.name})")
     row = {"process_s": run.wall_s, "peak_rss_bytes": run.peak_rss_bytes}
     if write_outputs:
         with (run_dir / "summary.csv").open(newline="") as f:

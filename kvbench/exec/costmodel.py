@@ -69,6 +69,12 @@ class CostModel:
         # not read of a sequence longer than the window; () for a full-attention model
         windows = tuple((g.window_tokens, m.kv_group_bytes_per_token(g)) for g in m.kv_groups if g.kind == WINDOW)
         object.__setattr__(self, "window_groups", windows if type(self) is CostModel else ())
+        # the same, groups of one window size together (Gemma-3's five window groups read alike):
+        # integer bytes, so subtracting their sum is subtracting each
+        by_window: dict[int, int] = {}
+        for window_tokens, group_bytes_per_token in self.window_groups:
+            by_window[window_tokens] = by_window.get(window_tokens, 0) + group_bytes_per_token
+        object.__setattr__(self, "_window_reads", tuple(by_window.items()))
 
     # --- compute -------------------------------------------------------------------------------------
 
@@ -133,12 +139,28 @@ class CostModel:
         steps = np.arange(num_steps, dtype=np.int64)
         kv = self.model.kv_bytes_per_token
         kv_read_bytes = kv * (int(reads.sum()) + len(reads) * steps)
-        for window_tokens, group_bytes_per_token in self.window_groups:
-            # tokens beyond the window, per step: sum over sequences of max(0, read + k - W)
-            beyond = np.maximum(reads[None, :] + steps[:, None] - window_tokens, 0).sum(axis=1)
-            kv_read_bytes = kv_read_bytes - group_bytes_per_token * beyond
+        for window_tokens, bytes_per_token in self._window_reads:
+            kv_read_bytes = kv_read_bytes - bytes_per_token * _tokens_beyond(reads, window_tokens, num_steps)
         times_s = kv_read_bytes / self._kv_bytes_per_s
         times_s += self._weights_s
+        return times_s
+
+    def windowed_decode_times_list_s(self, read_tokens: Sequence[int], num_steps: int) -> list[float]:
+        """:meth:`windowed_decode_times_s` in plain floats, the same bits (the same integer bytes,
+        divided, then the weights added): for a single step or a short run."""
+        kv = self.model.kv_bytes_per_token
+        num_reads, total_tokens = len(read_tokens), sum(read_tokens)
+        unread = [
+            (bytes_per_token, _tokens_beyond_list(read_tokens, w, num_steps))
+            for w, bytes_per_token in self._window_reads
+        ]
+        bytes_per_s, weights_s = self._kv_bytes_per_s, self._weights_s
+        times_s = []
+        for step in range(num_steps):
+            kv_read_bytes = kv * (total_tokens + num_reads * step)
+            for bytes_per_token, beyond in unread:
+                kv_read_bytes -= bytes_per_token * beyond[step]
+            times_s.append(kv_read_bytes / bytes_per_s + weights_s)
         return times_s
 
     def decode_kv_time_s(self, kv_read_bytes: float) -> float:
@@ -198,3 +220,39 @@ class CostModel:
             return (-b + math.sqrt(b * b - 4.0 * quadratic * c)) / (2.0 * quadratic)
         linear_swap += 2.0 * hw.host_transfer_overhead_s / block_size_tokens
         return max(0.0, (linear_swap - linear_recompute) / quadratic)
+
+
+def _tokens_beyond(reads: np.ndarray, window_tokens: int, num_steps: int) -> np.ndarray:
+    """Per step k < ``num_steps``, the tokens the sequences hold beyond a window (what its group does
+    not read): sum over sequences of ``max(0, read + k - W)``, in O(sequences + steps). A sequence
+    ``d = read - W`` past the window adds ``d + k`` from step ``max(0, -d)`` on (0 at that step)."""
+    past = reads - window_tokens
+    start = np.maximum(-past, 0)
+    counted = start < num_steps
+    per_start = np.zeros(num_steps, dtype=np.int64)
+    past_per_start = np.zeros(num_steps, dtype=np.int64)
+    np.add.at(per_start, start[counted], 1)
+    np.add.at(past_per_start, start[counted], past[counted])
+    return np.cumsum(past_per_start) + np.cumsum(per_start) * np.arange(num_steps, dtype=np.int64)
+
+
+def _tokens_beyond_list(reads: Sequence[int], window_tokens: int, num_steps: int) -> list[int]:
+    """:func:`_tokens_beyond` in plain integers."""
+    num_counted = past_sum = 0
+    entering: dict[int, tuple[int, int]] = {}  # step -> (sequences that start counting, their d)
+    for read in reads:
+        past = read - window_tokens
+        if past >= 0:
+            num_counted += 1
+            past_sum += past
+        elif -past < num_steps:
+            count, total = entering.get(-past, (0, 0))
+            entering[-past] = (count + 1, total + past)
+    beyond = []
+    for step in range(num_steps):
+        if step in entering:
+            count, total = entering[step]
+            num_counted += count
+            past_sum += total
+        beyond.append(past_sum + num_counted * step)
+    return beyond

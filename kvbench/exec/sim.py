@@ -27,18 +27,16 @@ class SimExecutor:
     def execute(self, plan: StepPlan) -> StepResult:
         cost = self.cost
         overhead_s = cost.step_overhead_s  # a calibration's fixed cost per step (0.0 uncalibrated)
-        if (
-            1 < plan.num_steps <= SHORT_RUN_STEPS
-            and self._short_runs
-            and plan.page_mapping is None
-            and not cost.window_groups
-            and plan.decodes
-        ):
+        if 1 < plan.num_steps <= SHORT_RUN_STEPS and self._short_runs and plan.page_mapping is None and plan.decodes:
             return self._short_run(plan, overhead_s)
         windowed = None
         if cost.window_groups and plan.decodes:
             # each decode's first step reads its whole context (its num_computed_tokens now)
-            windowed = cost.windowed_decode_times_s([seq.num_computed_tokens for seq in plan.decodes], plan.num_steps)
+            reads = [seq.num_computed_tokens for seq in plan.decodes]
+            if plan.num_steps == 1:  # (plain floats: the same bits, without building arrays)
+                windowed = cost.windowed_decode_times_list_s(reads, 1)
+            else:
+                windowed = cost.windowed_decode_times_s(reads, plan.num_steps)
         if plan.num_steps > 1:
             # a run of quiet decode steps: nothing but decodes, so each step is its decode pass
             if windowed is not None:
@@ -69,9 +67,13 @@ class SimExecutor:
     def _short_run(self, plan: StepPlan, overhead_s: float) -> StepResult:
         """A short run of quiet decode steps, in plain floats: the same bits as the numpy path
         (each step's time, then the clock and the decode time added in step order)."""
-        durations_s = _add_overhead(
-            self.cost.decode_times_list_s(plan.kv_read_tokens, len(plan.decodes), plan.num_steps), overhead_s
-        )
+        cost = self.cost
+        if cost.window_groups:  # each decode's first step reads its whole context (its num_computed_tokens now)
+            reads = [seq.num_computed_tokens for seq in plan.decodes]
+            times_s = cost.windowed_decode_times_list_s(reads, plan.num_steps)
+        else:
+            times_s = cost.decode_times_list_s(plan.kv_read_tokens, len(plan.decodes), plan.num_steps)
+        durations_s = _add_overhead(times_s, overhead_s)
         clock = plan.start_s
         clock_s = [clock]
         decode_s = 0.0  # added in step order in the same pass (what added_in_order does)

@@ -84,6 +84,11 @@ class AllocatorCapabilities:
     #: maps physical pages into virtual ranges as sequences grow (vAttention), work that takes
     #: time: the scheduler puts :meth:`Allocator.drain_page_mapping` in each step plan
     maps_pages: bool = False
+    #: with ``projects_decode``: a run of decode steps may give memory back (a sliding window frees
+    #: the blocks it moves past), so a request refused before the run may fit during it; the
+    #: scheduler then cuts a projected run before its free and cached bytes rise above what the
+    #: step's decisions saw (an allocator without it only takes memory while decoding)
+    frees_during_decode: bool = False
 
 
 class Allocator(ABC):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from kvbench import hookimpl
-from kvbench.errors import require
 from kvbench.sched.scheduler import Scheduler
 
 
@@ -19,14 +18,7 @@ class ChunkedScheduler(Scheduler):
 
     def __init__(self, config=None, **kwargs) -> None:
         super().__init__(config, **kwargs)
-        cfg = self.config
-        # as vLLM requires: every running sequence's decode must fit the step's budget
-        require(
-            cfg.max_num_batched_tokens >= cfg.max_num_seqs,
-            "scheduler.max_num_batched_tokens",
-            cfg.max_num_batched_tokens,
-            f"chunked prefill needs at least scheduler.max_num_seqs={cfg.max_num_seqs}",
-        )
+        self.config.require_decodes_fit("chunked prefill")  # decodes and chunks share one budget
 
     def schedule_step(self, plan) -> None:
         budget = self.config.max_num_batched_tokens

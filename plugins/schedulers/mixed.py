@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from kvbench import hookimpl
-from kvbench.errors import require
 from kvbench.sched.scheduler import Scheduler
 
 
@@ -22,14 +21,8 @@ class MixedScheduler(Scheduler):
 
     def __init__(self, config=None, **kwargs) -> None:
         super().__init__(config, **kwargs)
-        cfg = self.config
-        if cfg.decodes_in_budget:  # as vLLM requires: every running sequence's decode must fit the step
-            require(
-                cfg.max_num_batched_tokens >= cfg.max_num_seqs,
-                "scheduler.max_num_batched_tokens",
-                cfg.max_num_batched_tokens,
-                f"decodes_in_budget needs at least scheduler.max_num_seqs={cfg.max_num_seqs}",
-            )
+        if self.config.decodes_in_budget:
+            self.config.require_decodes_fit("decodes_in_budget")
 
     def schedule_step(self, plan) -> None:
         budget = self.config.max_num_batched_tokens

@@ -1,8 +1,8 @@
 """kvbench's closed forms behind the vLLM paper's numbers (Kwon et al., SOSP 2023, arXiv:2309.06180).
 
 Everything here is computed from kvbench's own specs (``conf/model``, ``conf/hardware``) and cost
-model, or from request lengths; nothing is typed in from the paper except in ``vllm_paper.py``,
-which reads the paper's values from ``data/vllm_paper_reference.json``.
+model, or from request lengths; nothing is typed in from the paper: the sections (``vllm_paper.py``
+and the ``vllm_*`` modules it lists) read the paper's values from ``data/vllm_paper_reference.json``.
 """
 
 from __future__ import annotations

@@ -10,25 +10,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from kvbench_cli import main_status
 
 from kvbench.commands import paper as cli
 from kvbench.studies.paper.rows import Row
 
 
-@pytest.fixture
-def fake_paper(monkeypatch):
-    """``kvbench paper`` over the small fake source instead of the lecture and the paper."""
-    monkeypatch.setattr(cli, "SOURCES", {"fake": "fake_source"})
-    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parents[1] / "studies" / "paper"))
-    sys.modules.pop("fake_source", None)
-
-
 def paper(monkeypatch, *args: str) -> int:
-    monkeypatch.setattr(sys, "argv", ["kvbench paper", *args])
-    with pytest.raises(SystemExit) as stop:
-        cli.main()
-        raise SystemExit(0)
-    return stop.value.code
+    return main_status(monkeypatch, "paper", cli.main, *args)
 
 
 def test_paper_writes_pages_tables_runs_and_figures_with_provenance(fake_paper, monkeypatch, tmp_path, capsys):

@@ -5,24 +5,15 @@ stdout keeps the command's own lines)."""
 from __future__ import annotations
 
 import io
-import sys
-from pathlib import Path
 
 import pytest
+from kvbench_cli import main_status
 from rich.console import Console
 
 from kvbench.app import progress
 from kvbench.commands import paper as cli
 
 COMMAND = "kvbench allocator=naive workload.num_requests=40"  # the fake source's one run
-
-
-@pytest.fixture
-def fake_paper(monkeypatch):
-    """``kvbench paper`` over the small fake source instead of the lecture and the paper."""
-    monkeypatch.setattr(cli, "SOURCES", {"fake": "fake_source"})
-    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "studies" / "paper"))
-    sys.modules.pop("fake_source", None)
 
 
 @pytest.fixture
@@ -36,11 +27,7 @@ def screen(monkeypatch):
 
 
 def paper(monkeypatch, *args: str) -> int:
-    monkeypatch.setattr(sys, "argv", ["kvbench paper", *args])
-    with pytest.raises(SystemExit) as stop:
-        cli.main()
-        raise SystemExit(0)
-    return stop.value.code
+    return main_status(monkeypatch, "paper", cli.main, *args)
 
 
 def test_the_total_is_what_the_last_build_ran(fake_paper, monkeypatch, tmp_path, screen):

@@ -50,3 +50,19 @@ def test_a_run_of_steps_prices_each_step_as_it_alone_is_priced():
     alone = np.array([c.windowed_decode_times_s([r + k for r in reads], 1)[0] for k in range(10)])
     assert np.array_equal(run, alone)  # to the last bit: both loops' clocks agree
     assert np.all(np.diff(run) > 0)  # the full group still reads one more token per step
+
+
+@pytest.mark.parametrize("num_steps", [1, 7, 40])
+def test_plain_floats_and_arrays_price_a_run_alike(num_steps):
+    """Short runs and single steps are priced in plain floats, long runs in arrays: the same bits,
+    and the tokens beyond each window are what summing max(0, read + k - W) over sequences gives."""
+    c = cost("gemma3-12b", sliding_window=64)
+    reads = [1, 30, 63, 64, 65, 200, 5]
+    assert c.windowed_decode_times_list_s(reads, num_steps) == c.windowed_decode_times_s(reads, num_steps).tolist()
+    run = c.windowed_decode_times_s(reads, num_steps)
+    kv, (window, group_bytes) = c.model.kv_bytes_per_token, c._window_reads[0]  # five groups of one window
+    beyond = [sum(max(0, r + k - window) for r in reads) for k in range(num_steps)]
+    read_bytes = [kv * (sum(reads) + len(reads) * k) - group_bytes * b for k, b in enumerate(beyond)]
+    assert run.tolist() == [
+        b / (c.hardware.hbm_bandwidth_bytes_per_s * c.decode_efficiency) + c.weights_time_s for b in read_bytes
+    ]

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from kvbench_plugins.allocators.hybrid_paged import HybridPagedAllocator
 from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
 
+from kvbench.core.ledger import LEDGER_FIELDS
 from kvbench.memory.allocator import SeqShape
 from kvbench.specs.kv_groups import FULL, WINDOW, KVGroup
 from kvbench.testing.allocators import (
@@ -180,9 +181,83 @@ def test_no_block_is_leaked_or_freed_twice(layout, block_size_tokens, budget_tok
     groups = LAYOUTS[layout]
     alloc = make(groups, block_size_tokens, budget_blocks=budget_tokens // block_size_tokens)
     run_operations(alloc, operations)
-    assert alloc._refs == {}
+    assert alloc._shared_refs == {} and set(alloc._held_per_column) == {0}
+    assert alloc._num_tail_slots == alloc._num_future_slots == 0, "a sequence's ledger terms outlived it"
     free = alloc._free_block_ids + list(range(alloc.num_blocks - alloc._num_fresh, alloc.num_blocks))
     assert sorted(free) == list(range(alloc.num_blocks)), "a block was leaked or freed twice"
+
+
+# --- the closed-form decode projection: the steps taken one by one, and the step-by-step projection --
+
+#: a window group of each of two sizes: the blocks of window groups do not move in step
+TWO_WINDOWS = (FULL1, window(24), window(40))
+
+
+def _decoding(groups, block_size_tokens, lengths, spare_blocks, truncate_by):
+    """An allocator with a decoding sequence per (prompt, output) in ``lengths``, on a pool of the
+    most blocks they held plus ``spare_blocks``; with ``truncate_by``, the first sequence grew that
+    many tokens and gave them back (a window group then starts past its window, or holds no block)."""
+    probe = make(groups, block_size_tokens, budget_blocks=10_000)
+    shapes = [SeqShape(p, p + o + truncate_by, p + o) for p, o in lengths]
+    for seq_id, shape in enumerate(shapes):
+        assert probe.allocate(seq_id, shape) == 0
+    held = probe.ledger().allocated_bytes
+    if truncate_by:
+        assert probe.append(0, truncate_by)
+        held = max(held, probe.ledger().allocated_bytes)
+    alloc = make(groups, block_size_tokens, budget_blocks=held // probe.page_bytes + spare_blocks)
+    for seq_id, shape in enumerate(shapes):
+        assert alloc.allocate(seq_id, shape) == 0
+    if truncate_by:
+        assert alloc.append(0, truncate_by)
+        alloc.truncate(0, shapes[0].num_tokens)
+    return alloc
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    groups=st.sampled_from([*LAYOUTS.values(), TWO_WINDOWS]),
+    block_size_tokens=st.sampled_from([4, 8]),
+    lengths=st.lists(st.tuples(st.integers(1, 90), st.integers(2, 160)), min_size=1, max_size=7),
+    spare_blocks=st.integers(0, 14),
+    truncate_by=st.sampled_from([0, 0, 5, 30]),
+    max_steps=st.integers(1, 160),
+)
+def test_a_closed_form_projection_is_the_steps_taken_one_by_one(
+    groups, block_size_tokens, lengths, spare_blocks, truncate_by, max_steps
+):
+    """Short (plain integers) and long (arrays) projections, windows freeing blocks in and out of
+    step, memory that runs out (where a step's own frees may or may not cover its takes): the same
+    steps and ledgers as the step-by-step projection, and as the appends made one by one."""
+    alloc = _decoding(groups, block_size_tokens, lengths, spare_blocks, truncate_by)
+    seq_ids = list(range(len(lengths)))
+    max_steps = min(max_steps, min(o for _, o in lengths) - 1) or 1
+    projection = alloc.project_decode(seq_ids, max_steps)
+    stepwise = alloc._project_stepwise(seq_ids, max_steps, None)
+    assert projection.num_steps == stepwise.num_steps
+    assert {k: list(v) for k, v in projection.ledgers.items()} == stepwise.ledgers
+    for step in range(projection.num_steps):
+        assert alloc.append_each(seq_ids, 1) == len(seq_ids)
+        led = alloc.ledger()
+        assert [projection.ledgers[f][step] for f in LEDGER_FIELDS] == [getattr(led, f) for f in LEDGER_FIELDS]
+        assert [projection.ledgers[n][step] for n, _ in led.group_bytes] == [v for _, v in led.group_bytes]
+    if projection.num_steps < max_steps:  # exact: the next step does not go through
+        assert alloc.append_each(seq_ids, 1) < len(seq_ids)
+
+
+def test_a_projection_through_a_tight_step_counts_the_frees_of_the_sequences_before():
+    """Every block taken: a step where one sequence's window frees a block just before another,
+    later in the batch, needs one goes through (the one-by-one appends do); the same step with the
+    two in the other order does not."""
+    groups = (window(8),)  # B = 4: a 12-token sequence's window leaves block 0 at 12 (frees it), 13 takes one
+    for order, steps in (([0, 1], 1), ([1, 0], 0)):
+        alloc = make(groups, 4, budget_blocks=5)
+        assert alloc.allocate(0, SeqShape(11, 40, 30)) == 0  # blocks 0-2 (tokens 0-10): frees block 0 at 12
+        assert alloc.allocate(1, SeqShape(8, 40, 30)) == 0  # blocks 0-1 (full): takes a block at 9
+        assert alloc.ledger().free_bytes == 0
+        projection = alloc.project_decode(order, 1)
+        assert projection.num_steps == steps
+        assert alloc.append_each(order, 1) == 2 * steps  # (stopping at the first that does not fit)
 
 
 # --- in the engine: both loops write the same tables, windows read less, the twin holds fewer ----
@@ -229,6 +304,59 @@ def test_both_loops_agree_for_a_hybrid_model(model, budget, preemption):
     assert (steps["window_group_bytes"] > 0).any()
     assert s["num_window_groups"] >= 1 and s["sliding_window_tokens"] == 256 and s["window_slid_bytes"] > 0
     assert s["num_preemptions"] > 0, "the heavy workload must preempt"
+
+
+#: lognormal lengths around each model's own window (Gemma-3: 1,024 tokens, Mistral: 4,096)
+OWN_WINDOW = {
+    "gemma3-12b": ["workload.prompt_tokens=1024", "workload.output_tokens=256", "workload.s_max_tokens=8192"],
+    "mistral-7b-v0.1": ["workload.prompt_tokens=3000", "workload.output_tokens=512", "workload.s_max_tokens=16384"],
+}
+#: a KV budget that preempts, and one that holds every request (and lets arrivals join a run)
+OWN_BUDGETS = {"gemma3-12b": ("2e9", "30e9"), "mistral-7b-v0.1": ("1e9", "20e9")}
+
+
+@pytest.mark.parametrize(
+    "memory", ["tight-recompute", "tight-swap", "roomy-arrivals"], ids=["preempt-recompute", "preempt-swap", "poisson"]
+)
+@pytest.mark.parametrize("model", sorted(OWN_WINDOW))
+def test_both_loops_agree_with_the_models_own_windows(model, memory):
+    """The closed-form projection and the quiet appends on the models as configured: both loops
+    write the same tables while windows slide, whether memory preempts (by recompute or swap) or
+    requests arrive during runs of decode steps."""
+    tight, roomy = OWN_BUDGETS[model]
+    budget, _, how = memory.partition("-")
+    setting = [f"preemption={how}"] if budget == "tight" else ["workload.arrival=poisson", "workload.rate_per_s=4"]
+    result = both_loops(
+        f"model={model}",
+        "workload=lognormal",
+        "workload.num_requests=30",
+        "hardware.host_swap_bytes=1e9",
+        f"hardware.kv_budget_bytes={tight if budget == 'tight' else roomy}",
+        *OWN_WINDOW[model],
+        *setting,
+    )
+    s = result.summary
+    assert s["window_slid_bytes"] > 0 and s["num_steps"] > len(result.steps), "no window slid, or no run of steps"
+    assert (s["num_preemptions"] > 0) == (budget == "tight")
+
+
+@pytest.mark.parametrize("scheduler", ["mixed", "prefill_first"])
+def test_both_loops_agree_when_a_sliding_window_frees_room_for_a_refused_request(scheduler):
+    """Twenty requests in step at t = 0: their windows free blocks together, and while others wait
+    that room admits the head of the queue at the step it appears. A run of decode steps advanced
+    at once must end before that step, not take the memory the step-by-step loop admits with."""
+    result = both_loops(
+        "model=mistral-7b-v0.1",
+        "model.hf_config.sliding_window=256",
+        "workload=synthetic",
+        "workload.num_requests=20",
+        "workload.prompt_tokens=200",
+        "workload.output_tokens=300",
+        "workload.s_max_tokens=2048",
+        "hardware.kv_budget_bytes=0.2e9",
+        f"scheduler={scheduler}",
+    )
+    assert result.summary["window_slid_bytes"] > 0 and len(result.refusals) > 0
 
 
 def test_a_window_model_decodes_faster_and_holds_more_than_its_twin():

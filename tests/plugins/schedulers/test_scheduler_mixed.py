@@ -13,6 +13,7 @@ from kvbench_plugins.schedulers.mixed import MixedScheduler
 from toy import decode_s, paged, prefill_s, request
 
 from kvbench import hookspecs
+from kvbench.errors import ConfigError
 
 
 def test_kvbench_register_schedulers_registers_the_four_builtins():
@@ -80,3 +81,21 @@ def test_a_long_prompt_stalls_the_decodes_it_is_batched_with(toy_run):
     run = toy_run(MixedScheduler, RecomputePolicy, paged(64), [request(0, 8, 3), request(1, 16, 1, arrival_s=1.0)])
     assert run.row(1)["duration_s"] == pytest.approx(prefill_s(16) + decode_s(9))
     assert run.request(0)["finish_s"] == pytest.approx(prefill_s(8) + prefill_s(16) + decode_s(9) + decode_s(10))
+
+
+@pytest.mark.parametrize("decodes_in_budget", [False, True])
+def test_decodes_in_the_budget_need_a_budget_that_covers_every_running_decode(decodes_in_budget):
+    def build():
+        return MixedScheduler(
+            MixedScheduler.Config(max_num_seqs=16, max_num_batched_tokens=8, decodes_in_budget=decodes_in_budget),
+            allocator=paged(64),
+            policy=RecomputePolicy(),
+            cost=None,
+            host_pool=None,
+        )
+
+    if not decodes_in_budget:  # decodes outside the budget: a budget under the batch cap is fine
+        assert build().config.max_num_batched_tokens == 8
+        return
+    with pytest.raises(ConfigError, match="max_num_batched_tokens=8 is invalid: decodes_in_budget needs at least"):
+        build()

@@ -12,7 +12,7 @@ import pytest
 
 from kvbench.studies.paper import vllm_model as vm
 from kvbench.studies.paper.rows import CONFIRMED, DIFFERS, GPU_ONLY, MATCHES
-from kvbench.studies.paper.vllm_paper import MEANS
+from kvbench.studies.paper.vllm_runs import MEANS
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def test_sampling_saving_closed_form_equals_a_run_with_equal_branches(prompt, ou
     whole decode, and the run's token-slot saving is the closed form's in token slots; the paper's
     block count (vm.sampling_saving) differs from it only by the unfilled tails of blocks."""
     from kvbench.api import run
-    from kvbench.studies.paper.vllm_paper import token_saving
+    from kvbench.studies.paper.vllm_runs import token_saving
 
     result = run(
         [
