@@ -13,6 +13,7 @@ cached only if each group can serve it).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Container, Hashable, Mapping, Sequence
 
 from kvbench.core.kv import SeqShape
@@ -42,6 +43,8 @@ class GroupLayout:
     def __init__(self, windows: Sequence[int], block_size_tokens: int) -> None:
         self.windows = tuple(windows)
         self.block_size_tokens = block_size_tokens
+        #: (window tokens, how many window groups have it), for the block counts of a whole sequence
+        self.groups_per_window = tuple(Counter(filter(None, self.windows)).items())
 
     def first_needed(self, window: int, num_tokens: int) -> int:
         """The first logical block a group needs at ``num_tokens`` tokens (0 for a full group)."""
@@ -49,8 +52,12 @@ class GroupLayout:
 
     def blocks_held(self, num_tokens: int) -> int:
         """Blocks over every group of a sequence of ``num_tokens`` grown one append at a time."""
-        end = -(-num_tokens // self.block_size_tokens)
-        return sum(end - self.first_needed(w, num_tokens) for w in self.windows)
+        size = self.block_size_tokens
+        blocks = len(self.windows) * -(-num_tokens // size)
+        for window, num_groups in self.groups_per_window:  # less what each window has left
+            if num_tokens > window:
+                blocks -= num_groups * ((num_tokens - window) // size)
+        return blocks
 
     def most_blocks(self, final_tokens: int) -> int:
         """The most blocks a sequence holds at once on its way to ``final_tokens``: full groups grow
@@ -176,6 +183,8 @@ class GroupLayout:
                 continue
             remaining = final[seq_id] - n
             for _, blocks in seq_tables:
+                if not blocks:  # a window group truncated past its window holds none
+                    continue
                 last = blocks[-1]
                 partial[last] = tail
                 if remaining > 0 and last not in shared:
@@ -198,10 +207,10 @@ class GroupLayout:
         return True
 
     def slide(
-        self, tables: list[GroupTable], num_tokens: int, release: Callable[[int], object]
+        self, tables: list[GroupTable], num_tokens: int, release: Callable[[int, int], object]
     ) -> tuple[list[int], int]:
         """Move each group's window to ``num_tokens`` (every group before any takes a block, as vLLM
-        removes skipped blocks before allocating): ``release`` the blocks it left; returns where
+        removes skipped blocks before allocating): ``release(block, group)`` the blocks it left; returns where
         each group's next new block goes, and how many blocks the windows moved past (dropped, or
         never taken when one call appends several blocks' worth)."""
         starts, num_slid = [], 0
@@ -209,7 +218,7 @@ class GroupLayout:
             new_first = max(first, self.first_needed(self.windows[g], num_tokens))
             drop = min(new_first - first, len(blocks))
             for block_id in blocks[:drop]:
-                release(block_id)
+                release(block_id, g)
             del blocks[:drop]
             num_slid += new_first - first
             starts.append(first + drop + len(blocks) if blocks else new_first)
