@@ -248,16 +248,8 @@ class WindowGrowth:
         n = self._num_tokens[seq_id] + num_tokens
         end = -(-n // self._block_size_tokens)
         tables = self._tables[seq_id]
-        starts = []
-        for g, (first, blocks) in enumerate(tables):  # every group releases before any takes
-            new_first = max(first, self.group_layout.first_needed(self._windows[g], n))
-            drop = min(new_first - first, len(blocks))
-            for block_id in blocks[:drop]:
-                self.pool.release_for(block_id, g)
-            del blocks[:drop]
-            self.num_window_slid_blocks += new_first - first
-            starts.append(first + drop + len(blocks) if blocks else new_first)
-            tables[g] = (new_first, blocks)
+        starts, num_slid = self.group_layout.slide(tables, n, self.pool.release_for)  # (before any takes)
+        self.num_window_slid_blocks += num_slid
         for g, (first, blocks) in enumerate(tables):
             if g in copies:
                 (copy_id,) = self.pool.take_for(g, 1)
