@@ -13,6 +13,7 @@ ones; the run stops before the first step whose blocks the pool does not have.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,18 +40,22 @@ class BlockGrowth:
     final_waste: list[int]
 
     @classmethod
-    def of(cls, lengths: list[tuple[int, int]], block_size_tokens: int) -> BlockGrowth:
-        """The growth of sequences given as (tokens now, final length), each in blocks of its own."""
+    def of(
+        cls, seq_ids: Sequence[int], num_tokens: Mapping[int, int], finals: Mapping[int, int], block_size_tokens: int
+    ) -> BlockGrowth:
+        """The growth of sequences ``seq_ids`` (their tokens now and final lengths), each in blocks
+        of its own."""
         size = block_size_tokens
         counts = [0] * size
         final_steps, final_waste = [], []
-        for tokens, final in lengths:
+        for seq_id in seq_ids:
+            tokens, final = num_tokens[seq_id], finals[seq_id]
             counts[-tokens % size] += 1
             final_block_start = size * ((final - 1) // size)
             if tokens <= final_block_start:  # its final block is taken at this step
                 final_steps.append(final_block_start - tokens + 1)
                 final_waste.append(-final % size)
-        return cls(len(lengths), counts, final_steps, final_waste)
+        return cls(len(seq_ids), counts, final_steps, final_waste)
 
 
 def project_blocks(

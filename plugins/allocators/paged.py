@@ -451,7 +451,7 @@ class PagedAllocator(PooledAllocator):
             return NO_PROJECTION
         pool = self.pool
         return project_blocks(
-            BlockGrowth.of([(num_tokens[s], finals[s]) for s in seq_ids], size),
+            BlockGrowth.of(seq_ids, num_tokens, finals, size),
             max_steps,
             self.ledger(next_shape),
             kv_bytes_per_token=self.kv_bytes_per_token,
