@@ -187,6 +187,16 @@ class BlockPool:
             taken.append(self._evict_one())
         return taken
 
+    def take_one(self) -> int | None:
+        """One block, as :meth:`take` would hand it out, or None when none is available (the
+        one-block path, without a list: an allocator of single slots takes one per sequence)."""
+        if self.free_block_ids:
+            return self.free_block_ids.pop()
+        if self.num_fresh:
+            self.num_fresh -= 1
+            return self.num_blocks - self.num_fresh - 1
+        return self._evict_one() if self.evictable else None
+
     def _evict_one(self) -> int:
         """Evict the cached block the policy gives up first (the least recently freed) and return
         it, keyless; its key goes to the host tier when this was the key's last holder."""

@@ -66,10 +66,10 @@ class NaiveAllocator(ContiguousAllocator):
         return self.s_max_tokens
 
     def _take(self, num_slots: int) -> int | None:
-        return self._slots.take(1)[0] if self._slots.num_available() else None
+        return self._slots.take_one()
 
     def _give(self, start: int, num_slots: int) -> None:
-        self._slots.release((start,))
+        self._slots.unref(start)  # its one holder leaves: back on the free stack
 
     def _fragmented(self, num_slots: int) -> bool:
         return False  # uniform slots: any free slot fits any request

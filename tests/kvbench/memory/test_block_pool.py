@@ -86,6 +86,11 @@ class PoolMachine(RuleBasedStateMachine):
             return
         assert self.pool.take(n) == self._model_take(n), "blocks handed out in another order"
 
+    @rule()
+    def take_one(self) -> None:
+        available = len(self.free) + self.fresh + len(self.queue)
+        assert self.pool.take_one() == (self._model_take(1)[0] if available else None)
+
     @precondition(lambda self: self.holders)
     @rule(data=st.data())
     def share(self, data: st.DataObject) -> None:
