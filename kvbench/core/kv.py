@@ -81,7 +81,9 @@ class DecodeProjection(NamedTuple):
     """The next ``num_steps`` decode steps of a set of sequences, computed without taking them.
 
     Each step appends one token to every sequence of the set. ``num_steps`` is the most steps
-    that need neither a refusal nor a copy; ``ledgers`` maps each :data:`LEDGER_FIELDS` name to a
+    that need neither a refusal nor a copy, and do not change what sharing saves (a window that
+    releases a block another sequence still holds: a run reports its first step's sharing);
+    ``ledgers`` maps each :data:`LEDGER_FIELDS` name to a
     sequence of integers (an int64 array, or a list for a short projection) of its value after each
     of those steps, exactly what ``ledger(next_shape)`` would return after taking them one by one.
     ``pages_mapped`` (allocators that ``maps_pages``; None for the others): the physical pages

@@ -2,10 +2,10 @@
 keyed blocks (or a window group holding none), exact, step by step in plain integers, on a copy of
 the few numbers an append changes (:mod:`kvbench.memory.window_projection` is the closed form).
 
-Per step and sequence in order, the blocks its windows leave are released (a shared one loses a
-holder; one nobody holds goes to the free pool, or to the eviction queue when keyed), then a block
-is taken per group whose last block is full. The run stops at the first step some append could
-not make. Sequences still keying prompt blocks (a full block may take a key an eviction in the span
+Per step and sequence in order, the blocks its windows leave are released (one nobody else holds
+goes to the free pool, or to the eviction queue when keyed), then a block is taken per group whose
+last block is full. The run stops at the first step some append could not make, or where a window
+would release a shared block (what sharing saves changes there: a run reports its first step's). Sequences still keying prompt blocks (a full block may take a key an eviction in the span
 just freed) are projected by :func:`simulate_decode` instead.
 """
 
@@ -49,14 +49,12 @@ def project_stepwise(
     allocated = sum(pool.held_per_column)
     token_slots, future_slots = led.token_bytes // slot, led.reserved_future_bytes // slot
     held_per_column, column_of = list(pool.held_per_column), pool.column_of
-    holders: dict[int, int] = {}  # known blocks' holders as the span releases them
     columns: dict[str, list[int]] = {name: [] for name in ("token", "future", "internal", "free", "cached")}
     group_columns: dict[str, list[int]] = {name: [] for name, _ in pool.group_columns}
     for _ in range(max_steps):
         # one step on copies: a step that cannot be taken whole leaves the state as it was
         free_, cached_, alloc_, token_, future_ = truly_free, cached, allocated, token_slots, future_slots
         held_ = list(held_per_column)
-        step_holders = dict(holders)
         new_state = []
         ok = True
         for n, final, groups in state:
@@ -64,14 +62,15 @@ def project_stepwise(
             end = -(-new_n // size)
             new_groups = []
             num_new = 0
+            shares_change = False
             for g, (window, first, blocks) in enumerate(groups):
                 new_first = max(first, layout.first_needed(window, new_n))
                 drop = min(new_first - first, len(blocks))
                 for block_id in blocks[:drop]:
-                    left = (1 if block_id is None else step_holders.get(block_id, shared.get(block_id, 1))) - 1
-                    if block_id is not None:
-                        step_holders[block_id] = left
-                    if left:
+                    if block_id is not None and block_id in shared:
+                        # a shared block loses a holder: what sharing saves changes, which a
+                        # run of steps reports once (its first step's), so the run ends here
+                        shares_change = True
                         continue
                     alloc_ -= 1
                     held_[column_of[g]] -= 1
@@ -87,7 +86,7 @@ def project_stepwise(
                     held_[column_of[g]] += end - start
                     kept = kept + [None] * (end - start)
                 new_groups.append([window, new_first, kept])
-            if num_new > free_ + cached_:
+            if shares_change or num_new > free_ + cached_:
                 ok = False
                 break
             from_free = num_new if num_new < free_ else free_
@@ -106,7 +105,7 @@ def project_stepwise(
             new_state.append([new_n, final, new_groups])
         if not ok:
             break
-        state, holders, held_per_column = new_state, step_holders, held_
+        state, held_per_column = new_state, held_
         truly_free, cached, allocated, token_slots, future_slots = free_, cached_, alloc_, token_, future_
         columns["token"].append(token_slots * slot)
         columns["future"].append(future_slots * slot)

@@ -89,7 +89,14 @@ class ProjectionMixin:
     def extend(self, plan: StepPlan, projection: DecodeProjection, num_extra_steps: int) -> None:
         """Make a quiet plan stand for ``num_extra_steps`` more decode steps (``decode_span`` said they fit)."""
         decodes = plan.decodes
-        if self.allocator.append_each([seq.seq_id for seq in decodes], num_extra_steps) != len(decodes):
+        seq_ids = [seq.seq_id for seq in decodes]
+        if self._frees_during_decode and self._caches_prefixes:
+            # windows give cached blocks back while other sequences take blocks: which cached block
+            # a take evicts depends on the order of the steps, so they are appended step by step
+            fitted = all(self.allocator.append_each(seq_ids, 1) == len(seq_ids) for _ in range(num_extra_steps))
+        else:
+            fitted = self.allocator.append_each(seq_ids, num_extra_steps) == len(seq_ids)
+        if not fitted:
             raise RuntimeError(f"allocator {self.allocator.name!r} refused a step its projection allowed")
         for seq in decodes:
             seq.num_computed_tokens += num_extra_steps

@@ -365,12 +365,14 @@ def _project(alloc: Allocator, model: _Model, max_steps: int) -> None:
         led = alloc.ledger(PROBE_SHAPE)
         for field in LEDGER_FIELDS:
             assert projection.ledgers[field][step] == getattr(led, field), (field, step)
-    if projection.num_steps < max_steps:  # exact: the next step needs a refusal or a copy
+    if projection.num_steps < max_steps:  # exact: the next step needs a refusal or a copy, or changes sharing
         went_through = True
+        saved_bytes = alloc.shared_bytes_saved()
         for seq_id in seq_ids:
             if not alloc.append(seq_id, 1):
                 went_through = False
                 break
             model.num_tokens[seq_id] += 1
-        assert not went_through or alloc.drain_copies(), "the projection stopped early"
+        sharing_changed = alloc.shared_bytes_saved() != saved_bytes
+        assert not went_through or alloc.drain_copies() or sharing_changed, "the projection stopped early"
     alloc.drain_copies()

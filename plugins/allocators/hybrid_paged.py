@@ -336,9 +336,10 @@ class HybridPagedAllocator(WindowGrowth, PooledAllocator):
     ) -> DecodeProjection:
         """Exact: in closed form while no block is shared or keyed and every group of every sequence
         holds a block, otherwise step by step; sequences still keying prompt blocks on a copy of
-        the allocator. Stops at the first step some append could not make (or, in closed form, at
-        the first that would take a sequence past its final length); a partly filled shared last
-        block (a copy on the next append) stops it at 0 steps."""
+        the allocator. Stops at the first step some append could not make, or where a window would
+        release a shared block (what sharing saves changes there), or, in closed form, at the first
+        that would take a sequence past its final length; a partly filled shared last block (a copy
+        on the next append) stops it at 0 steps."""
         if not seq_ids or max_steps <= 0:
             return NO_PROJECTION
         if self._pending_keys and any(seq_id in self._pending_keys for seq_id in seq_ids):

@@ -340,6 +340,36 @@ def test_both_loops_agree_with_the_models_own_windows(model, memory):
     assert (s["num_preemptions"] > 0) == (budget == "tight")
 
 
+@pytest.mark.parametrize(
+    "sharing",
+    [
+        [
+            "model=gemma3-12b",
+            "allocator.prefix_caching=true",
+            "workload.shared_prefix_tokens=512",
+            "hardware.kv_budget_bytes=2e9",
+        ],
+        ["model=mistral-7b-v0.1", "workload.num_branches=3", "hardware.kv_budget_bytes=0.5e9", "preemption=swap"],
+    ],
+    ids=["prefix-cache", "forks"],
+)
+def test_both_loops_agree_when_windows_give_back_cached_or_shared_blocks(sharing):
+    """A window releasing a prompt block the prefix cache keeps (it becomes evictable while other
+    sequences take blocks, so the order of the steps decides what is evicted), or one a fork's
+    branches share (what sharing saves drops during the run): a run of decode steps advanced at
+    once ends, and is appended, as the steps one by one go."""
+    result = both_loops(
+        *sharing,
+        "model.hf_config.sliding_window=256",
+        "workload=lognormal",
+        "workload.num_requests=30",
+        "hardware.host_swap_bytes=1e9",
+    )
+    s = result.summary
+    assert s["window_slid_bytes"] > 0 and s["num_preemptions"] > 0
+    assert result.steps["num_shared_blocks"].max() > 0
+
+
 @pytest.mark.parametrize("scheduler", ["mixed", "prefill_first"])
 def test_both_loops_agree_when_a_sliding_window_frees_room_for_a_refused_request(scheduler):
     """Twenty requests in step at t = 0: their windows free blocks together, and while others wait
