@@ -35,7 +35,8 @@ def host_tier_summary(
     if host is None or reloads is None:
         return {}
     block_size = alloc.block_size_tokens
-    block_bytes = block_size * alloc.kv_bytes_per_token
+    # a host slot holds one GPU block: the whole model's (paged), or one KV group's (hybrid_paged)
+    block_bytes = host.block_bytes
     admitted = np.asarray(request_table["admitted_s"]) >= 0
     prompt_tokens = int(np.asarray(request_table["prompt_tokens"])[admitted].sum())
     cached_tokens = int(np.asarray(request_table["cached_prompt_tokens"])[admitted].sum())
@@ -55,7 +56,13 @@ def host_tier_summary(
         "num_host_evicted_blocks": host.num_evicted_blocks,
         "host_peak_bytes": host.peak_blocks * block_bytes,
     }
-    capacity_blocks = alloc.budget_bytes // block_bytes + host.capacity_blocks
+    if any(g.window_tokens for g in getattr(alloc, "kv_groups", ())):
+        # a sliding-window model's cache holds a prefix's last window per window group, not
+        # whole-model blocks: bounds of a cache of whole-model blocks bound nothing it does
+        return out
+    # the bounds count whole-model blocks: both tiers' bytes in those
+    model_block_bytes = block_size * alloc.kv_bytes_per_token
+    capacity_blocks = alloc.budget_bytes // model_block_bytes + host.capacity_blocks * block_bytes // model_block_bytes
     bounds = cached_prefix_cache_bounds(requests, block_size, capacity_blocks, cache_dir=cache_dir, progress=progress)
     if bounds:
         out["prefix_hit_rate_lru_offline_with_host"] = bounds["prefix_hit_rate_lru_offline"]

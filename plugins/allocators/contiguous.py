@@ -17,17 +17,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kvbench.core.kv import DecodeProjection, Footprint, KVCopy, Refusal, SeqShape, Transfer
 from kvbench.core.ledger import MemoryLedger
-from kvbench.memory.allocator import (
-    Allocator,
-    AllocatorCapabilities,
-    DecodeProjection,
-    Footprint,
-    KVCopy,
-    Refusal,
-    SeqShape,
-    Transfer,
-)
+from kvbench.memory.allocator import Allocator, AllocatorCapabilities
 
 
 class ContiguousAllocator(Allocator):
@@ -37,7 +29,9 @@ class ContiguousAllocator(Allocator):
         reserves_future=True, contiguous_layout=True, shares_blocks=False, can_swap=True, projects_decode=True
     )
 
-    def __init__(self, config, *, budget_bytes: int, kv_bytes_per_token: int) -> None:
+    def __init__(self, config=None, *, budget_bytes: int, kv_bytes_per_token: int) -> None:
+        """``config``: the subclass's ``Config`` (None: its defaults)."""
+        config = type(self).Config() if config is None else config
         super().__init__(config, budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)
         self._start: dict[int, int] = {}  # seq -> first block of its range
         self._capacity: dict[int, int] = {}  # seq -> slots reserved

@@ -16,6 +16,7 @@ from kvbench_plugins.allocators.contiguous import ContiguousAllocator
 from kvbench import hookimpl
 from kvbench.errors import require
 from kvbench.memory.allocator import SeqShape
+from kvbench.memory.block_pool import BlockPool
 
 
 @dataclass
@@ -38,19 +39,17 @@ class NaiveAllocator(ContiguousAllocator):
     name = "naive"
     Config = NaiveConfig
 
-    def __init__(self, config: NaiveConfig | None = None, *, budget_bytes: int, kv_bytes_per_token: int) -> None:
-        super().__init__(config or NaiveConfig(), budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)
+    def __init__(self, config: NaiveConfig | None = None, **sizes: int) -> None:
+        """``sizes``: ``budget_bytes`` and ``kv_bytes_per_token``, as every allocator takes them."""
+        super().__init__(config, **sizes)
         self.s_max_tokens = self.config.s_max_tokens
         self.slot_bytes = self.s_max_tokens * self.kv_bytes_per_token
-        self.num_slots = self.budget_bytes // self.slot_bytes
-        # NOTE: the budget left over below one slot can never hold a sequence: external, forever.
-        self._remainder_bytes = self.budget_bytes - self.num_slots * self.slot_bytes
-        # O(1) take/give in memory that grows with the slots ever used, not with the budget: slots
-        # given back go on a stack and are taken first; slots never used are the count
-        # ``_num_fresh``, handed out 0, 1, 2, ... (a list of every slot id would cost GBs for a
-        # huge budget with tiny slots)
-        self._free_slot_ids: list[int] = []
-        self._num_fresh = self.num_slots
+        # the slots are a block pool's blocks of one slot each (never shared, never keyed): given
+        # back ones are taken first (last in, first out), then never-used ones 0, 1, 2, ...
+        self._slots = BlockPool(self.budget_bytes // self.slot_bytes, self.slot_bytes)
+        # the budget left over below one slot can never hold a sequence: external, forever
+        self._remainder_bytes = self.budget_bytes % self.slot_bytes
+        self.num_slots = self._slots.num_blocks
 
     @property
     def block_size_tokens(self) -> int:
@@ -67,22 +66,18 @@ class NaiveAllocator(ContiguousAllocator):
         return self.s_max_tokens
 
     def _take(self, num_slots: int) -> int | None:
-        if self._free_slot_ids:
-            return self._free_slot_ids.pop()
-        if self._num_fresh:
-            self._num_fresh -= 1
-            return self.num_slots - self._num_fresh - 1
-        return None
+        return self._slots.take_one()
 
     def _give(self, start: int, num_slots: int) -> None:
-        self._free_slot_ids.append(start)
+        self._slots.unref(start)  # its one holder leaves: back on the free stack
 
     def _fragmented(self, num_slots: int) -> bool:
         return False  # uniform slots: any free slot fits any request
 
     def _free_and_external_bytes(self, next_shape: SeqShape | None) -> tuple[int, int]:
         """Every slot fits every admissible request, so ``next_shape`` changes nothing."""
-        return (len(self._free_slot_ids) + self._num_fresh) * self.slot_bytes, self._remainder_bytes
+        slots = self._slots  # (BlockPool.num_free, inline: this runs at every step's ledger)
+        return (len(slots.free_block_ids) + slots.num_fresh) * self.slot_bytes, self._remainder_bytes
 
 
 @hookimpl

@@ -9,135 +9,47 @@ a shared, partly filled block copies it first (copy-on-write).
 ``ledger()`` is O(1); ``project_decode`` answers "how many decode steps until a block runs out, and
 what does the ledger look like meanwhile" in closed form, so that the engine can skip those steps.
 
-Prefix caching (``prefix_caching=true``, vLLM's automatic prefix caching, v1's block pool):
+The blocks themselves (free, held, cached; reference counts; eviction) are a
+:class:`~kvbench.memory.block_pool.BlockPool`; this module keeps what is paged attention's own:
+block tables, token counts, each sequence's reserved future, copy-on-write of a shared last block.
 
-- a full prompt block is identified by :func:`kvbench.core.prefix.block_keys` (its granule's chained
-  id and its end). It gets its key when it becomes full while the prompt is computed, so a request
-  admitted later, even in the same step, can hit it while the first one still runs (as vLLM v1
-  caches blocks when it schedules them). A key is held by one block at most: a block that fills
-  with a key some other block already holds stays private (it is recomputed content, e.g. the last
-  block of a fully cached prompt), and is freed as an ordinary block.
-- ``cache_duplicate_blocks=true`` (vLLM's BlockPool, which does not de-duplicate: a block id never
-  changes once in a block table): such a block takes the key too, beside the block holding it. A
-  lookup finds the key's earliest holder still cached; freed, a duplicate joins the back of the
-  LRU queue like any keyed block (not the free pool), and the key is dropped only with its last
-  holder. What changes is which blocks an allocation evicts: a request preempted by recompute,
-  whose chain of cached blocks broke at an evicted one, recomputes the rest beside the cached
-  copies, and those copies then wait their turn in the queue instead of being reused at once.
-- ``allocate`` reuses every cached block of the longest cached run of the prompt's keys, up to
-  ``min(prompt, num_tokens - 1)`` tokens, in whole blocks (as vLLM: a fully cached prompt still
-  computes its last token to get logits, so its last full block is computed again). A live hit
-  block gains a reference; an evictable one is taken back out of the evictable queue.
-- a block with a key that nobody holds any more is not free but *cached*: it keeps its key and
-  joins the back of an LRU queue (an ``OrderedDict``: O(1) append, removal and pop of the front,
-  like v1's ``FreeKVCacheBlockQueue``). A sequence's blocks join it last block first, so a
-  prefix's tail is evicted before its head (a head evicted first would strand the rest).
-- ``cache_generated_blocks=true`` (vLLM hashes every full block): a one-sequence request's blocks
-  past its shared prefix get keys of its own (its request id and the block's end), up to its final
-  length, generated tokens included, and ``allocate`` may then reuse up to ``num_tokens - 1``
-  tokens: a request preempted by recompute finds its own blocks again while they stay cached.
-- new blocks come from truly free blocks first, then by evicting the front of the LRU queue
-  (its key is dropped). Admission, the watermark and decode projections count both as available.
-- swapping moves every distinct block of the family once, keyed or not (its host copy must be
-  complete whatever happens on the device meanwhile). On the device a keyed block is released as
-  by ``free``: kept for its other holders, or cached and evictable, so other requests keep hitting
-  it. Swapped back in, the family gets fresh private blocks; one re-takes its key only if no
-  other block holds that key by then (a block shared across requests is thus never moved for
-  another family: each family's swap is its own copy).
-- ``host_cache_bytes > 0`` (a host tier, :mod:`kvbench.memory.host_cache`): an evicted block's key
-  moves to a host LRU instead of vanishing (exclusive tiers: a key is in one or the other), and
-  :meth:`PagedAllocator.reload_from_host`, which the scheduler calls before an admission
-  (:mod:`kvbench.sched.host_reload`), continues a prefix lookup past the GPU-cached blocks through
-  host-resident keys and reloads them into new blocks, pinned until the request is admitted.
-  ``allocate`` itself only ever sees the GPU tier.
+Prefix caching (``prefix_caching=true``, vLLM's automatic prefix caching, v1's block pool): full
+prompt blocks get keys as they fill (:mod:`kvbench.memory.prompt_keys`). ``allocate`` reuses every
+cached block of the longest cached run of the prompt's keys, up to ``min(prompt, num_tokens - 1)``
+tokens, in whole blocks (as vLLM: a fully cached prompt still computes its last token to get
+logits). A keyed block nobody holds is *cached*: it joins the back of the pool's eviction queue, a
+sequence's blocks last block first, so a prefix's tail is evicted before its head (a head evicted
+first would strand the rest). A block that fills with a key another block holds stays private
+(recomputed content), or, with ``cache_duplicate_blocks=true``, takes the key too (the pool's
+:data:`~kvbench.memory.block_pool.VLLM` policy). Swaps: :mod:`kvbench.memory.block_swap`.
+
+``host_cache_bytes > 0`` (a host tier, :mod:`kvbench.memory.host_cache`): an evicted block's key
+moves to host memory instead of vanishing, and :meth:`PagedAllocator.reload_from_host`, which the
+scheduler calls before an admission (:mod:`kvbench.sched.host_reload`), continues a prefix lookup
+past the GPU-cached blocks through host-resident keys and reloads them into new blocks, pinned
+until the request is admitted. ``allocate`` itself only ever sees the GPU tier.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-
-import numpy as np
+from dataclasses import replace
 
 from kvbench import hookimpl
+from kvbench.core.kv import NO_PROJECTION, DecodeProjection, Footprint, KVCopy, Refusal, SeqShape, Transfer
 from kvbench.core.ledger import MemoryLedger
-from kvbench.core.prefix import BlockKey, block_keys
-from kvbench.errors import ConfigError, require
-from kvbench.memory.allocator import (
-    NO_PROJECTION,
-    Allocator,
-    AllocatorCapabilities,
-    DecodeProjection,
-    Footprint,
-    KVCopy,
-    Refusal,
-    SeqShape,
-    Transfer,
-)
-from kvbench.memory.host_cache import HostBlockCache, HostReload, validate_host_tier
-
-#: a projection this many steps long or shorter is computed step by step in plain integers: below
-#: about this length a dozen numpy calls cost more than the arithmetic they vectorize (the usual
-#: run between two arrivals is a few dozen steps)
-SHORT_PROJECTION_STEPS = 48
+from kvbench.memory.allocator import AllocatorCapabilities
+from kvbench.memory.block_pool import LRU, VLLM, BlockPool
+from kvbench.memory.block_swap import SwappedFamily, swap_in_blocks, swap_out_blocks
+from kvbench.memory.host_cache import HostReload, host_tier
+from kvbench.memory.paged_config import PagedConfig
+from kvbench.memory.paged_projection import SHORT_PROJECTION_STEPS, BlockGrowth, project_blocks
+from kvbench.memory.pooled import PooledAllocator
+from kvbench.memory.prompt_keys import PromptKeys
 
 
-@dataclass
-class PagedConfig:
-    #: tokens per KV block (vLLM's block_size): a power of two from 8 to 256; small blocks waste
-    #: less tail, large blocks give the attention kernel longer contiguous runs
-    block_size_tokens: int = 16
-    #: keep full prompt blocks across requests and reuse the longest cached prefix (vLLM's
-    #: enable_prefix_caching); needs a workload whose requests carry prefix hashes
-    prefix_caching: bool = False
-    #: with prefix_caching: key every full block of a one-sequence request, its own prompt tokens
-    #: and its generated ones too, as vLLM hashes every full block; a request preempted by
-    #: recompute then finds its own blocks again while they stay cached (counted as recomputation
-    #: served from the cache, not as prompt hits). Works without prefix hashes in the workload
-    cache_generated_blocks: bool = False
-    #: with prefix_caching: bytes of host (CPU) memory that keep cached blocks the GPU evicts
-    #: (LMCache, vLLM's offloading connector, SGLang HiCache); a later prefix hit on them reloads
-    #: them over the host link. 0: no host tier (evicted blocks are gone)
-    host_cache_bytes: float = 0
-    #: with prefix_caching: a block computed with content another block already holds (the last
-    #: block of a fully cached prompt, a recomputed block whose cached copy is past a broken chain)
-    #: takes the key too and, freed, is cached and evictable like it, as vLLM's BlockPool keeps
-    #: duplicates; false: it stays private and is freed as an ordinary block (one block per key)
-    cache_duplicate_blocks: bool = False
-    #: how a reload is paid: overlapped (started when the request is first considered, the request
-    #: admitted once its blocks have arrived, other requests running meanwhile) or blocking (the
-    #: copy is added to the step that admits the request)
-    host_reload: str = "overlapped"
-
-    def validate(self) -> None:
-        size = self.block_size_tokens
-        require(
-            isinstance(size, int) and 8 <= size <= 256 and size & (size - 1) == 0,
-            "allocator.block_size_tokens",
-            size,
-            "use a power of two from 8 to 256",
-        )
-        require(
-            isinstance(self.prefix_caching, bool), "allocator.prefix_caching", self.prefix_caching, "use true or false"
-        )
-        require(
-            isinstance(self.cache_generated_blocks, bool) and (self.prefix_caching or not self.cache_generated_blocks),
-            "allocator.cache_generated_blocks",
-            self.cache_generated_blocks,
-            "use true with allocator.prefix_caching=true, or false",
-        )
-        require(
-            isinstance(self.cache_duplicate_blocks, bool) and (self.prefix_caching or not self.cache_duplicate_blocks),
-            "allocator.cache_duplicate_blocks",
-            self.cache_duplicate_blocks,
-            "use true with allocator.prefix_caching=true, or false",
-        )
-        validate_host_tier(self.host_cache_bytes, self.host_reload, self.prefix_caching)
-
-
-class PagedAllocator(Allocator):
+class PagedAllocator(PooledAllocator):
     """Block pool + block tables + reference counts, as in the vLLM paper (SOSP '23, section 4)."""
 
     name = "paged"
@@ -151,18 +63,27 @@ class PagedAllocator(Allocator):
         self.num_blocks = self.budget_bytes // self.block_bytes
         # NOTE: the budget left over below one block can never hold a block: external, forever.
         self._remainder_bytes = self.budget_bytes - self.num_blocks * self.block_bytes
-        # Free pool: blocks given back on a stack (taken first, last in first out), and blocks never
-        # used as the count ``_num_fresh``, handed out 0, 1, 2, ... Both O(1), and memory grows with
-        # the blocks ever used, not with the budget (a list of every block id of a huge budget
-        # would cost GBs before the first step).
-        self._free_block_ids: list[int] = []
-        self._num_fresh = self.num_blocks
-        # NOTE: reference counts are kept only for shared blocks (2 or more holders): a block in a
-        # table and not in here has exactly one holder. Unshared sequences (the common case) then
-        # take and give back their blocks as whole list slices, with no per-block bookkeeping.
-        self._shared_refs: dict[int, int] = {}
-        # holders beyond the first, summed over the shared blocks: what sharing saves, in blocks
-        self._num_extra_refs = 0
+        self._caching = bool(self.config.prefix_caching)
+        self._cache_generated = self._caching and bool(self.config.cache_generated_blocks)
+        self._cache_duplicates = self._caching and bool(self.config.cache_duplicate_blocks)
+        if self._caching:
+            self.capabilities = replace(
+                type(self).capabilities,
+                caches_prefixes=True,
+                caches_own_blocks=self._cache_generated,
+                caches_duplicate_blocks=self._cache_duplicates,
+            )
+        #: the host tier evicted blocks' keys move to (None: no host tier, evicted keys vanish)
+        self.host_cache = host_tier(
+            self.config.host_cache_bytes, self.block_bytes, self.block_size_tokens, enabled=self._caching
+        )
+        #: the blocks: free, held (reference counted) and cached (keyed, evictable)
+        self.pool = BlockPool(
+            self.num_blocks, self.block_bytes, policy=VLLM if self._cache_duplicates else LRU, host=self.host_cache
+        )
+        # read on the hot paths without a hop (the pool's own containers: changed only by the pool)
+        self._shared_refs = self.pool.shared_refs
+        self._block_key = self.pool.key_of
         self._tables: dict[int, list[int]] = {}
         self._num_tokens: dict[int, int] = {}
         self._final_kv_tokens: dict[int, int] = {}
@@ -173,50 +94,13 @@ class PagedAllocator(Allocator):
         self._shared_tail_holders: dict[int, set[int]] = {}
         self._num_token_slots = 0  # physical slots holding a token (a shared block counted once)
         self._num_future_slots = 0
-        # swapped-out families: their block-table structure, to rebuild with the same sharing, and
-        # the keys of their blocks (position -> key) and of their prompts (seq -> keys, next index)
-        self._swapped: dict[
-            tuple[int, ...],
-            tuple[
-                list[tuple[int, list[int], int, int]], dict[int, BlockKey], dict[int, tuple[list[BlockKey], int | None]]
-            ],
-        ] = {}
+        # swapped-out families, with each sequence's (tokens, final length) and prompt keys
+        self._swapped: dict[tuple[int, ...], SwappedFamily] = {}
         #: copy-on-write block copies made by ``append`` so far
         self.num_cow_copies = 0
-        # --- the prefix cache (all empty when prefix_caching is off) ---
-        self._caching = bool(self.config.prefix_caching)
-        self._cache_generated = self._caching and bool(self.config.cache_generated_blocks)
-        if self._caching:
-            self.capabilities = replace(
-                type(self).capabilities,
-                caches_prefixes=True,
-                caches_own_blocks=self._cache_generated,
-                caches_duplicate_blocks=bool(self.config.cache_duplicate_blocks),
-            )
-        self._cached_block_id: dict[BlockKey, int] = {}  # key -> the block holding it (the earliest), live or evictable
-        self._block_key: dict[int, BlockKey] = {}  # block -> its key
-        # cache_duplicate_blocks: key -> its other holders, in the order they took it (only keys
-        # held by two blocks or more, so that a key with one holder costs nothing here)
-        self._cache_duplicates = self._caching and bool(self.config.cache_duplicate_blocks)
-        self._later_holders: dict[BlockKey, dict[int, None]] = {}
-        # blocks with a key that no sequence holds, least recently freed first (evicted from the front)
-        self._evictable: OrderedDict[int, None] = OrderedDict()
-        self._prompt_keys: dict[int, list[BlockKey]] = {}  # seq -> its prompt's full-block keys
-        # seq -> index of its first full prompt block not yet considered for a key; only while some
-        # are left, so that a decoding sequence costs ``append`` one failed dict lookup at most
-        self._pending_keys: dict[int, int] = {}
-        self._keys_memo: tuple = ((), -1, -1, [])  # the last block_keys call (a refused head is asked every step)
-        #: blocks evicted from the prefix cache so far (their keys dropped)
-        self.num_evicted_blocks = 0
-        #: the host tier evicted blocks' keys move to (None: no host tier, evicted keys vanish)
-        host_blocks = int(self.config.host_cache_bytes) // self.block_bytes if self._caching else 0
-        if self.config.host_cache_bytes and not host_blocks:  # a tier that holds nothing would do nothing
-            raise ConfigError(
-                f"allocator.host_cache_bytes={self.config.host_cache_bytes:g} holds no block: one block is "
-                f"{self.block_bytes} bytes ({self.block_size_tokens} tokens); use 0 (no host tier) or at least "
-                f"{self.block_bytes}"
-            )
-        self.host_cache = HostBlockCache(host_blocks) if self.config.host_cache_bytes else None
+        #: each sequence's prompt keys, and its prompt blocks still waiting for theirs
+        self.prompt_keys = PromptKeys(self.pool, self._block_size_tokens, own_keys=self._cache_generated)
+        self._pending_keys = self.prompt_keys.pending  # read by append, the hot path
         # append_each's one pass repeats what these do: a subclass that changes one appends one by one
         cls = type(self)
         self._plain_appends = all(
@@ -245,37 +129,12 @@ class PagedAllocator(Allocator):
     def reservation_tokens(self, shape: SeqShape) -> int:
         """Slots of the new blocks covering the prompt: cached blocks it would hit are not new
         (nothing is reserved for the future)."""
-        num_hits = len(self._hits(shape)) if self._caching else 0
+        num_hits = len(self.prompt_keys.hits(shape)) if self._caching else 0
         return (self._blocks_for(shape.num_tokens) - num_hits) * self._block_size_tokens
-
-    def refcount(self, block_id: int) -> int:
-        """How many live sequences hold ``block_id`` in their block table (0 when it is free or
-        cached and evictable).
-
-        A view for checks, not a hot path: a block with one holder is found by elimination."""
-        if block_id in self._shared_refs:
-            return self._shared_refs[block_id]
-        never_used = block_id >= self.num_blocks - self._num_fresh
-        return 0 if never_used or block_id in self._evictable or block_id in self._free_block_ids else 1
-
-    def num_shared_blocks(self) -> int:
-        return len(self._shared_refs)
-
-    def shared_bytes_saved(self) -> int:
-        """O(1): a running count of the holders beyond the first of every shared block."""
-        return self._num_extra_refs * self.block_bytes
 
     def num_cached_tokens(self, shape: SeqShape) -> int:
         """Tokens of the longest cached prefix ``allocate`` would reuse now, in whole blocks."""
-        return len(self._hits(shape)) * self._block_size_tokens if self._caching else 0
-
-    def cached_block_ids(self) -> list[int]:
-        """The evictable cached blocks, least recently used (evicted next) first: a view for checks."""
-        return list(self._evictable)
-
-    def block_key(self, block_id: int) -> BlockKey | None:
-        """The prefix-cache key ``block_id`` holds, or None: a view for checks."""
-        return self._block_key.get(block_id)
+        return len(self.prompt_keys.hits(shape)) * self._block_size_tokens if self._caching else 0
 
     # --- verbs -----------------------------------------------------------------------------------
 
@@ -294,25 +153,21 @@ class PagedAllocator(Allocator):
             self._tables[seq_id] = self._take_blocks(num_blocks)
             num_hit_tokens = 0
         else:
-            hits = self._hits(shape)
-            num_revived = sum(1 for block_id in hits if block_id in self._evictable)
+            hits = self.prompt_keys.hits(shape)
+            num_revived = self.pool.count_evictable(hits)
             # an evictable hit leaves the available pool as surely as a new block does
             if not self._can_take(num_blocks - len(hits) + num_revived, keep_free_bytes):
                 return None
-            self._reference(hits)  # before taking new blocks: an eviction must not take a hit
+            self.pool.reference(hits)  # before taking new blocks: an eviction must not take a hit
             self._tables[seq_id] = hits + self._take_blocks(num_blocks - len(hits))
             num_hit_tokens = len(hits) * self._block_size_tokens
             # revived blocks hold tokens again; live hits are already counted (shared blocks count once)
             self._num_token_slots += num_revived * self._block_size_tokens - num_hit_tokens
-            keys = self._keys_for(shape)  # remembered by _hits
-            if len(keys) > len(hits):
-                self._prompt_keys[seq_id] = keys
-                self._pending_keys[seq_id] = len(hits)
+            self.prompt_keys.start(seq_id, self.prompt_keys.keys_for(shape), len(hits))  # (keys remembered)
         self._num_tokens[seq_id] = num_tokens
         self._final_kv_tokens[seq_id] = shape.final_kv_tokens
         self._num_token_slots += num_tokens
-        # its own last block's unfilled slots are its reserved future, up to its final length (the
-        # last block is never a hit: at least one token is computed)
+        # its own last block's unfilled slots, up to its final length, are its future (never a hit)
         future = min(num_blocks * self._block_size_tokens - num_tokens, max(shape.final_kv_tokens - num_tokens, 0))
         self._future_tokens[seq_id] = future
         self._num_future_slots += future
@@ -323,19 +178,18 @@ class PagedAllocator(Allocator):
     def can_allocate(self, shape: SeqShape, keep_free_bytes: int = 0) -> bool:
         """``allocate``'s own test, changing nothing: the new blocks plus the evictable hits it
         would take back, and the watermark, within the free and evictable blocks."""
-        num_blocks = self._blocks_for(shape.num_tokens)
-        if self._caching:
-            hits = self._hits(shape)
-            num_blocks += sum(1 for block_id in hits if block_id in self._evictable) - len(hits)
-        return self._can_take(num_blocks, keep_free_bytes)
+        return self._can_take(self._blocks_needed(shape), keep_free_bytes)
 
     def refusal_reason(self, shape: SeqShape, keep_free_bytes: int = 0) -> Refusal:
-        num_needed = self._blocks_for(shape.num_tokens)
+        return Refusal.NO_MEMORY if self._num_free_blocks() < self._blocks_needed(shape) else Refusal.WATERMARK
+
+    def _blocks_needed(self, shape: SeqShape) -> int:
+        """Blocks ``allocate`` takes from the available ones: new blocks and evictable hits."""
+        num_blocks = self._blocks_for(shape.num_tokens)
         if self._caching:
-            hits = self._hits(shape)
-            num_needed += sum(1 for block_id in hits if block_id in self._evictable) - len(hits)
-        num_free_after = self._num_free_blocks() - num_needed
-        return Refusal.NO_MEMORY if num_free_after < 0 else Refusal.WATERMARK
+            hits = self.prompt_keys.hits(shape)
+            num_blocks += self.pool.count_evictable(hits) - len(hits)
+        return num_blocks
 
     def append(self, seq_id: int, num_tokens: int = 1) -> bool:
         """Room for ``num_tokens`` more: in the own last block, in new blocks, or after copying a
@@ -395,7 +249,7 @@ class PagedAllocator(Allocator):
             return super().append_each(seq_ids, num_tokens)
         size = self._block_size_tokens
         counts, tables, futures, finals = self._num_tokens, self._tables, self._future_tokens, self._final_kv_tokens
-        free = self._free_block_ids
+        free, take = self.pool.free_block_ids, self.pool.take
         future_delta = 0  # to the reserved-future total
         done = 0
         for seq_id in seq_ids:
@@ -415,10 +269,7 @@ class PagedAllocator(Allocator):
                     self._num_token_slots += num_tokens * done
                     self._num_future_slots += future_delta
                     return done + super().append_each(seq_ids[done:], num_tokens)
-                taken = free[-num_new_blocks:]
-                del free[-num_new_blocks:]
-                taken.reverse()  # pop order, as _take_blocks gives them
-                tables[seq_id].extend(taken)
+                tables[seq_id].extend(take(num_new_blocks))  # off the given-back stack
                 # _refresh_future: the new last block's slots this sequence will still fill
                 future = 0
                 tail_tokens = -new_tokens % size
@@ -449,13 +300,9 @@ class PagedAllocator(Allocator):
             # the tokens taken back were never computed: blocks they filled lose their keys (no
             # other sequence holds them, checked above), and are keyed again when refilled
             for block_id in table[keep:] + cut:
-                self._drop_key(block_id)
-            keys = self._prompt_keys.get(seq_id)
-            if keys is not None:
-                first_unkeyed = min(self._pending_keys.get(seq_id, len(keys)), num_tokens // self._block_size_tokens)
-                if first_unkeyed < len(keys):
-                    self._pending_keys[seq_id] = first_unkeyed
-        self._free_block_ids.extend(reversed(table[keep:]))
+                self.pool.drop_key(block_id)
+            self.prompt_keys.rewind(seq_id, num_tokens)
+        self.pool.release(reversed(table[keep:]))  # keyless now: onto the free stack
         del table[keep:]
         self._num_tokens[seq_id] = num_tokens
         self._num_token_slots -= tokens - num_tokens
@@ -467,10 +314,7 @@ class PagedAllocator(Allocator):
         if child_id in self._tables:
             self.free(child_id)
         table = self._tables[parent_id]
-        shared = self._shared_refs
-        for block_id in table:
-            shared[block_id] = shared.get(block_id, 1) + 1
-        self._num_extra_refs += len(table)
+        self.pool.share(table)
         num_tokens = self._num_tokens[parent_id]
         self._tables[child_id] = list(table)
         self._num_tokens[child_id] = num_tokens
@@ -489,104 +333,71 @@ class PagedAllocator(Allocator):
         num_tokens = self._num_tokens.pop(seq_id)
         del self._final_kv_tokens[seq_id]
         self._num_future_slots -= self._future_tokens.pop(seq_id)
-        if self._prompt_keys:
-            self._prompt_keys.pop(seq_id, None)
-            self._pending_keys.pop(seq_id, None)
+        self.prompt_keys.forget(seq_id)
         size = self._block_size_tokens
-        shared = self._shared_refs
-        keyed = self._block_key
+        shared, pool = self._shared_refs, self.pool
         if not shared or not any(map(shared.__contains__, table)):
             # the common case: every block is ours alone (reversed: a later allocation pops them in order)
-            if not keyed:
-                self._free_block_ids.extend(reversed(table))
-            else:
-                self._release_blocks(reversed(table))
+            pool.release(reversed(table))
             self._num_token_slots -= num_tokens
         else:
-            last_index = len(table) - 1
-            released = []
-            for index, block_id in enumerate(table):
-                holders = shared.get(block_id, 1) - 1
-                if holders == 0:
-                    released.append(block_id)
-                    # all holders of a block see the same tokens in it, so its fill is ours
-                    self._num_token_slots -= size if index < last_index else num_tokens - last_index * size
-                elif holders == 1:
-                    del shared[block_id]
-                    self._num_extra_refs -= 1
-                else:
-                    shared[block_id] = holders
-                    self._num_extra_refs -= 1
+            released = pool.drop_holders(table)
+            # all holders of a block see the same tokens in it, so its fill is ours: whole blocks,
+            # but for the last one's unfilled slots
+            self._num_token_slots -= len(released) * size
+            if released and released[-1] == table[-1]:
+                self._num_token_slots += len(table) * size - num_tokens
+            keyed = self._block_key
             if not keyed:
-                self._free_block_ids.extend(released)
+                pool.release(released)
             else:
                 # unkeyed ones in table order as before; keyed ones join the LRU queue tail first
-                self._free_block_ids.extend(b for b in released if b not in keyed)
-                self._evictable.update((b, None) for b in reversed(released) if b in keyed)
+                pool.release([b for b in released if b not in keyed])
+                pool.release([b for b in reversed(released) if b in keyed])
         if num_tokens % size:
             self._release_tail(table[-1], seq_id)
 
     def swap_out(self, seq_ids: Sequence[int]) -> Transfer:
-        """Copy the family's blocks to the host, each shared block once, one copy per block (as
-        vLLM's swap does), and free them; remember each table as positions in that list. Blocks
-        with a prefix-cache key are copied too and stay on the device for their other holders
-        or as cached blocks (see the module docstring)."""
+        """Copy the family's blocks to the host, each shared block once, and free them
+        (:mod:`kvbench.memory.block_swap`)."""
         family = tuple(seq_ids)
-        positions: dict[int, int] = {}
-        structure = []
-        for seq_id in family:
-            table = [positions.setdefault(block_id, len(positions)) for block_id in self._tables[seq_id]]
-            structure.append((seq_id, table, self._num_tokens[seq_id], self._final_kv_tokens[seq_id]))
-        keyed = self._block_key
-        position_keys = {p: keyed[b] for b, p in positions.items() if b in keyed}
-        prompt_keys = {s: (self._prompt_keys[s], self._pending_keys.get(s)) for s in family if s in self._prompt_keys}
-        for seq_id in family:
-            self.free(seq_id)
-        # only prefix-cache hits share a block across requests; anything else shared is a bug
-        if any(block_id in self._shared_refs and block_id not in keyed for block_id in positions):
-            raise RuntimeError(f"swap_out of {family}: a block is shared with a sequence outside the set")
-        self._swapped[family] = (structure, position_keys, prompt_keys)
-        return Transfer(len(positions) * self.block_bytes, len(positions))
+        lengths = {s: (self._num_tokens[s], self._final_kv_tokens[s]) for s in family}
+        swapped = swap_out_blocks(
+            self.pool, {s: (self._tables[s],) for s in family}, self.free, (lengths, self.prompt_keys.save(family))
+        )
+        self._swapped[family] = swapped
+        return Transfer(swapped.num_blocks * self.block_bytes, swapped.num_blocks)
 
     def swap_in(self, seq_ids: Sequence[int], keep_free_bytes: int = 0) -> Transfer | None:
         """Take fresh blocks for the family (``None`` when they and the watermark are not free) and
         rebuild its tables with the same sharing."""
         family = tuple(seq_ids)
-        structure, position_keys, prompt_keys = self._swapped[family]
-        num_blocks = 1 + max((max(table, default=-1) for _, table, _, _ in structure), default=-1)
-        if not self._can_take(num_blocks, keep_free_bytes):
+        if not self._can_take(self._swapped[family].num_blocks, keep_free_bytes):
             return None
-        del self._swapped[family]
-        blocks = self._take_blocks(num_blocks)
-        holders: dict[int, int] = {}
+        swapped = self._swapped.pop(family)
+        blocks = swap_in_blocks(self.pool, swapped)
+        lengths, prompt_keys = swapped.extra
         size = self._block_size_tokens
         filled: dict[int, int] = {}
         tails: dict[int, set[int]] = {}
-        for seq_id, table, num_tokens, final in structure:
+        for seq_id in family:
+            (table,), (num_tokens, final) = swapped.positions[seq_id], lengths[seq_id]
             self._tables[seq_id] = [blocks[p] for p in table]
             self._num_tokens[seq_id] = num_tokens
             self._final_kv_tokens[seq_id] = final
             self._future_tokens[seq_id] = 0
             for index, p in enumerate(table):
-                holders[p] = holders.get(p, 0) + 1
                 filled[p] = min(size, num_tokens - index * size)
             if num_tokens % size:
                 tails.setdefault(blocks[table[-1]], set()).add(seq_id)
         self._num_token_slots += sum(filled.values())
-        self._shared_refs.update((blocks[p], n) for p, n in holders.items() if n > 1)
-        self._num_extra_refs += sum(n - 1 for n in holders.values())
         for block_id, tail_holders in tails.items():
             if len(tail_holders) > 1:
                 self._shared_tail_holders[block_id] = tail_holders
-        for seq_id, _, _, _ in structure:
+        for seq_id in family:
             self._refresh_future(seq_id)
-        for p, key in position_keys.items():  # a key nobody took meanwhile serves hits again
-            self._add_key(blocks[p], key)  # (beside its holders with cache_duplicate_blocks)
-        for seq_id, (keys, pending) in prompt_keys.items():
-            self._prompt_keys[seq_id] = keys
-            if pending is not None:
-                self._pending_keys[seq_id] = pending
-        return Transfer(num_blocks * self.block_bytes, num_blocks)
+        self.prompt_keys.restore(prompt_keys)
+        return Transfer(swapped.num_blocks * self.block_bytes, swapped.num_blocks)
 
     # --- views -----------------------------------------------------------------------------------
 
@@ -600,8 +411,8 @@ class PagedAllocator(Allocator):
     def ledger(self, next_shape: SeqShape | None = None) -> MemoryLedger:
         """O(1) from running totals; ``next_shape`` does not matter (any free block serves anyone).
         Free is truly free blocks; cached is evictable blocks holding a prefix-cache key."""
-        num_free_blocks = len(self._free_block_ids) + self._num_fresh
-        num_cached_blocks = len(self._evictable)
+        pool = self.pool
+        num_free_blocks, num_cached_blocks = len(pool.free_block_ids) + pool.num_fresh, len(pool.evictable)
         allocated_slots = (self.num_blocks - num_free_blocks - num_cached_blocks) * self._block_size_tokens
         return MemoryLedger.from_slots(
             budget_bytes=self.budget_bytes,
@@ -613,28 +424,6 @@ class PagedAllocator(Allocator):
             free_bytes=num_free_blocks * self.block_bytes,
             cached_bytes=num_cached_blocks * self.block_bytes,
         )
-
-    def host_ledger(self) -> MemoryLedger | None:
-        """The host tier's budget (``host_cache_bytes``) at this instant, every byte accounted for:
-        evicted blocks resident there (cached), empty block slots (free) and the bytes below one
-        block (external); None without a host tier. Nothing on host belongs to a sequence."""
-        host = self.host_cache
-        if host is None:
-            return None
-        budget_bytes = int(self.config.host_cache_bytes)
-        return MemoryLedger(
-            budget_bytes=budget_bytes,
-            token_bytes=0,
-            reserved_future_bytes=0,
-            internal_bytes=0,
-            external_bytes=budget_bytes - host.capacity_blocks * self.block_bytes,
-            free_bytes=(host.capacity_blocks - len(host)) * self.block_bytes,
-            cached_bytes=len(host) * self.block_bytes,
-        )
-
-    def largest_hole_bytes(self) -> int:
-        """Any available block serves anyone: truly free and evictable cached ones."""
-        return self._num_free_blocks() * self.block_bytes
 
     def footprint(self, seq_ids: Sequence[int]) -> Footprint:
         """Every distinct block of the set is moved by a swap; evicting the set frees those no
@@ -651,139 +440,43 @@ class PagedAllocator(Allocator):
     def project_decode(
         self, seq_ids: Sequence[int], max_steps: int, next_shape: SeqShape | None = None
     ) -> DecodeProjection:
-        """Exact in closed form, in O(sequences + steps).
-
-        A sequence with ``s`` free slots in its own last block takes a new block at steps
-        ``s + 1, s + 1 + B, ...``, so the blocks taken per step repeat with period B and follow
-        from a histogram of ``s``. Before its final block a sequence's tail is all reserved future;
-        from the step that takes its final block on, that block's never-filled slots
-        (``B * ceil(final / B) - final``) are internal. Sequences must not pass their final length
-        within ``max_steps``; a sequence whose last block is shared (a copy pending) stops the
-        projection at 0 steps.
-        """
+        """Exact in closed form, in O(sequences + steps) (:mod:`kvbench.memory.paged_projection`).
+        Sequences must not pass their final length within ``max_steps``; a sequence whose last
+        block is shared (a copy pending) stops the projection at 0 steps."""
         if not seq_ids or max_steps <= 0:
             return NO_PROJECTION
         size = self._block_size_tokens
-        counts = [0] * size  # sequences by free slots left in their own last block
-        final_steps, final_waste = [], []
         num_tokens, tables, shared, finals = self._num_tokens, self._tables, self._shared_refs, self._final_kv_tokens
-        for seq_id in seq_ids:
-            tokens = num_tokens[seq_id]
-            offset = tokens % size
-            if offset and shared and tables[seq_id][-1] in shared:  # (nothing shared: no table looked at)
-                return NO_PROJECTION
-            counts[-offset % size] += 1
-            final = finals[seq_id]
-            final_block_start = size * ((final - 1) // size)
-            if tokens <= final_block_start:  # its final block is taken at this step
-                final_steps.append(final_block_start - tokens + 1)
-                final_waste.append(-final % size)
-        if max_steps <= SHORT_PROJECTION_STEPS:  # a few steps: plain arithmetic costs less than arrays
-            return self._project_short(len(seq_ids), counts, final_steps, final_waste, max_steps, next_shape)
-        steps = np.arange(1, max_steps + 1, dtype=np.int64)
-        new_blocks = np.cumsum(np.array(counts, dtype=np.int64)[(steps - 1) % size])
-        num_steps = int(np.searchsorted(new_blocks, self._num_free_blocks(), side="right"))
-        steps, new_slots = steps[:num_steps], new_blocks[:num_steps] * size
-        waste = np.zeros(num_steps + 2, dtype=np.int64)
-        if final_steps:
-            np.add.at(waste, np.minimum(final_steps, num_steps + 1), final_waste)
-        internal_slots = np.cumsum(waste)[1 : num_steps + 1]
-        token_slots = len(seq_ids) * steps
-        kv = self.kv_bytes_per_token
-        led = self.ledger(next_shape)
-        # new blocks come from truly free ones first, then by evicting cached ones
-        from_free = np.minimum(new_blocks[:num_steps], len(self._free_block_ids) + self._num_fresh)
-        return DecodeProjection(
-            num_steps,
-            {
-                "token_bytes": led.token_bytes + kv * token_slots,
-                "reserved_future_bytes": led.reserved_future_bytes + kv * (new_slots - token_slots - internal_slots),
-                "internal_bytes": led.internal_bytes + kv * internal_slots,
-                "external_bytes": np.full(num_steps, led.external_bytes, dtype=np.int64),
-                "free_bytes": led.free_bytes - self.block_bytes * from_free,
-                "cached_bytes": led.cached_bytes - self.block_bytes * (new_blocks[:num_steps] - from_free),
-            },
+        if shared and any(num_tokens[s] % size and tables[s][-1] in shared for s in seq_ids):
+            return NO_PROJECTION
+        pool = self.pool
+        return project_blocks(
+            BlockGrowth.of(seq_ids, num_tokens, finals, size),
+            max_steps,
+            self.ledger(next_shape),
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            block_size_tokens=size,
+            num_available_blocks=pool.num_available(),
+            num_free_blocks=pool.num_free(),
+            short_steps=SHORT_PROJECTION_STEPS,  # read here: tests lower it on this module
         )
 
-    def _project_short(
-        self,
-        num_seqs: int,
-        counts: list[int],
-        final_steps: list[int],
-        final_waste: list[int],
-        max_steps: int,
-        next_shape: SeqShape | None,
-    ) -> DecodeProjection:
-        """:meth:`project_decode` step by step in plain integers (the same values, as lists).
-
-        Each part is carried from one step to the next by what changes (integers: exact in any
-        order): a step adds ``num_seqs`` tokens, which come out of the reserved future; a new block
-        adds its slots to the future and leaves the free (or cached) blocks; a sequence taking its
-        final block turns that block's never-filled slots from future into internal."""
-        size, kv, block_bytes = self._block_size_tokens, self.kv_bytes_per_token, self.block_bytes
-        waste_at: dict[int, int] = {}
-        for step, waste in zip(final_steps, final_waste):
-            waste_at[step] = waste_at.get(step, 0) + waste
-        led = self.ledger(next_shape)
-        num_free, truly_free = self._num_free_blocks(), len(self._free_block_ids) + self._num_fresh
-        token, future, internal, free, cached = [], [], [], [], []
-        token_bytes, future_bytes, internal_bytes = led.token_bytes, led.reserved_future_bytes, led.internal_bytes
-        free_bytes, cached_bytes = led.free_bytes, led.cached_bytes
-        step_bytes, block_slot_bytes = kv * num_seqs, kv * size
-        new_blocks = 0
-        for step, taken in zip(range(1, max_steps + 1), itertools.cycle(counts)):
-            if taken:  # sequences whose last block filled up take a new one
-                new_blocks += taken
-                if new_blocks > num_free:
-                    break
-                future_bytes += block_slot_bytes * taken
-                # truly free blocks first, then cached ones (evicted)
-                from_free = new_blocks if new_blocks < truly_free else truly_free
-                free_bytes = led.free_bytes - block_bytes * from_free
-                cached_bytes = led.cached_bytes - block_bytes * (new_blocks - from_free)
-            token_bytes += step_bytes
-            future_bytes -= step_bytes
-            if step in waste_at:
-                internal_bytes += kv * waste_at[step]
-                future_bytes -= kv * waste_at[step]
-            token.append(token_bytes)
-            future.append(future_bytes)
-            internal.append(internal_bytes)
-            free.append(free_bytes)
-            cached.append(cached_bytes)
-        return DecodeProjection(
-            len(token),
-            {
-                "token_bytes": token,
-                "reserved_future_bytes": future,
-                "internal_bytes": internal,
-                "external_bytes": [led.external_bytes] * len(token),
-                "free_bytes": free,
-                "cached_bytes": cached,
-            },
-        )
-
-    # --- the block pool: what a subclass builds on ---------------------------------------------
-    # Public so that an allocator plugin derived from this one (a different placement, eviction
-    # or sharing rule) takes and counts blocks without reaching into private methods.
+    # --- what a subclass builds on (with ``self.pool``, the BlockPool) -----------------------------
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks that ``num_tokens`` tokens fill (the last one partly)."""
         return -(-num_tokens // self._block_size_tokens)
 
     def num_free_blocks(self) -> int:
-        """Blocks an allocation can take: truly free ones and evictable cached ones."""
-        return len(self._free_block_ids) + self._num_fresh + len(self._evictable)
+        """Blocks an allocation can take (:meth:`BlockPool.num_available`)."""
+        return self.pool.num_available()
 
     def can_take(self, num_blocks: int, keep_free_bytes: int = 0) -> bool:
-        """Whether ``num_blocks`` can be taken with ``keep_free_bytes`` (the watermark) left free."""
-        num_free_after = self.num_free_blocks() - num_blocks
-        return num_free_after >= 0 and num_free_after * self.block_bytes >= keep_free_bytes
+        """:meth:`BlockPool.can_take`: ``num_blocks`` with the watermark left available."""
+        return self.pool.can_take(num_blocks, keep_free_bytes)
 
     def take_blocks(self, num_blocks: int) -> list[int]:
-        """Take ``num_blocks`` (``can_take`` said they exist): blocks given back first (last in,
-        first out), then never-used ones, then the least recently used cached ones (their keys
-        dropped). The caller puts them in a block table and counts their tokens."""
+        """:meth:`BlockPool.take`, through the hook a subclass may override (``_take_blocks``)."""
         return self._take_blocks(num_blocks)
 
     def can_readmit_branches(self, prompt_tokens: int, branch_tokens: Sequence[int], keep_free_bytes: int = 0) -> bool:
@@ -800,73 +493,12 @@ class PagedAllocator(Allocator):
     _can_take = can_take
 
     def _take_blocks(self, num_blocks: int) -> list[int]:
-        free = self._free_block_ids
-        if num_blocks <= len(free):  # the common case once the pool has been used: given-back blocks
-            if not num_blocks:
-                return []
-            taken = free[-num_blocks:]
-            del free[-num_blocks:]
-            taken.reverse()  # pop order: the same blocks one-by-one pops would give
-            return taken
-        # every given-back block (in pop order), then never-used ones, then evicted cached ones
-        taken = free[::-1]
-        free.clear()
-        num_new = min(num_blocks - len(taken), self._num_fresh)
-        first_fresh = self.num_blocks - self._num_fresh
-        taken.extend(range(first_fresh, first_fresh + num_new))
-        self._num_fresh -= num_new
-        for _ in range(num_blocks - len(taken)):
-            block_id, _ = self._evictable.popitem(last=False)  # the least recently used
-            if self.host_cache is not None and self._block_key[block_id] not in self._later_holders:
-                # its last holder: the key is copied to host memory instead of vanishing
-                self.host_cache.offload(self._block_key[block_id])
-            self._drop_key(block_id)
-            self.num_evicted_blocks += 1
-            taken.append(block_id)
-        return taken
+        return self.pool.take(num_blocks)
 
     # --- prefix-cache internals ------------------------------------------------------------------
 
-    def _keys_for(self, shape: SeqShape) -> list[BlockKey]:
-        """The prompt's full-block keys, remembered for the last prompt asked about; with
-        ``cache_generated_blocks``, then the request's own keys for every later full block up to
-        its final length (never equal to a prefix key: three fields, the request id first)."""
-        hashes, granule = shape.prefix_hashes, shape.hash_block_tokens
-        prompt = shape.num_tokens if shape.prompt_tokens is None else shape.prompt_tokens
-        own = shape.content_id if self._cache_generated and shape.num_branches == 1 else None
-        memo_hashes, memo_granule, memo_prompt, memo_keys = self._keys_memo
-        if hashes is memo_hashes and granule == memo_granule and prompt == memo_prompt and own is None:
-            return memo_keys
-        keys = block_keys(prompt, hashes, granule, self._block_size_tokens)
-        if own is not None:
-            size = self._block_size_tokens
-            ends = range((len(keys) + 1) * size, shape.final_kv_tokens + 1, size)
-            return keys + [(own, end, -1) for end in ends]  # type: ignore[misc]
-        self._keys_memo = (hashes, granule, prompt, keys)
-        return keys
-
-    def _hits(self, shape: SeqShape) -> list[int]:
-        """Blocks of the longest cached prefix of ``shape``'s prompt, at most
-        ``min(prompt, num_tokens - 1)`` tokens' worth, or ``num_tokens - 1`` with
-        ``cache_generated_blocks`` (one token is always computed)."""
-        keys = self._keys_for(shape)
-        if not keys:
-            return []
-        prompt = shape.num_tokens if shape.prompt_tokens is None else shape.prompt_tokens
-        # one token is always computed (for its logits); without generated keys, only the prompt is keyed
-        served = shape.num_tokens - 1 if self._cache_generated else min(prompt, shape.num_tokens - 1)
-        max_blocks = served // self._block_size_tokens
-        cached = self._cached_block_id
-        hits = []
-        for key in keys[:max_blocks]:
-            block_id = cached.get(key)
-            if block_id is None:
-                break
-            hits.append(block_id)
-        return hits
-
     def reload_from_host(self, holder_id: int, shape: SeqShape, keep_free_bytes: int = 0) -> HostReload | None:
-        """The host tier's lookup: walk ``shape``'s keys as :meth:`_hits` does, but past the GPU-cached
+        """The host tier's lookup: walk ``shape``'s keys as a hit does, but past the GPU-cached
         run continue through keys resident in host memory; reload those into newly taken blocks
         (keyed again, leaving the host tier) and hold every block of the walk under ``holder_id``
         (a pin, released with :meth:`free`), so that nothing of the prefix is evicted before the
@@ -877,35 +509,15 @@ class PagedAllocator(Allocator):
         host = self.host_cache
         if host is None or not len(host):
             return None
-        keys = self._keys_for(shape)
-        prompt = shape.num_tokens if shape.prompt_tokens is None else shape.prompt_tokens
-        served = shape.num_tokens - 1 if self._cache_generated else min(prompt, shape.num_tokens - 1)
-        cached = self._cached_block_id
-        walk: list[tuple[BlockKey, int | None]] = []
-        for key in keys[: served // self._block_size_tokens]:
-            block_id = cached.get(key)
-            if block_id is None and key not in host:
-                break
-            walk.append((key, block_id))
+        keys = self.prompt_keys.keys_for(shape)[: self.prompt_keys.max_hit_blocks(shape)]
+        walk = self.prompt_keys.host_walk(keys, host.__contains__)
         host_indices = tuple(i for i, (_, block_id) in enumerate(walk) if block_id is None)
         if not host_indices:
             return None
-        del walk[host_indices[-1] + 1 :]  # GPU blocks past the last host one are not the reload's
-        on_gpu = [block_id for _, block_id in walk if block_id is not None]
-        num_revived = sum(1 for block_id in on_gpu if block_id in self._evictable)
+        num_revived = self.pool.count_evictable(block_id for _, block_id in walk)
         if not self._can_take(len(host_indices) + num_revived, keep_free_bytes):
             return None
-        for index in host_indices:  # out of the host tier first: the evictions below may fill it
-            host.reload(walk[index][0])
-        self._reference(on_gpu)  # before taking blocks: an eviction must not take one of the walk
-        new_blocks = iter(self._take_blocks(len(host_indices)))
-        table = []
-        for key, block_id in walk:
-            if block_id is None:
-                block_id = next(new_blocks)
-                cached[key] = block_id
-                self._block_key[block_id] = key
-            table.append(block_id)
+        table = host.reload_into(self.pool, walk)
         num_tokens = len(table) * self._block_size_tokens
         self._tables[holder_id] = table
         self._num_tokens[holder_id] = self._final_kv_tokens[holder_id] = num_tokens
@@ -915,84 +527,13 @@ class PagedAllocator(Allocator):
         num_bytes = len(host_indices) * self.block_bytes
         return HostReload(Transfer(num_bytes, 1), host_indices, self._block_size_tokens)
 
-    def _reference(self, block_ids: list[int]) -> None:
-        """One more holder for each hit block: an evictable one leaves the LRU queue."""
-        shared, evictable = self._shared_refs, self._evictable
-        for block_id in block_ids:
-            if block_id in evictable:
-                del evictable[block_id]
-            else:
-                shared[block_id] = shared.get(block_id, 1) + 1
-                self._num_extra_refs += 1
-
-    def _release_blocks(self, block_ids) -> None:
-        """Blocks nobody holds any more: keyed ones to the back of the LRU queue, in the order
-        given, the others back to the free pool."""
-        keyed, evictable, free = self._block_key, self._evictable, self._free_block_ids
-        for block_id in block_ids:
-            if block_id in keyed:
-                evictable[block_id] = None
-            else:
-                free.append(block_id)
-
-    def _drop_key(self, block_id: int) -> None:
-        key = self._block_key.pop(block_id, None)
-        if key is None:
-            return
-        later = self._later_holders.get(key) if self._later_holders else None
-        if later is None:
-            del self._cached_block_id[key]
-            return
-        if self._cached_block_id[key] == block_id:  # the next holder in line serves lookups now
-            next_id = next(iter(later))
-            del later[next_id]
-            self._cached_block_id[key] = next_id
-        else:
-            del later[block_id]
-        if not later:
-            del self._later_holders[key]
-
-    def _add_key(self, block_id: int, key: BlockKey) -> None:
-        """``block_id`` (holding no key) takes ``key`` if no block holds it, or beside its holders
-        with ``cache_duplicate_blocks``; otherwise it stays private."""
-        cached = self._cached_block_id
-        if key not in cached:
-            cached[key] = block_id
-            if self.host_cache is not None:  # computed again: the GPU copy replaces the host one
-                self.host_cache.discard(key)
-        elif self._cache_duplicates:
-            self._later_holders.setdefault(key, {})[block_id] = None
-        else:
-            return
-        self._block_key[block_id] = key
-
     def _key_full_blocks(self, seq_id: int) -> None:
-        """Give the sequence's newly full prompt blocks their keys (a key another block already
-        holds leaves the block private, or makes it one more holder with cache_duplicate_blocks)."""
-        keys = self._prompt_keys[seq_id]
-        start = self._pending_keys[seq_id]
-        end = min(len(keys), self._num_tokens[seq_id] // self._block_size_tokens)
-        if end <= start:
-            return
-        table, keyed = self._tables[seq_id], self._block_key
-        for index in range(start, end):
-            block_id = table[index]
-            if block_id not in keyed:
-                self._add_key(block_id, keys[index])
-        if end == len(keys):
-            del self._pending_keys[seq_id]
-        else:
-            self._pending_keys[seq_id] = end
+        self.prompt_keys.key_full_blocks(seq_id, self._tables[seq_id], self._num_tokens[seq_id])
 
     def _copy_on_write(self, seq_id: int, table: list[int], offset: int) -> None:
         shared_id = table[-1]
         (block_id,) = self._take_blocks(1)
-        holders = self._shared_refs[shared_id] - 1
-        self._num_extra_refs -= 1
-        if holders == 1:
-            del self._shared_refs[shared_id]
-        else:
-            self._shared_refs[shared_id] = holders
+        self.pool.drop_holders((shared_id,))  # shared: other holders keep it
         table[-1] = block_id
         self._num_token_slots += offset  # the copied tokens now exist twice
         self.num_cow_copies += 1

@@ -50,20 +50,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvbench import hookimpl
+from kvbench.core.kv import NO_PROJECTION, DecodeProjection, Footprint, KVCopy, PageMapping, Refusal, SeqShape, Transfer
 from kvbench.core.ledger import MemoryLedger
 from kvbench.errors import ConfigError, require
-from kvbench.memory.allocator import (
-    NO_PROJECTION,
-    Allocator,
-    AllocatorCapabilities,
-    DecodeProjection,
-    Footprint,
-    KVCopy,
-    PageMapping,
-    Refusal,
-    SeqShape,
-    Transfer,
-)
+from kvbench.memory.allocator import Allocator, AllocatorCapabilities
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -202,6 +192,11 @@ class VAttentionAllocator(Allocator):
         self._remainder_bytes = self.budget_bytes - self.num_groups * self.group_bytes
         self._page_map_latency_s = float(self.config.page_map_latency_s)
         self._map_ahead = bool(self.config.map_ahead)
+        # Physical page groups are counted, not named, and so not taken from a BlockPool
+        # (kvbench.memory.block_pool, which paged and hybrid_paged share): a sequence's address is
+        # its virtual range (the block table is virtual pages), so which physical group backs it
+        # is never read; no group is shared, keyed or cached; a fork copies. A pool would keep a
+        # free stack of ids that nothing reads and cost a list operation per group mapped.
         self._num_free_groups = self.num_groups
         self._num_held_groups = 0
         self._num_token_slots = 0

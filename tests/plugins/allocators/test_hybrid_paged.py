@@ -183,7 +183,7 @@ def test_no_block_is_leaked_or_freed_twice(layout, block_size_tokens, budget_tok
     run_operations(alloc, operations)
     assert alloc._shared_refs == {} and set(alloc._held_per_column) == {0}
     assert alloc._num_tail_slots == alloc._num_future_slots == 0, "a sequence's ledger terms outlived it"
-    free = alloc._free_block_ids + list(range(alloc.num_blocks - alloc._num_fresh, alloc.num_blocks))
+    free = alloc._free_block_ids + list(range(alloc.num_blocks - alloc.pool.num_fresh, alloc.num_blocks))
     assert sorted(free) == list(range(alloc.num_blocks)), "a block was leaked or freed twice"
 
 
