@@ -91,3 +91,18 @@ def request(
     priority: int = 0,
 ) -> Request:
     return Request(request_id, arrival_s, prompt, s_max or prompt + output, (output,) * branches, priority=priority)
+
+
+#: every option of the scheduler's config at a plain value, spelled out: a test that builds its
+#: scheduler from these does not move when a default or an engine preset changes
+PLAIN_SCHEDULER_OPTIONS = dict(
+    max_num_seqs=8,
+    max_num_batched_tokens=64,
+    watermark_fraction=0.0,
+    watermark_in_blocks=False,
+    full_prompt_admission=False,
+    long_prefill_token_threshold=8,
+    step_seq_cap=False,
+    decodes_in_budget=False,
+    head_only_chunking=False,
+)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from toy import PLAIN_SCHEDULER_OPTIONS
 
 from kvbench.plugins import lookup
 from kvbench.sched.queue import FcfsQueue
@@ -25,17 +26,7 @@ ROWS = [
 @pytest.mark.parametrize("policy", ["swap", "length_aware", "recompute"])
 def test_beams_out_of_step_keep_caches_of_their_own_length(policy):
     scheduler = lookup("scheduler", "chunked")
-    config = scheduler.Config(
-        max_num_seqs=8,
-        max_num_batched_tokens=64,
-        watermark_fraction=0.0,
-        watermark_in_blocks=False,
-        full_prompt_admission=False,
-        long_prefill_token_threshold=8,
-        step_seq_cap=False,
-        decodes_in_budget=False,
-        head_only_chunking=False,
-    )
+    config = scheduler.Config(**PLAIN_SCHEDULER_OPTIONS)
     requests = make_requests(ROWS)
     tables = []
     for event_driven in (True, False):

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from kvbench_plugins.preemption.recompute import RecomputePolicy
 from kvbench_plugins.preemption.swap import SwapPolicy
-from toy import TOY_MODEL, paged, prefill_s, request, swap_s, toy_hardware
+from toy import PLAIN_SCHEDULER_OPTIONS, TOY_MODEL, paged, prefill_s, request, swap_s, toy_hardware
 
 from kvbench.core.sequence import SequenceGroup, Status
 from kvbench.core.step import Mechanism
@@ -89,17 +89,8 @@ EQUAL_REQUESTS = [
 
 def _equal_requests_engine(policy_class, event_driven: bool):
     scheduler = lookup("scheduler", "prefill_first")
-    config = scheduler.Config(
-        max_num_seqs=8,
-        max_num_batched_tokens=64,
-        watermark_fraction=0.0,
-        watermark_in_blocks=True,
-        full_prompt_admission=False,
-        long_prefill_token_threshold=8,
-        step_seq_cap=True,
-        decodes_in_budget=False,
-        head_only_chunking=True,
-    )
+    options = {**PLAIN_SCHEDULER_OPTIONS, "watermark_in_blocks": True, "step_seq_cap": True, "head_only_chunking": True}
+    config = scheduler.Config(**options)
     return build_engine(
         scheduler,
         policy_class,

@@ -14,6 +14,18 @@ from kvbench.errors import ConfigError
 from kvbench.sched.queue import PriorityQueue, ShortestPromptQueue
 
 
+@pytest.fixture
+def steps_of(toy_run):
+    """``steps_of(scheduler, budget_tokens, requests, **options)``: each step's tokens per request
+    of a recompute run of ``requests`` on ``budget_tokens`` of paged KV (the cases below vary the
+    scheduler and its options, never the policy or the allocator)."""
+
+    def steps(scheduler, budget_tokens, requests, **options) -> list[dict[int, int]]:
+        return scheduled(toy_run(scheduler, RecomputePolicy, paged(budget_tokens), requests, **options))
+
+    return steps
+
+
 def scheduled(run) -> list[dict[int, int]]:
     """Each step's tokens per request, as the differential check compares them."""
     steps = []
@@ -28,20 +40,18 @@ def scheduled(run) -> list[dict[int, int]]:
 
 
 @pytest.mark.parametrize("full", [False, True])
-def test_whole_prompt_admission_checks_every_block_of_the_prompt(toy_run, full):
+def test_whole_prompt_admission_checks_every_block_of_the_prompt(steps_of, full):
     # 4 blocks of 8. A (prompt 8, output 9) runs; B's 24-token prompt needs 3 blocks, its first
     # 8-token chunk 1. Step 1: A decodes (its 2nd block), 2 blocks are left: the first chunk fits,
     # the whole prompt does not
-    run = toy_run(
+    steps = steps_of(
         ChunkedScheduler,
-        RecomputePolicy,
-        paged(32),
+        32,
         [request(0, 8, 9), request(1, 24, 1, arrival_s=0.001)],
         max_num_batched_tokens=9,
         max_num_seqs=2,
         full_prompt_admission=full,
     )
-    steps = scheduled(run)
     assert steps[0] == {0: 8}
     if full:
         # B waits until A finishes (step 9 ends A: 9 tokens), then runs its prompt in chunks
@@ -66,38 +76,34 @@ def test_the_watermark_in_whole_blocks_rounds_down_as_vllm():
     assert make(False).watermark_bytes == int(0.01 * alloc.budget_bytes)  # 1.5 blocks of bytes
 
 
-def test_a_long_prefill_is_capped_only_while_others_compete(toy_run):
+def test_a_long_prefill_is_capped_only_while_others_compete(steps_of):
     # threshold 4: A alone (step 0) takes the whole 16-token budget; from step 1, B waits and A is
     # capped at 4 a step, and B's chunks too
-    run = toy_run(
+    steps = steps_of(
         ChunkedScheduler,
-        RecomputePolicy,
-        paged(256),
+        256,
         [request(0, 40, 1), request(1, 6, 1, arrival_s=0.001)],
         max_num_batched_tokens=16,
         max_num_seqs=2,
         long_prefill_token_threshold=4,
     )
-    steps = scheduled(run)
     assert steps[0] == {0: 16}
     assert steps[1] == {0: 4, 1: 4}
     assert steps[2] == {0: 4, 1: 2}
 
 
-def test_decodes_in_budget_leave_a_prompt_that_no_longer_fits_waiting(toy_run):
+def test_decodes_in_budget_leave_a_prompt_that_no_longer_fits_waiting(steps_of):
     # budget 8: A decodes (1 token) while B's 8-token prompt arrives. Without the option B runs
     # beside A's decode; with it the decode leaves 7, so B waits until A finishes
     for strict, b_step in ((False, 1), (True, 3)):
-        run = toy_run(
+        steps = steps_of(
             MixedScheduler,
-            RecomputePolicy,
-            paged(256),
+            256,
             [request(0, 4, 3), request(1, 8, 1, arrival_s=0.001)],
             max_num_batched_tokens=8,
             max_num_seqs=2,
             decodes_in_budget=strict,
         )
-        steps = scheduled(run)
         assert [i for i, s in enumerate(steps) if s.get(1) == 8] == [b_step]
 
 
@@ -114,36 +120,32 @@ def test_decodes_in_budget_refuses_a_request_that_could_never_be_admitted(toy_ru
         )
 
 
-def test_the_per_step_cap_decodes_the_first_sequences_and_lets_the_rest_wait(toy_run):
+def test_the_per_step_cap_decodes_the_first_sequences_and_lets_the_rest_wait(steps_of):
     # cap 2 per step, nothing caps the running set: three prompts are admitted over two prefill
     # steps (2, then 1), and decode steps run the first two until they finish
-    run = toy_run(
+    steps = steps_of(
         PrefillFirstScheduler,
-        RecomputePolicy,
-        paged(256),
+        256,
         [request(0, 4, 3), request(1, 4, 3), request(2, 4, 2)],
         max_num_batched_tokens=64,
         max_num_seqs=2,
         step_seq_cap=True,
     )
-    steps = scheduled(run)
     assert steps[:5] == [{0: 4, 1: 4}, {2: 4}, {0: 1, 1: 1}, {0: 1, 1: 1}, {2: 1}]
 
 
-def test_head_only_chunking_chunks_the_steps_first_prompt_over_several_steps(toy_run):
+def test_head_only_chunking_chunks_the_steps_first_prompt_over_several_steps(steps_of):
     # budget 10: A's 25-token prompt goes 10, 10, 5; B (4 tokens) joins the step of A's last chunk
     # (it fits what is left, whole), C (8) does not and waits for the next prefill step
-    run = toy_run(
+    steps = steps_of(
         PrefillFirstScheduler,
-        RecomputePolicy,
-        paged(256),
+        256,
         [request(0, 25, 2), request(1, 4, 2), request(2, 8, 2)],
         max_num_batched_tokens=10,
         max_num_seqs=8,
         head_only_chunking=True,
         decodes_in_budget=True,
     )
-    steps = scheduled(run)
     assert steps[:4] == [{0: 10}, {0: 10}, {0: 5, 1: 4}, {2: 8}]
 
 

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pluggy
 import pytest
-from kvbench_plugins.allocators import naive
 from kvbench_plugins.allocators.naive import NaiveAllocator, NaiveConfig
-from omegaconf import OmegaConf
 
-from kvbench import hookspecs
 from kvbench.app.config import plugin_config
 from kvbench.errors import ConfigError
 from kvbench.memory.allocator import Refusal, SeqShape
@@ -121,20 +115,6 @@ def test_invalid_s_max_names_the_key(bad):
         NaiveConfig(bad).validate()
     with pytest.raises(ConfigError, match="s_max_tokens"):
         plugin_config(NaiveAllocator, {"name": "naive", "s_max_tokens": bad}, "allocator")
-
-
-def test_default_yaml_lists_every_option_with_its_default():
-    node = OmegaConf.load(Path(__file__).resolve().parents[3] / "conf" / "allocator" / "naive.yaml")
-    assert node.name == "naive"
-    assert set(node.keys()) - {"name"} == set(NaiveConfig.__dataclass_fields__)
-    assert plugin_config(NaiveAllocator, node, "allocator") == NaiveConfig()
-
-
-def test_registers_through_the_hook():
-    pm = pluggy.PluginManager("kvbench")
-    pm.add_hookspecs(hookspecs)
-    pm.register(naive)
-    assert pm.hook.kvbench_register_allocators() == [[NaiveAllocator]]
 
 
 class TestNaiveConformance(AllocatorConformance):

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pluggy
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kvbench_plugins.allocators import paged
 from kvbench_plugins.allocators.paged import PagedAllocator, PagedConfig
-from omegaconf import OmegaConf
 
-from kvbench import hookspecs
 from kvbench.app.config import plugin_config
 from kvbench.errors import ConfigError
 from kvbench.memory.allocator import Refusal, SeqShape
@@ -146,20 +141,6 @@ def test_config_edge_rejects_bad_block_size_and_unknown_keys():
     with pytest.raises(ConfigError, match="blok_size"):
         plugin_config(PagedAllocator, {"name": "paged", "blok_size": 16}, "allocator")
     assert plugin_config(PagedAllocator, {"name": "paged", "block_size_tokens": 32}, "allocator") == PagedConfig(32)
-
-
-def test_default_yaml_lists_every_option_with_its_default():
-    node = OmegaConf.load(Path(__file__).resolve().parents[3] / "conf" / "allocator" / "paged.yaml")
-    assert node.name == "paged"
-    assert set(node.keys()) - {"name"} == set(PagedConfig.__dataclass_fields__)
-    assert plugin_config(PagedAllocator, node, "allocator") == PagedConfig()
-
-
-def test_registers_through_the_hook():
-    pm = pluggy.PluginManager("kvbench")
-    pm.add_hookspecs(hookspecs)
-    pm.register(paged)
-    assert pm.hook.kvbench_register_allocators() == [[PagedAllocator]]
 
 
 def _brute_force_ledger(alloc: PagedAllocator, final_tokens: dict[int, int]) -> tuple[int, int]:

@@ -5,13 +5,10 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-import pluggy
 import pytest
-from kvbench_plugins.allocators import per_request
 from kvbench_plugins.allocators.per_request import PerRequestAllocator, PerRequestConfig
 from omegaconf import OmegaConf
 
-from kvbench import hookspecs
 from kvbench.app.config import plugin_config
 from kvbench.errors import ConfigError
 from kvbench.memory.allocator import Refusal, SeqShape
@@ -212,20 +209,6 @@ def test_orca_presets_are_buddy_per_request(preset, reserve):
     node = OmegaConf.load(CONF_DIR / f"{preset}.yaml")
     assert node.name == "per_request"
     assert plugin_config(PerRequestAllocator, node, "allocator") == PerRequestConfig(reserve=reserve, placement="buddy")
-
-
-def test_default_yaml_lists_every_option_with_its_default():
-    node = OmegaConf.load(CONF_DIR / "per_request.yaml")
-    assert node.name == "per_request"
-    assert set(node.keys()) - {"name"} == set(PerRequestConfig.__dataclass_fields__)
-    assert plugin_config(PerRequestAllocator, node, "allocator") == PerRequestConfig()
-
-
-def test_registers_through_the_hook():
-    pm = pluggy.PluginManager("kvbench")
-    pm.add_hookspecs(hookspecs)
-    pm.register(per_request)
-    assert pm.hook.kvbench_register_allocators() == [[PerRequestAllocator]]
 
 
 class TestPerRequestConformance(AllocatorConformance):
