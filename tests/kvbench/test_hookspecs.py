@@ -27,8 +27,12 @@ def test_hook_has_a_docstring(hook):
 
 @pytest.mark.parametrize("hook", HOOKS)
 def test_hook_has_a_test(hook):
-    # a test function named test_<hook>... anywhere in the suite, besides this file's generic ones
+    # a test function named test_<hook>... anywhere in the suite, or a case of a parametrized test
+    # named by the hook (id="<hook>"), besides this file's generic ones
+    names = (f"def test_{hook}", f'id="{hook}"')
     found = [
-        p for p in TESTS_DIR.rglob("test_*.py") if p.name != Path(__file__).name and f"def test_{hook}" in p.read_text()
+        p
+        for p in TESTS_DIR.rglob("test_*.py")
+        if p.name != Path(__file__).name and any(name in p.read_text() for name in names)
     ]
-    assert found, f"hookspec {hook} has no test: add a test function named test_{hook}_..."
+    assert found, f"hookspec {hook} has no test: add a test function named test_{hook}_... (or a case id={hook!r})"

@@ -79,14 +79,13 @@ def test_kvbench_config_searchpath_is_collected():
 
 @pytest.mark.parametrize(
     ("kind", "interface"),
-    [
-        ("allocator", Allocator),
-        ("kernel", Kernel),
-        ("preemption", PreemptionPolicy),
-        ("scheduler", Scheduler),
-        ("workload", WorkloadSource),
+    [  # each case is named by the hook whose classes it checks (test_hookspecs looks for it)
+        pytest.param("allocator", Allocator, id="kvbench_register_allocators"),
+        pytest.param("kernel", Kernel, id="kvbench_register_kernels"),
+        pytest.param("preemption", PreemptionPolicy, id="kvbench_register_preemption_policies"),
+        pytest.param("scheduler", Scheduler, id="kvbench_register_schedulers"),
+        pytest.param("workload", WorkloadSource, id="kvbench_register_workloads"),
     ],
-    ids=lambda value: value if isinstance(value, str) else value.__name__,
 )
 def test_registered_classes_follow_the_interface(kind, interface):
     for name, cls in registry(kind).items():
