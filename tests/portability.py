@@ -10,7 +10,7 @@ so this script re-runs them where a float's last bits are most likely to move:
 - the oldest numpy, pandas and pyarrow that pyproject.toml allows, in a fresh virtual environment
   (the newest are what the README's install resolves, so the main test run covers them).
 
-Each setting runs ``pytest tests/test_golden.py tests/test_paper.py tests/kvbench/test_numeric_csv.py``
+Each setting runs ``pytest tests/test_golden.py tests/test_paper.py tests/kvbench/io/test_numeric_csv.py``
 (the last: kvbench's CSV writer against the bytes this numpy and pandas write) in a subprocess; settings run
 side by side, one per CPU core. Exit status: 0 every setting passed, 1 some setting failed (its
 output is printed), 2 bad usage. CI runs it after the README's test command (``.ci/run``).
@@ -35,7 +35,7 @@ from importlib.metadata import requires
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKS = ["tests/test_golden.py", "tests/test_paper.py", "tests/kvbench/test_numeric_csv.py"]
+CHECKS = ["tests/test_golden.py", "tests/test_paper.py", "tests/kvbench/io/test_numeric_csv.py"]
 #: the libraries whose code computes or writes kvbench's floats; their oldest allowed versions
 #: are the lower bounds of the installed kvbench's requirements (pyproject.toml's)
 OLDEST = ("numpy", "pandas", "pyarrow")
