@@ -35,6 +35,16 @@ class FinishingMixin:
         self.finished.append(group)
         return 1
 
+    def _release_finished_branches(self, group) -> None:
+        """A preempted request leaves its batch (request-level batching): the memory its finished
+        branches kept for the batch goes with it now, since a swap moves and a recompute frees only
+        the branches still running, and a finished branch's blocks would otherwise stay shared
+        with them, held for a batch the request is no longer in."""
+        for seq in group.seqs:
+            if seq.status is Status.FINISHED and seq.seq_id in self._held_seq_ids:
+                self._held_seq_ids.remove(seq.seq_id)
+                self.allocator.free(seq.seq_id)
+
     def _end_batch(self, end_s: float) -> int:
         """Request-level batching: the batch is done; release its memory and return its requests."""
         for seq_id in self._held_seq_ids:

@@ -54,6 +54,8 @@ class VictimsMixin:
         del self.running[positions[choice]]
         if self._work is not None and self._work.group is victim:
             self._take_back(self._work)
+        if self.holds_finished:
+            self._release_finished_branches(victim)
         fell_back = mechanism == Mechanism.SWAP and not self.preemption.can_swap(victim)
         if fell_back:
             mechanism = Mechanism.RECOMPUTE

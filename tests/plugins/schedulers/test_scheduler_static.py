@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 from kvbench_plugins.preemption.recompute import RecomputePolicy
+from kvbench_plugins.preemption.swap import SwapPolicy
 from kvbench_plugins.schedulers.mixed import MixedScheduler
 from kvbench_plugins.schedulers.static import StaticScheduler
-from toy import decode_s, naive, prefill_s, request
+from toy import TOY_KV_BYTES, decode_s, naive, paged, prefill_s, request
+
+from kvbench.core.request import Request
 
 REQUESTS = [request(0, 4, 2), request(1, 4, 4), request(2, 4, 1)]
 
@@ -31,3 +34,20 @@ def test_iteration_level_batching_admits_into_the_freed_slot_at_once(toy_run):
     run = toy_run(MixedScheduler, RecomputePolicy, naive(32, 16), REQUESTS)
     assert run.request(2)["admitted_s"] == pytest.approx(2 * prefill_s(4) + decode_s(5 + 5))
     assert run.request(0)["finish_s"] < run.request(1)["finish_s"]
+
+
+@pytest.mark.parametrize("policy", [SwapPolicy, RecomputePolicy])
+def test_a_preempted_fan_out_gives_back_its_finished_branch_s_memory(toy_run, policy):
+    """Request-level batching keeps a finished branch's memory for its batch. A fan-out preempted
+    after one branch finished leaves the batch: the finished branch's blocks (its prompt block is
+    shared with the running branch) go too, or a swap would leave a block shared with a sequence
+    outside the family it moves (a RuntimeError before this was fixed)."""
+    # 10 blocks of 8 tokens. B (prompt 40, output 20) and A (prompt 8, branches of 2, 2 and 20
+    # tokens) fill them at step 1; A's two short branches finish at step 2 and keep their blocks,
+    # the prompt block among them; B's 7th block (step 9) preempts the newest request, A
+    b = Request(0, 0.0, 40, 60, (20,))
+    a = Request(1, 0.0, 8, 28, (2, 2, 20))
+    run = toy_run(StaticScheduler, policy, paged(80), [b, a], max_num_seqs=8)
+    assert sum(len(p.preemptions) for p in run.plans) >= 1, "the case must preempt A"
+    assert run.request(1)["num_generated"] == 24 and run.request(0)["num_generated"] == 20
+    assert run.engine.scheduler.allocator.ledger().free_bytes == 80 * TOY_KV_BYTES  # every block given back
