@@ -77,9 +77,12 @@ def clear_stale(parent: Path | None, prefixes: tuple[str, ...]) -> list[Path]:
     uid = os.getuid() if hasattr(os, "getuid") else None
     for entry in entries:
         prefix = next((p for p in prefixes if entry.name.startswith(p)), None)
-        if prefix is None or not entry.is_dir(follow_symlinks=False):
-            continue
-        if uid is not None and entry.stat(follow_symlinks=False).st_uid != uid:
+        try:  # (another run may remove it meanwhile: then there is nothing to clear)
+            if prefix is None or not entry.is_dir(follow_symlinks=False):
+                continue
+            if uid is not None and entry.stat(follow_symlinks=False).st_uid != uid:
+                continue
+        except OSError:
             continue
         if owner_alive(entry.name, prefix):
             continue
