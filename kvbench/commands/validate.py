@@ -27,7 +27,15 @@ from kvbench.io.atomic import COMPLETE
 from kvbench.io.textio import read_json_object
 from kvbench.output.report import wide_console
 from kvbench.slo.common import check_folder_files, folder_files, write_folder
-from kvbench.validation.validate import GOALS, parity_figure, run_validation, worst
+from kvbench.validation.silicon import FITTED, REASONS
+from kvbench.validation.validate import (
+    GOALS,
+    GROUP_TPOT_LIMIT,
+    MOE_TPOT_GOAL,
+    parity_figure,
+    run_validation,
+    worst,
+)
 
 
 def _pct(value: float) -> str:
@@ -102,6 +110,52 @@ def _worst_table(metric: str, frame) -> Table:
     return table
 
 
+def _refused_table(refused) -> Table:
+    table = _grid("not replayed, by reason")
+    table.add_column("reason")
+    table.add_column("rows", justify="right")
+    table.add_column("what it means")
+    for reason, n in refused.items():
+        table.add_row(str(reason), str(int(n)), REASONS.get(str(reason), ""))
+    return table
+
+
+def _failed_table(failed) -> Table:
+    table = _grid("admitted rows whose replay kvbench refused (no prediction), by clock and reason")
+    table.add_column("replays", justify="right")
+    table.add_column("clock: first line of the refusal")
+    for status, n in failed.items():
+        table.add_row(str(int(n)), visible(str(status), 160))
+    return table
+
+
+def goal_lines(v) -> list[str]:
+    """The goals, each with the profiled clock's number and whether it is met."""
+    lines = []
+    for subset, metric, goal in (
+        ("TP1", "tpot", GOALS["tpot"]),
+        ("TP1", "ttft", GOALS["ttft"]),
+        ("all MoE", "tpot", MOE_TPOT_GOAL),
+    ):
+        pick = v.headline[v.headline["subset"] == subset]
+        if len(pick):
+            got = pick.iloc[0][f"profiled_{metric}_median"]
+            verdict = "meets" if got <= goal else "misses"
+            lines.append(
+                f"{subset} profiled median {metric.upper()} error {_pct(got)}: {verdict} the goal of {_pct(goal)}"
+            )
+    over = v.groups[v.groups["profiled_tpot_median"] > GROUP_TPOT_LIMIT]
+    lines.append(
+        f"groups (model, GPU, engine) with a profiled median TPOT error above {_pct(GROUP_TPOT_LIMIT)}: "
+        f"{len(over)} of {len(v.groups)}"
+    )
+    if "aic_tpot_median" in v.groups:
+        both = v.groups.dropna(subset=["profiled_tpot_median", "aic_tpot_median"])
+        better = int((both["profiled_tpot_median"] <= both["aic_tpot_median"]).sum())
+        lines.append(f"groups where kvbench's median TPOT error is at most aiconfigurator's: {better} of {len(both)}")
+    return lines
+
+
 #: what the output folder receives (the names ``write_folder`` below gives it)
 TABLES = ("rows", "groups", "headline")
 DOCUMENT = "validate.json"
@@ -131,7 +185,9 @@ def _main(argv: list[str]) -> int:
         "aiconfigurator's own estimate beside them.",
     )
     parser.add_argument("--model", action="append", help="only this model_path (repeatable), e.g. Qwen/Qwen3-32B")
-    parser.add_argument("--system", action="append", help="only this GPU (repeatable): a100_sxm, h100_sxm, h200_sxm")
+    parser.add_argument(
+        "--system", action="append", help="only this GPU (repeatable): h100_sxm, h200_sxm, b200_sxm, b300_sxm, gb200"
+    )
     parser.add_argument("--backend", action="append", help="only this engine (repeatable): vllm, sglang, trtllm")
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N admitted rows")
     parser.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU)")
@@ -163,22 +219,19 @@ def _main(argv: list[str]) -> int:
         )
     clocks = [c for c in ("profiled", "roofline", "aic") if f"{c}_ttft_ape" in v.rows]
     console = wide_console()
-    refused = ", ".join(f"{n} {reason}" for reason, n in v.refused.items())
-    console.print(f"{len(v.rows)} rows of {v.source} replayed" + (f"; not replayed: {refused}" if refused else ""))
+    console.print(f"{len(v.rows)} rows of {v.source} replayed")
+    if len(v.refused):
+        console.print(_refused_table(v.refused))
+    console.print(FITTED)
     if v.aic_status:
         console.print(f"aiconfigurator's own estimate left out: {v.aic_status}")
+    if len(v.failed):
+        console.print(_failed_table(v.failed))
     console.print(_table("absolute percentage error", v.headline, clocks, ["subset", "rows"]))
-    tp1 = v.headline[v.headline["subset"] == "TP1"]
-    if len(tp1):
-        h = tp1.iloc[0]
-        for metric, goal in GOALS.items():
-            got = h[f"profiled_{metric}_median"]
-            verdict = "meets" if got <= goal else "misses"
-            console.print(f"TP1 profiled median {metric.upper()} error {_pct(got)}: {verdict} the goal of {_pct(goal)}")
-    for model, groups in v.groups.groupby("model_path", sort=False):
-        console.print(
-            _table(f"{model}: by GPU, engine and TP", groups, clocks, ["system", "backend", "tp_size", "rows"])
-        )
+    for line in goal_lines(v):
+        console.print(line)
+    for (arch, model), groups in v.groups.groupby(["architecture", "model_path"], sort=False):
+        console.print(_table(f"{model} ({arch}): by GPU and engine", groups, clocks, ["system", "backend", "rows"]))
     for metric, frame_worst in worst(v.rows).items():
         console.print(_worst_table(metric, frame_worst))
     command = shlex.join(["kvbench", "validate", *argv])
@@ -186,7 +239,16 @@ def _main(argv: list[str]) -> int:
         out_dir,
         dict(zip(TABLES, (v.rows, v.groups, v.headline))),
         {"parity.png": parity_figure(v.rows, clocks)},
-        {DOCUMENT: {"command": command, "source": v.source, "aic": v.aic_status or "ran"}},
+        {
+            DOCUMENT: {
+                "command": command,
+                "source": v.source,
+                "aic": v.aic_status or "ran",
+                "fitted": FITTED,
+                "not_replayed": {str(k): int(n) for k, n in v.refused.items()},
+                "replays_refused": {str(k): int(n) for k, n in v.failed.items()},
+            }
+        },
     )
     console.print(f"wrote {out_dir}/ (rows, groups, headline as Parquet and CSV; parity.png)")
     return 0
