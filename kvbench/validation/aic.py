@@ -37,7 +37,14 @@ How a silicon row maps to those inputs:
   fragments used to fill gaps. The row's version is mapped to the nearest queryable one, compared
   (major, minor, micro, pre/post) component by component; a missing version gets "current", which
   is the CLI's default. Column ``aic_backend_version`` records the version used.
-* ``gemm_quant_mode`` (and ``moe_quant_mode`` for MoE models): passed by name. NaN means unset, so
+* ``precision``: where the package caches the checkpoint a precision is served from
+  (``PRECISION_CHECKPOINTS``: GLM-5's FP8 and NVFP4 releases, the NVFP4 releases of Qwen3.5,
+  MiniMax-M2.5 and Kimi-K2.5), that config is the model, so its quantization config settles the
+  modes the row leaves open (the KV cache's among them).
+* ``gemm_quant_mode`` (and ``moe_quant_mode`` for MoE models): passed by name, except for gpt-oss
+  (``INFERRED_QUANT``: its rows say nvfp4 for MXFP4 experts, so both modes are inferred from its
+  checkpoint: bf16 GEMMs, ``w4a16_mxfp4`` experts) and an ``int4_wo`` GEMM mode (Kimi-K2.5: its
+  checkpoint quantizes the experts only; the GEMM mode is inferred, bf16). NaN means unset, so
   the mode is inferred from the checkpoint config. For the admitted dense checkpoints that means
   bfloat16, which is what NaN stands for in the sample (its precision column is NaN on the same
   rows). KV-cache, FMHA and comm modes are never given: aiconfigurator infers them from the
@@ -46,8 +53,10 @@ How a silicon row maps to those inputs:
   ``aic_quant``.
 * ``isl``, ``osl``; ``batch_size`` (the client concurrency) is the agg batch size. The context-token
   budget per step is ``isl``, the CLI's default, unless ``ctx_tokens`` is passed.
-* ``tp_size``, ``pp_size`` and ``attention_dp_size`` (missing means 1). MoE widths count for MoE
-  models only.
+* ``tp_size``, ``pp_size`` and ``attention_dp_size`` (missing means 1); ``moe_tp_size`` and
+  ``moe_ep_size`` (missing or 0: resolved by the SDK's ``ModelConfig.resolve_moe_parallelism``)
+  count for MoE models only. ``batch_size`` is per attention-DP rank, the SDK's own convention
+  (``run_agg`` reports ``concurrency = batch_size x attention_dp_size``).
 
 Each row's exceptions are caught and turned into a one-line ``aic_status``, and its predictions are
 then NaN.
@@ -76,7 +85,31 @@ MODEL_ALIASES: dict[str, str] = {
     "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
     "meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
     "meta-llama/Llama-3.1-70B-Instruct": "meta-llama/Meta-Llama-3.1-70B",
+    # NVIDIA's NVFP4 checkpoints and GLM-5 under its former organisation name: the same shapes as
+    # the cached config; the row's gemm/moe_quant_mode give the precision
+    "nvidia/DeepSeek-R1-NVFP4": "deepseek-ai/DeepSeek-R1",
+    "nvidia/Qwen3-32B-NVFP4": "Qwen/Qwen3-32B",
+    "zhipuai/GLM-5": "zai-org/GLM-5",
 }
+#: (row's checkpoint, row's precision) -> the cached config of the checkpoint that precision is
+#: served from, where the package caches it: its quantization config then sets what the row's quant
+#: columns leave open (the KV cache's precision among them), as for a CLI run on that checkpoint
+PRECISION_CHECKPOINTS: dict[tuple[str, str], str] = {
+    ("zhipuai/GLM-5", "fp8"): "zai-org/GLM-5-FP8",
+    ("zhipuai/GLM-5", "fp4"): "nvidia/GLM-5-NVFP4",
+    ("Qwen/Qwen3.5-397B-A17B", "fp4"): "nvidia/Qwen3.5-397B-A17B-NVFP4",
+    ("MiniMaxAI/MiniMax-M2.5", "fp4"): "nvidia/MiniMax-M2.5-NVFP4",
+    ("moonshotai/Kimi-K2.5", "fp4"): "nvidia/Kimi-K2.5-NVFP4",
+}
+#: checkpoints whose quant columns the estimate does not take: gpt-oss's rows say nvfp4/nvfp4 (the
+#: precision family) for a checkpoint whose experts are MXFP4 and whose other weights are bf16, so
+#: its modes are inferred from its cached config (mxfp4: gemm bfloat16, MoE w4a16_mxfp4), as kvbench
+#: replays it
+INFERRED_QUANT = frozenset({"openai/gpt-oss-120b"})
+#: a gemm_quant_mode the estimate leaves to the checkpoint: Kimi-K2.5's int4 rows label both parts
+#: int4_wo, but its compressed-tensors config quantizes the routed experts only (the attention and
+#: shared weights stay bf16), which is what aiconfigurator infers when the GEMM mode is unset
+GEMM_FROM_CHECKPOINT = frozenset({"int4_wo"})
 
 #: the columns estimate_rows returns, in order
 OUTPUT_COLUMNS = ("aic_ttft_ms", "aic_tpot_ms", "aic_status", "aic_backend_version", "aic_quant", "aic_note")
@@ -187,7 +220,7 @@ def _estimate_one(sdk: _Sdk, workers: dict, row: pd.Series, ctx_tokens: int | No
     mode = _text(row.get("mode"))
     if mode is not None and mode != "agg":
         return {"aic_status": f"mode {mode} is not estimated (agg only)"}
-    aic_model = _cached_model(sdk, model_path)
+    aic_model = _cached_model(sdk, model_path, _text(row.get("precision")))
     if aic_model is None:
         return {"aic_status": f"no cached model config for {model_path} (offline; nothing is downloaded)"}
     if backend_name not in sdk.backend_names:
@@ -203,8 +236,13 @@ def _estimate_one(sdk: _Sdk, workers: dict, row: pd.Series, ctx_tokens: int | No
         return {"aic_status": "isl, osl and batch_size must be positive integers", "aic_backend_version": version}
 
     is_moe = sdk.check_is_moe(aic_model)
-    gemm = _quant_name(row.get("gemm_quant_mode"), sdk.gemm_modes, "gemm_quant_mode")
-    moe = _quant_name(row.get("moe_quant_mode"), sdk.moe_modes, "moe_quant_mode") if is_moe else None
+    gemm_mode, moe_mode = row.get("gemm_quant_mode"), row.get("moe_quant_mode")
+    if model_path in INFERRED_QUANT:
+        gemm_mode = moe_mode = None
+    elif _text(gemm_mode) in GEMM_FROM_CHECKPOINT:
+        gemm_mode = None
+    gemm = _quant_name(gemm_mode, sdk.gemm_modes, "gemm_quant_mode")
+    moe = _quant_name(moe_mode, sdk.moe_modes, "moe_quant_mode") if is_moe else None
     tp = _int(row.get("tp_size")) or 1
     pp = _int(row.get("pp_size")) or 1
     dp = _int(row.get("attention_dp_size")) or 1
@@ -276,8 +314,11 @@ def _build_worker(
 # -- mapping helpers --------------------------------------------------------------------------------
 
 
-def _cached_model(sdk: _Sdk, model_path: str) -> str | None:
+def _cached_model(sdk: _Sdk, model_path: str, precision: str | None = None) -> str | None:
     """The cached HF config name for a row's checkpoint, or None (nothing is ever downloaded)."""
+    served = PRECISION_CHECKPOINTS.get((model_path, precision or ""))
+    if served in sdk.cached_models:
+        return served
     if model_path in sdk.cached_models:
         return model_path
     alias = MODEL_ALIASES.get(model_path)

@@ -120,8 +120,7 @@ def run_validation(
             measured = rows[f"silicon_{metric}_ms"]
             rows[f"{clock}_{metric}_ape"] = (rows[f"{clock}_{metric}_ms"] - measured).abs() / measured
     groups = _groups(rows, clocks)
-    headline = _headline(rows, clocks)
-    return Validation(rows, groups, headline, refused, failed_replays(rows), source, aic_status)
+    return Validation(rows, groups, headline(rows, clocks), refused, failed_replays(rows), source, aic_status)
 
 
 def failed_replays(rows):
@@ -151,7 +150,7 @@ def _groups(rows, clocks):
     return pd.DataFrame.from_records(records)
 
 
-def _headline(rows, clocks):
+def headline(rows, clocks):
     """One line per architecture present, then all MoE rows (every architecture but dense), the
     TP1 and TP>1 rows, and all rows."""
     import pandas as pd
@@ -170,7 +169,7 @@ def _headline(rows, clocks):
 def worst(rows, clock: str = "profiled", n: int = 5):
     """The rows with the largest TPOT and TTFT errors on ``clock``, for the report."""
     return {
-        metric: rows.nlargest(n, f"{clock}_{metric}_ape")[
+        metric: rows.dropna(subset=[f"{clock}_{metric}_ape"]).nlargest(n, f"{clock}_{metric}_ape")[
             [
                 "id",
                 "architecture",

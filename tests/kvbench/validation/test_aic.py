@@ -108,3 +108,32 @@ def test_unsupported_rows_get_a_status_and_nan_not_an_exception(real_rows):
     assert "int3_magic" in out.at["gemm", "aic_status"]
     for status in out["aic_status"]:
         assert "\n" not in status and len(status) <= 200
+
+
+def _first(sample, **where) -> pd.DataFrame:
+    pick = sample[sample["mode"] == "agg"]
+    for column, value in where.items():
+        pick = pick[pick[column] == value]
+    assert not pick.empty, f"the sample has no agg row with {where}"
+    return pick.iloc[[0]]
+
+
+def test_moe_rows_run_with_the_precision_their_checkpoint_is_served_in(sample):
+    rows = pd.concat(
+        [
+            # gpt-oss: labelled nvfp4, estimated from its MXFP4 checkpoint (bf16 GEMMs)
+            _first(sample, model_path="openai/gpt-oss-120b", system="h200_sxm", backend="vllm"),
+            # Kimi-K2.5's int4 rows: int4 experts, bf16 GEMMs
+            _first(sample, model_path="moonshotai/Kimi-K2.5", system="h200_sxm", precision="int4"),
+            # GLM-5's FP8 rows run on its FP8 release, whose config puts the KV cache in fp8
+            _first(sample, model_path="zhipuai/GLM-5", system="h200_sxm", precision="fp8"),
+        ]
+    )
+    out = aic.estimate_rows(rows)
+    assert (out["aic_status"] == "ok").all(), out["aic_status"].to_list()
+    quant = out["aic_quant"].to_list()
+    assert quant[0].startswith("gemm=bfloat16 kv=bfloat16")
+    assert quant[1].startswith("gemm=bfloat16 ")
+    assert quant[2].startswith("gemm=fp8 kv=fp8")
+    ratio = out["aic_tpot_ms"] / rows["silicon_tpot_ms"]
+    assert ratio.between(0.2, 5.0).all(), ratio.to_dict()

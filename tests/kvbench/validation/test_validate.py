@@ -13,13 +13,17 @@ from kvbench.errors import ConfigError
 from kvbench.validation.silicon import MODELS, admitted, read_silicon, replay, select
 from kvbench.validation.validate import run_validation
 
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 
-def test_the_admitted_rows_are_dense_aggregated_and_modelled():
+
+def test_the_admitted_rows_are_aggregated_and_modelled():
     frame, source = read_silicon()
     rows, refused = admitted(frame)
     assert len(rows) >= 700 and "silicon_sample.csv" in source
     assert set(rows["mode"]) == {"agg"} and set(rows["model_path"]) <= set(MODELS)
-    assert rows["tp_size"].between(1, 8).all()
+    gpus = rows["tp_size"] * rows["attention_dp_size"].fillna(1).clip(lower=1)
+    assert gpus.between(1, 8).all()
+    assert len(rows) + refused.sum() == len(frame)  # every row is replayed or counted
     if len(refused):  # the package's full sample: MoE and disaggregated rows are counted, not replayed
         assert "disaggregated" in refused.index
 
@@ -35,7 +39,7 @@ def test_a_row_replays_its_precision_parallelism_and_client():
 
 
 def test_run_validation_predicts_every_row_on_both_clocks():
-    v = run_validation(backends=["trtllm"], limit=3, workers=1, with_aic=False)
+    v = run_validation(models=[LLAMA_8B], backends=["trtllm"], limit=3, workers=1, with_aic=False)
     assert len(v.rows) == 3
     assert set(v.rows["profiled_status"]) == {"ok"} and set(v.rows["roofline_status"]) == {"ok"}
     for clock in ("profiled", "roofline"):
@@ -60,6 +64,10 @@ def test_the_command_writes_tables_and_the_parity_figure(tmp_path):
             sys.executable,
             "-m",
             "kvbench.commands.validate",
+            "--model",
+            "meta-llama/Llama-3.1-70B",
+            "--system",
+            "h100_sxm",
             "--backend",
             "vllm",
             "--limit",
@@ -75,7 +83,8 @@ def test_the_command_writes_tables_and_the_parity_figure(tmp_path):
         timeout=HANG_S,
     )
     assert done.returncode == 0, done.stderr
-    assert "TP1 profiled" in done.stdout or "TP>1" in done.stdout
+    assert "with a profiled median TPOT error above" in done.stdout and "fitted: nothing" in done.stdout
+    assert "fitted: nothing" in (out / "validate.json").read_text()
     for name in ("rows.csv", "groups.csv", "headline.csv", "parity.png", "COMPLETE"):
         assert (out / name).is_file()
     # the same --out again: a complete result is never overwritten, said in one line before any replay
@@ -87,7 +96,7 @@ def test_the_command_writes_tables_and_the_parity_figure(tmp_path):
         timeout=HANG_S,
     )
     assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1, again.stderr
-    assert "already holds a complete result (kvbench validate --backend vllm" in again.stderr
+    assert "already holds a complete result (kvbench validate --model meta-llama/Llama-3.1-70B" in again.stderr
     assert (out / "COMPLETE").read_text() == marker
 
 
@@ -120,3 +129,57 @@ def test_profiles_lists_the_measured_kernels_per_gpu():
         timeout=HANG_S,
     )
     assert bad.returncode == 2 and "no public measured tables" in bad.stderr
+
+
+def _scored(architectures: dict[str, list[float]]):
+    """Rows of the given architectures whose profiled TPOT is off by the given fractions (TTFT exact)."""
+    import pandas as pd
+
+    records = []
+    for arch, errors in architectures.items():
+        for i, error in enumerate(errors):
+            records.append(
+                {
+                    "architecture": arch,
+                    "tp_size": 1 + i % 2,
+                    "silicon_ttft_ms": 100.0,
+                    "silicon_tpot_ms": 10.0,
+                    "profiled_ttft_ms": 100.0,
+                    "profiled_tpot_ms": 10.0 * (1 + error),
+                }
+            )
+    rows = pd.DataFrame.from_records(records)
+    for metric in ("ttft", "tpot"):
+        rows[f"profiled_{metric}_ape"] = (rows[f"profiled_{metric}_ms"] - rows[f"silicon_{metric}_ms"]).abs() / rows[
+            f"silicon_{metric}_ms"
+        ]
+    return rows
+
+
+def test_the_headline_has_one_line_per_architecture_then_all_moe():
+    from kvbench.validation.validate import headline
+
+    rows = _scored({"dense": [0.1, 0.3, 0.2], "mla-moe": [0.4, -0.4], "linear-hybrid-moe": [0.05]})
+    table = headline(rows, ["profiled"]).set_index("subset")
+    assert list(table.index) == ["dense", "mla-moe", "linear-hybrid-moe", "all MoE", "TP1", "TP>1", "all"]
+    assert list(table["rows"]) == [3, 2, 1, 3, 4, 2, 6]
+    assert table.at["dense", "profiled_tpot_median"] == pytest.approx(0.2, rel=1e-6)
+    assert table.at["mla-moe", "profiled_tpot_median"] == pytest.approx(0.4, rel=1e-6)
+    assert table.at["all MoE", "profiled_tpot_median"] == pytest.approx(0.4, rel=1e-6)
+    assert table.at["all", "profiled_ttft_median"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_parity_figure_gives_each_architecture_its_colour(tmp_path):
+    from matplotlib.colors import to_hex
+
+    from kvbench.validation.validate import ARCHITECTURES, parity_figure
+
+    rows = _scored({"dense": [0.1, 0.2], "moe": [0.3], "window-sinks-moe": [0.2, 0.1]})
+    fig = parity_figure(rows, ["profiled", "roofline"])
+    path = tmp_path / "parity.png"
+    fig.savefig(path)
+    assert path.stat().st_size > 10_000
+    assert len(fig.axes) == 2  # one row of panels: the profiled clock (the roofline is in the tables)
+    for ax in fig.axes:
+        colours = {c.get_label().split(" ")[0]: to_hex(c.get_facecolor()[0]) for c in ax.collections}
+        assert colours == {a: to_hex(ARCHITECTURES[a]) for a in ("dense", "moe", "window-sinks-moe")}

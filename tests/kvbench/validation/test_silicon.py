@@ -1,0 +1,148 @@
+"""kvbench.validation.silicon: which rows are replayed (and why not), and the overrides of a replay."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from kvbench.validation import silicon
+from kvbench.validation.silicon import REASONS, Precision, admitted, precision, replay
+
+NAN = math.nan
+
+
+def _row(**changes) -> dict:
+    """An admissible dense row (Llama-3.1-8B, H100, TRT-LLM, TP1, bf16) with ``changes``."""
+    base = {
+        "id": "r",
+        "backend": "trtllm",
+        "backend_version": "1.3.0rc1",
+        "model_path": "meta-llama/Llama-3.1-8B-Instruct",
+        "system": "h100_sxm",
+        "precision": NAN,
+        "mode": "agg",
+        "isl": 1024,
+        "osl": 128,
+        "gemm_quant_mode": NAN,
+        "moe_quant_mode": NAN,
+        "batch_size": 16.0,
+        "tp_size": 1.0,
+        "pp_size": 1.0,
+        "attention_dp_size": NAN,
+        "moe_tp_size": NAN,
+        "moe_ep_size": NAN,
+        "silicon_ttft_ms": 100.0,
+        "silicon_tpot_ms": 10.0,
+    }
+    return {**base, **changes}
+
+
+DEEPSEEK = {
+    "model_path": "deepseek-ai/DeepSeek-R1",
+    "system": "h200_sxm",
+    "precision": "fp8",
+    "gemm_quant_mode": "fp8",
+    "moe_quant_mode": "fp8_block",
+}
+
+
+def test_each_refused_row_is_counted_by_its_one_word_reason():
+    rows = [
+        _row(id="ok-dense"),
+        _row(id="ok-dep", **DEEPSEEK, tp_size=1.0, attention_dp_size=8.0, moe_tp_size=1.0, moe_ep_size=8.0),
+        _row(id="ok-unset-moe-tp", **DEEPSEEK, tp_size=8.0, moe_tp_size=0.0, moe_ep_size=8.0),
+        _row(mode="disagg"),
+        _row(mode="disagg", model_path="nobody/else"),  # the first reason wins
+        _row(model_path="nobody/else"),
+        _row(system="l40s"),
+        _row(system="a100_sxm", backend="sglang"),  # SGLang's kernel is not measured on the A100
+        _row(silicon_tpot_ms=NAN),
+        _row(batch_size=0.0),
+        _row(pp_size=2.0),
+        _row(**DEEPSEEK, tp_size=8.0, attention_dp_size=2.0, moe_tp_size=1.0, moe_ep_size=16.0),  # 16 GPUs
+        _row(**DEEPSEEK, tp_size=4.0, moe_tp_size=2.0, moe_ep_size=1.0),  # 4 GPUs but 2 x 1 for the MoE
+        _row(tp_size=2.0, attention_dp_size=2.0),  # a dense model with attention DP
+        _row(model_path="openai/gpt-oss-120b", precision="fp8", gemm_quant_mode="fp8", moe_quant_mode="fp8"),
+        _row(gemm_quant_mode="int3_magic"),
+    ]
+    kept, refused = admitted(pd.DataFrame(rows))
+    assert list(kept["id"]) == ["ok-dense", "ok-dep", "ok-unset-moe-tp"]
+    assert refused.to_dict() == {
+        "disaggregated": 2,
+        "unmodelled-model": 1,
+        "unmodelled-gpu": 1,
+        "unmeasured-engine": 1,
+        "incomplete": 2,
+        "pipeline": 1,
+        "multinode": 1,
+        "layout": 2,
+        "precision": 2,
+    }
+    assert list(refused.index) == [r for r in REASONS if r in refused.index]  # REASONS' order
+    for reason in refused.index:
+        assert " " not in reason and reason in REASONS
+
+
+def test_a_dense_rows_moe_columns_are_not_read():
+    # the sample fills moe_tp/moe_ep on dense rows with whatever the launcher had: not a layout
+    kept, refused = admitted(pd.DataFrame([_row(tp_size=2.0, moe_tp_size=1.0, moe_ep_size=2.0)]))
+    assert len(kept) == 1 and refused.sum() == 0
+    job = replay(kept.iloc[0], "profiled")
+    assert "model.tp=2" in job.overrides
+    assert not any(o.startswith(("model.ep=", "model.attention_dp=", "model.moe_dtype=")) for o in job.overrides)
+
+
+def test_an_attention_dp_and_expert_parallel_row_replays_one_rank():
+    row = pd.Series(
+        _row(**DEEPSEEK, backend="trtllm", tp_size=1.0, attention_dp_size=8.0, moe_tp_size=1.0, moe_ep_size=8.0)
+    )
+    job = replay(row, "profiled")
+    for override in (
+        "model=deepseek-r1",
+        "model.tp=1",
+        "model.attention_dp=8",
+        "model.ep=8",
+        "model.dtype=float8",
+        "model.moe_dtype=fp8_block",
+        "model.kv_dtype=float8",
+        "hardware=h200",
+        "kernel=trtllm",
+        "kernel.gemm=fp8",
+        # batch_size is the concurrency of one attention-DP rank: that rank keeps 16 in flight
+        "workload.max_concurrency=16",
+        f"workload.num_requests={silicon.WAVES * 16}",
+        "workload.prompt_tokens=1024",
+        "workload.output_tokens=128",
+    ):
+        assert override in job.overrides, override
+    roofline = replay(row, "roofline").overrides
+    assert "kernel=torch" in roofline and not any(o.startswith("kernel.gemm") for o in roofline)
+
+
+@pytest.mark.parametrize(
+    ("changes", "moe", "expected"),
+    [
+        ({}, False, Precision("bfloat16", "bfloat16", None, "bfloat16")),
+        ({"precision": "fp8", "gemm_quant_mode": "fp8"}, False, Precision("float8", "fp8", None, "float8")),
+        ({"gemm_quant_mode": "fp8_block"}, False, Precision("fp8_block", "fp8_block", None, "float8")),
+        (
+            {"gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"},
+            True,
+            Precision("nvfp4", "nvfp4", "nvfp4", "float8"),
+        ),
+        (  # Kimi-K2.5's int4 checkpoint: int4 experts, bf16 elsewhere, a bf16 KV cache
+            {"precision": "int4", "gemm_quant_mode": "int4_wo", "moe_quant_mode": "int4_wo"},
+            True,
+            Precision("bfloat16", "bfloat16", "int4", "bfloat16"),
+        ),
+        (  # gpt-oss: labelled nvfp4, served from its MXFP4 checkpoint
+            {"model_path": "openai/gpt-oss-120b", "precision": "fp4", "gemm_quant_mode": "nvfp4"},
+            True,
+            Precision("bfloat16", "bfloat16", "mxfp4", "bfloat16"),
+        ),
+    ],
+)
+def test_the_precision_of_each_part(changes, moe, expected):
+    assert precision(_row(**changes), moe) == expected
