@@ -11,6 +11,7 @@ aiconfigurator's own estimate beside kvbench's clocks (``--no-aic`` leaves it ou
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import shlex
 from datetime import datetime
@@ -207,8 +208,10 @@ def _main(argv: list[str]) -> int:
 
     frame, _ = read_silicon()
     rows, _ = admitted(frame)
-    total = 2 * len(select(rows, args.model, args.system, args.backend, args.limit))
-    with progress_bar(total, "replaying", enabled=True, unit="runs") as advance:
+    # two replays per row, and aiconfigurator's estimate of it where the package is installed
+    replays = len(select(rows, args.model, args.system, args.backend, args.limit))
+    with_aic = not args.no_aic and importlib.util.find_spec("aiconfigurator_core") is not None
+    with progress_bar((3 if with_aic else 2) * replays, "replaying", enabled=True, unit="runs") as advance:
         v = run_validation(
             models=args.model,
             systems=args.system,

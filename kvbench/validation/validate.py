@@ -109,11 +109,11 @@ def run_validation(
             rows["profile_extrapolated_lookups"] = [r[2] for r in part]
     aic_status = None
     if with_aic:
-        from kvbench.validation.aic import aic_available, estimate_rows
+        from kvbench.validation.aic import aic_available
 
         aic_status = aic_available()
         if aic_status is None:
-            rows = rows.join(estimate_rows(rows))
+            rows = rows.join(_aic_estimates(rows, workers, advance))
     clocks = [*CLOCKS, *(["aic"] if "aic_ttft_ms" in rows else [])]
     for clock in clocks:
         for metric in ("ttft", "tpot"):
@@ -121,6 +121,27 @@ def run_validation(
             rows[f"{clock}_{metric}_ape"] = (rows[f"{clock}_{metric}_ms"] - measured).abs() / measured
     groups = _groups(rows, clocks)
     return Validation(rows, groups, headline(rows, clocks), refused, failed_replays(rows), source, aic_status)
+
+
+def _aic_estimates(rows, workers: int, advance):
+    """aiconfigurator's estimate of every row, one (model, GPU, engine) group per task across the
+    workers (a group's rows share the models and perf-data views a worker builds once)."""
+    import pandas as pd
+
+    from kvbench.validation.aic import estimate_rows
+
+    chunks = [part for _, part in rows.groupby(["model_path", "system", "backend"], sort=False)]
+    results = []
+    if workers == 1 or len(chunks) == 1:
+        for chunk in chunks:
+            results.append(estimate_rows(chunk))
+            advance(len(chunk))
+    else:
+        with ProcessPoolExecutor(min(workers, len(chunks))) as pool:
+            for chunk, result in zip(chunks, pool.map(estimate_rows, chunks)):
+                results.append(result)
+                advance(len(chunk))
+    return pd.concat(results).reindex(rows.index)
 
 
 def failed_replays(rows):
@@ -209,7 +230,7 @@ def parity_figure(rows, clocks):
             for arch in present:
                 pick = rows["architecture"] == arch
                 ape = rows.loc[pick, f"{clock}_{metric}_ape"].dropna()
-                median = f"{np.median(ape) * 100:.0f} %" if len(ape) else "-"
+                median = f"median {np.median(ape) * 100:.0f} %" if len(ape) else "none predicted"
                 ax.scatter(
                     measured[pick],
                     rows.loc[pick, f"{clock}_{metric}_ms"],
@@ -217,7 +238,7 @@ def parity_figure(rows, clocks):
                     color=ARCHITECTURES[arch],
                     alpha=0.55,
                     linewidths=0,
-                    label=f"{arch} ({int(pick.sum())} rows, median {median})",
+                    label=f"{arch} ({int(pick.sum())} rows, {median})",
                 )
             lo, hi = float(measured.min()) / 2, float(measured.max()) * 2
             ax.plot([lo, hi], [lo, hi], color="black", lw=0.8)
