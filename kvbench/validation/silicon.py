@@ -103,6 +103,9 @@ WAVES = 5
 #: the token budget per step of chunked prefill in the three engines' serving defaults
 MAX_NUM_BATCHED_TOKENS = 8192
 CSV_NAME = "silicon_sample.csv"
+#: the columns of the layout and the experts' precision, read where present (an excerpt written
+#: before they were needed lacks them; missing means unset: 1, or the checkpoint's own precision)
+LAYOUT_COLUMNS = ("moe_quant_mode", "attention_dp_size", "moe_tp_size", "moe_ep_size")
 #: the columns a replay reads (the excerpt kvbench ships keeps only these)
 COLUMNS = (
     "id",
@@ -120,10 +123,8 @@ COLUMNS = (
     "pp_size",
     "silicon_ttft_ms",
     "silicon_tpot_ms",
+    *LAYOUT_COLUMNS,
 )
-#: the columns of the layout and the experts' precision, read where present (an excerpt written
-#: before they were needed lacks them; missing means unset: 1, or the checkpoint's own precision)
-LAYOUT_COLUMNS = ("moe_quant_mode", "attention_dp_size", "moe_tp_size", "moe_ep_size")
 #: every reason a row is not replayed, one word each, in the order they are checked
 REASONS = {
     "disaggregated": "prefill and decode on separate workers (mode disagg): the next issue",
@@ -275,7 +276,7 @@ def read_silicon():
         frame = pd.read_csv(path)
     except (OSError, pd.errors.ParserError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
-    missing = [c for c in COLUMNS if c not in frame.columns]
+    missing = [c for c in COLUMNS if c not in frame.columns and c not in LAYOUT_COLUMNS]
     if missing:
         raise ConfigError(f"{path} lacks the columns {', '.join(missing)}: is {root.label} the version kvbench reads?")
     for column in LAYOUT_COLUMNS:
