@@ -92,18 +92,20 @@ def layer_counts(model) -> LayerCounts:
     return LayerCounts(full, window, linear, mla, dense, model.num_layers - dense)
 
 
-class WindowDecodeGrid:
-    """A window layer's decode attention: the measured window rows, flat past the window."""
+def window_decode_grid(frame, kv_bytes_per_token_layer: float, counter, window_tokens: int):
+    """A window layer's decode attention: the rows measured at its window, flat past the longest
+    measured length of each batch size once that length reaches the window (the kernel reads W
+    tokens however long the sequence), extrapolated and counted as dense rows are otherwise."""
+    from kvbench.exec.profiled import DecodeAttentionGrid
 
-    def __init__(self, grid, window_tokens: int) -> None:
-        self.grid, self.window_tokens = grid, window_tokens
-        self.longest = min(row[0][-1] for row in grid.rows)
+    class WindowDecodeGrid(DecodeAttentionGrid):
+        def _row(self, i: int, s: np.ndarray) -> np.ndarray:
+            xs, lat = self.rows[i]
+            if xs[-1] >= window_tokens:
+                return np.interp(s, xs, lat)  # np.interp holds the last value past the end
+            return super()._row(i, s)
 
-    def latency_s(self, batch: int, mean_context_tokens: np.ndarray) -> np.ndarray:
-        s = np.asarray(mean_context_tokens, dtype=np.float64)
-        if self.longest >= self.window_tokens:  # every measured length past the window reads W
-            s = np.minimum(s, self.longest)
-        return self.grid.latency_s(batch, s)
+    return WindowDecodeGrid(frame, kv_bytes_per_token_layer, counter)
 
 
 class WindowPrefillCurve:
@@ -144,7 +146,7 @@ class ArchTables:
     """Every grid that prices one step of a model with experts, MLA or linear attention."""
 
     def __init__(self, kernel, system: str, model, gemm_dtype: str, kv_dtype: str, counter, gemm, lm_head_gemm) -> None:
-        from kvbench.exec.profiled import DecodeAttentionGrid, PrefillAttentionCurve
+        from kvbench.exec.profiled import PrefillAttentionCurve
 
         fw = kernel.framework
         self.counts = layer_counts(model)
@@ -156,7 +158,7 @@ class ArchTables:
             dec, pre = attention_rows(kernel, system, attn_version, model, kv_dtype, w)
             kv_layer = 2 * model.kv_heads_per_gpu * model.head_dim * model.kv_element_bytes
             self.window[w] = (
-                WindowDecodeGrid(DecodeAttentionGrid(dec, kv_layer, counter), w),
+                window_decode_grid(dec, kv_layer, counter, w),
                 WindowPrefillCurve(PrefillAttentionCurve(pre, counter)),
             )
             self.labels.append(f"window {w}")
