@@ -50,6 +50,7 @@ from kvbench.specs.calibration import DecodeEfficiency, calibration_digest, load
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
 from kvbench.workload.arrivals import check_arrival_span
+from kvbench.workload.dp_split import rank_share
 from kvbench.workload.source import Workload
 
 #: a subfolder of a sweep's folder, where its jobs keep what they compute once for all of them (the
@@ -282,7 +283,8 @@ def execute(cfg: DictConfig, choices: dict | None = None, steps_dir: Path | None
     of its memory); the result's ``steps`` is then None and its ``steps_file`` the Parquet file."""
     check_engine_choice(cfg, choices)
     s = setup(cfg)
-    workload = s.workload_source.generate(np.random.default_rng(int(cfg.seed)))
+    # under attention data parallelism the run is one rank's: its share of the requests (round robin)
+    workload = rank_share(s.workload_source.generate(np.random.default_rng(int(cfg.seed))), s.model.attention_dp)
     check_arrival_span(workload.arrival_s, "raise workload.rate_per_s or workload.rate_scale, or replay fewer requests")
     _check_positions(workload, s.model)
     requests = requests_from_workload(workload, int(cfg.seed))
@@ -353,6 +355,7 @@ def _result(
         prefill_flops_efficiency=s.cost.prefill_flops_per_s / s.hardware.dense_flops_per_s,
         step_overhead_s=s.cost.step_overhead_s,
         clock="profiled" if _profiled(s.cost) else "roofline",
+        attention_dp_ranks=s.model.attention_dp,
         calibration=s.efficiency.source,
         calibration_sha256=calibration_digest(s.hardware.name, s.kernel.name, cfg.get("calibration_dir")),
     )
