@@ -20,6 +20,28 @@ from kvbench.exec import profiled
 from kvbench.specs import profiles
 
 MODELS = ["llama2-7b", "llama3-8b", "llama3.1-8b", "qwen3-32b", "llama3.1-70b"]
+#: the MoE / MLA / window / linear models, each at its config's default layout: their every row is
+#: recorded while their tables load (profiled_arch), on each system and measured kernel that prices them
+ARCH_MODELS = [
+    "deepseek-v3",
+    "deepseek-r1",
+    "gpt-oss-120b",
+    "gpt-oss-20b",
+    "qwen3-235b-a22b",
+    "qwen3-30b-a3b",
+    "qwen3.5-397b-a17b",
+    "minimax-m2.5",
+    "kimi-k2.5",
+    "glm-5",
+]
+#: the systems the architecture models' rows are kept for (the excerpt's size: Hopper H200 and B200)
+ARCH_SYSTEMS = {"h200": "h200_sxm", "b200-sxm": "b200_sxm"}
+#: layouts beyond the configs' defaults: DeepSeek under attention data parallelism and expert
+#: parallelism across one node (TP1 x ADP8 x EP8, as the silicon rows run it), gpt-oss at TP1
+EXTRA_LAYOUTS = {
+    "deepseek-v3": [["model.tp=1", "model.attention_dp=8", "model.ep=8"]],
+    "gpt-oss-120b": [["model.tp=1"]],
+}
 OUT = profiles.EXCERPT_DIR / "systems"
 
 
@@ -45,6 +67,7 @@ def needed_gemm_shapes(grid: profiled.GemmGrid, model) -> set[tuple[int, int]]:
 def main() -> None:
     assert not profiles.table_root().excerpt, "install the profiles extra first"
     root = profiles.table_root().systems_dir
+    ARCH_ROWS.update(_record_arch_rows())
     if OUT.exists():
         shutil.rmtree(OUT)
     specs = [model_spec_of(compose([f"model={m}", f"model.tp={tp}"])[0]) for m in MODELS for tp in (1, 2, 4, 8)]
@@ -93,6 +116,12 @@ def main() -> None:
                     ar_versions[-1],
                     "custom_allreduce_perf",
                 )
+    for (system, op, framework, version, table), index in sorted(ARCH_ROWS.items()):
+        if not (OUT / "data" / system / op / framework / version / f"{table}.parquet").is_file():
+            if not (OUT / f"{system}.yaml").is_file():
+                shutil.copy(root / f"{system}.yaml", OUT / f"{system}.yaml")
+            frame = profiles.read_table(system, op, framework, version, table)
+            _write(frame.loc[sorted(index)], system, op, framework, version, table)
     from kvbench.validation.silicon import COLUMNS, admitted, read_silicon
 
     frame, _ = read_silicon()
@@ -102,10 +131,111 @@ def main() -> None:
     print(f"wrote {profiles.EXCERPT_DIR} ({total / 1e6:.2f} MB)")
 
 
+#: (system, op, framework, version, table) -> the row labels the architecture models read
+ARCH_ROWS: dict[tuple, set] = {}
+
+
 def _write(frame, system, op, framework, version, table) -> None:
+    """Write the rows ``frame`` kept of a table (labels as read), with the rows the architecture
+    models read of the same table, in the table's order."""
+    extra = ARCH_ROWS.get((system, op, framework, version, table))
+    if extra:
+        full = profiles.read_table(system, op, framework, version, table)
+        frame = full.loc[sorted(set(frame.index) | extra)]
     folder = OUT / "data" / system / op / framework / version
     folder.mkdir(parents=True, exist_ok=True)
     frame.reset_index(drop=True).to_parquet(folder / f"{table}.parquet", index=False)
+
+
+def _record_arch_rows() -> dict[tuple, set]:
+    """The rows every grid of the architecture models reads (each frame read is tagged with its
+    table in ``attrs``, which pandas carries through filtering), by table."""
+
+    from kvbench.errors import ConfigError
+    from kvbench.exec import profiled_arch, profiled_moe
+    from kvbench.exec.profiled import ProfiledCostModel, load_tables, table_kv_dtype
+
+    used: dict[tuple, set] = {}
+    real_read = profiles.read_table.__wrapped__
+
+    def tagged_read(system, op, framework, version, table):
+        frame = real_read(system, op, framework, version, table)
+        frame.attrs["source"] = (system, op, framework, version, table)
+        return frame
+
+    def record(frame) -> None:
+        key = frame.attrs.get("source")
+        if key is not None:
+            used.setdefault(key, set()).update(frame.index.tolist())
+
+    grids = (
+        profiled.DecodeAttentionGrid,
+        profiled.PrefillAttentionCurve,
+        profiled_moe.TokenCurve,
+        profiled.AllReduceCurve,
+    )
+    originals = {cls: cls.__init__ for cls in grids}
+
+    def wrap(cls):
+        init = originals[cls]
+
+        def recording_init(self, frame, *args, **kwargs):
+            record(frame)
+            init(self, frame, *args, **kwargs)
+
+        return recording_init
+
+    gemm_init = profiled.GemmGrid.__init__
+
+    def gemm_recording_init(self, frame, counter):
+        gemm_init(self, frame, counter)
+        self._frame = frame
+        real_at_m = self._at_m
+
+        def at_m(n, k, m):
+            rows = frame[(frame["n"] == n) & (frame["k"] == k)]
+            record(rows)
+            return real_at_m(n, k, m)
+
+        self._at_m = at_m
+
+    from kvbench.api import compose, hardware_spec, model_spec_of
+
+    profiles.read_table.cache_clear()
+    saved_read = profiles.read_table
+    profiles.read_table = tagged_read
+    for cls in grids:
+        cls.__init__ = wrap(cls)
+    profiled.GemmGrid.__init__ = gemm_recording_init
+    try:
+        for hardware, system in ARCH_SYSTEMS.items():
+            hw = hardware_spec(compose([f"hardware={hardware}"])[0])
+            cases = [(name, []) for name in ARCH_MODELS]
+            cases += [(name, extra) for name, layouts in EXTRA_LAYOUTS.items() for extra in layouts]
+            for name, extra in cases:
+                cfg = compose([f"model={name}", f"hardware={hardware}", *extra])[0]
+                model = model_spec_of(cfg)
+                for kernel in MEASURED_KERNELS:
+                    if system not in kernel.measured.sources or kernel.name == "sglang_triton":
+                        continue
+                    gemm_dtype = kernel(kernel.Config()).gemm_dtype(cfg.model.dtype)
+                    try:
+                        tables = load_tables(kernel.measured, system, model, gemm_dtype, table_kv_dtype(model))
+                    except ConfigError as exc:
+                        print(f"  {name} {kernel.name} {system}: not priced ({exc})")
+                        continue
+                    cost = ProfiledCostModel(model, hw, tables=tables)
+                    for tokens in (1, 64):  # touch every GEMM shape (the grid reads (n, k) lazily)
+                        cost.prefill_chunk_time_s(tokens, 0)
+                        cost.decode_time_s(tokens * 1024, tokens)
+                    assert profiled_arch.needs_arch(model)
+    finally:
+        profiles.read_table = saved_read
+        for cls, init in originals.items():
+            cls.__init__ = init
+        profiled.GemmGrid.__init__ = gemm_init
+        profiles.read_table.cache_clear()
+    return used
 
 
 if __name__ == "__main__":

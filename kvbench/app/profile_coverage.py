@@ -1,5 +1,5 @@
 """Which measured kernel can price which shipped model on which GPU: worked out by selecting each
-combination's tables exactly as a run does (:func:`kvbench.exec.profiled.select_tables`), never
+combination's tables exactly as a run does (:func:`kvbench.exec.profiled.load_tables`), never
 typed in. A combination is covered when every table a run reads holds the model's shape (query
 heads, KV heads, head dim, KV dtype at ``model.tp=1``) and its GEMM dtype; else the run is refused,
 and the reason is the one line the run would print.
@@ -54,7 +54,7 @@ def _model(name: str):
 def coverage(kernels: list[type], hardware: list[str], models: list[str] | None = None) -> list[Coverage]:
     """Every shipped model (or ``models``) against every measured kernel class in ``kernels`` on
     every hardware config in ``hardware`` where that kernel was measured."""
-    from kvbench.exec.profiled import select_tables, table_kv_dtype
+    from kvbench.exec.profiled import load_tables, table_kv_dtype
 
     rows = []
     for name in shipped_models() if models is None else models:
@@ -67,7 +67,7 @@ def coverage(kernels: list[type], hardware: list[str], models: list[str] | None 
                     continue
                 gemm_dtype = cls(cls.Config()).gemm_dtype(config.dtype)  # the kernel's default kernel.gemm
                 try:
-                    select_tables(cls.measured, system, model, gemm_dtype, table_kv_dtype(model))
+                    load_tables(cls.measured, system, model, gemm_dtype, table_kv_dtype(model))
                     refusal = None
                 except ConfigError as exc:
                     refusal = str(exc).splitlines()[0]

@@ -50,6 +50,7 @@ from kvbench.specs.calibration import DecodeEfficiency, calibration_digest, load
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
 from kvbench.workload.arrivals import check_arrival_span
+from kvbench.workload.dp_split import rank_share
 from kvbench.workload.source import Workload
 
 #: a subfolder of a sweep's folder, where its jobs keep what they compute once for all of them (the
@@ -229,6 +230,10 @@ def _clock(cfg, model, model_config, hardware, allocator, kernel) -> tuple[Decod
     """The run's cost model: the profiled one for a measured kernel (its tables price every
     step), else the roofline with the kernel's calibration file, if any."""
     measured = getattr(type(kernel), "measured", None)
+    priced_by = kernel
+    if measured is None and cfg.mode == "sim" and needs_measured_clock(model):
+        priced_by = _measured_stand_in(model, model_config, hardware)
+        measured = None if priced_by is None else type(priced_by).measured
     if measured is not None:
         from kvbench.exec.profiled import ProfiledCostModel, load_tables, table_kv_dtype  # a measured kernel's only
         from kvbench.specs.profiles import hardware_system
@@ -236,11 +241,12 @@ def _clock(cfg, model, model_config, hardware, allocator, kernel) -> tuple[Decod
         system = hardware_system(hardware.name)
         kv_dtype = table_kv_dtype(model)
         try:
-            tables = load_tables(measured, system, model, kernel.gemm_dtype(model_config.dtype), kv_dtype)
+            tables = load_tables(measured, system, model, priced_by.gemm_dtype(model_config.dtype), kv_dtype)
         except ConfigError as exc:
-            raise ConfigError(f"kernel={kernel.name}: {exc}") from None
+            raise ConfigError(f"kernel={priced_by.name}: {exc}") from None
         cost = ProfiledCostModel(model, hardware, tables=tables)
-        return DecodeEfficiency(cost.decode_bandwidth_fraction, tables.label), cost
+        label = tables.label if priced_by is kernel else f"kernel={priced_by.name}'s tables (stand-in): {tables.label}"
+        return DecodeEfficiency(cost.decode_bandwidth_fraction, label), cost
     calibration_dir = calibration_dir_path(cfg.get("calibration_dir"))
     where = {} if calibration_dir is None else {"calibration_dir": calibration_dir}  # older plugins: no keyword
     efficiency = kernel.decode_efficiency(
@@ -249,6 +255,39 @@ def _clock(cfg, model, model_config, hardware, allocator, kernel) -> tuple[Decod
     # the same file's fitted prefill efficiency and per-step overhead (kvbench calibrate), if any
     prefill_flops_efficiency, step_overhead_s = load_fitted_terms(hardware.name, kernel.name, calibration_dir)
     return efficiency, CostModel(model, hardware, efficiency.efficiency, prefill_flops_efficiency, step_overhead_s)
+
+
+#: the measured kernels tried, in order, to price a model the roofline has no terms for (routed
+#: experts, MLA, linear-attention state) when the run's kernel was never measured: vLLM's first, as
+#: kvbench's scheduler defaults follow vLLM's
+STAND_IN_KERNELS = ("vllm_fa3", "sglang_fa3", "trtllm")
+
+
+def needs_measured_clock(model: ModelSpec) -> bool:
+    """Whether the roofline lacks the terms this model's step needs: its time then comes from
+    measured tables wherever the GPU has them (the roofline prices dense attention and GEMMs only)."""
+    return model.moe is not None or model.mla is not None or model.linear is not None
+
+
+def _measured_stand_in(model: ModelSpec, model_config, hardware):
+    """The first of :data:`STAND_IN_KERNELS` whose tables price ``model`` on ``hardware``, or None
+    (a GPU without tables keeps the roofline, as a dense model's run does)."""
+    from kvbench.exec.profiled import load_tables, table_kv_dtype
+    from kvbench.specs.profiles import SYSTEMS
+
+    system = SYSTEMS.get(hardware.name)
+    if system is None:
+        return None
+    for name in STAND_IN_KERNELS:
+        stand_in = _instantiate("kernel", {"name": name})
+        try:
+            load_tables(
+                type(stand_in).measured, system, model, stand_in.gemm_dtype(model_config.dtype), table_kv_dtype(model)
+            )
+        except ConfigError:
+            continue
+        return stand_in
+    return None
 
 
 def labels(cfg: DictConfig, s: RunSetup, choices: dict | None = None) -> dict:
@@ -282,7 +321,8 @@ def execute(cfg: DictConfig, choices: dict | None = None, steps_dir: Path | None
     of its memory); the result's ``steps`` is then None and its ``steps_file`` the Parquet file."""
     check_engine_choice(cfg, choices)
     s = setup(cfg)
-    workload = s.workload_source.generate(np.random.default_rng(int(cfg.seed)))
+    # under attention data parallelism the run is one rank's: its share of the requests (round robin)
+    workload = rank_share(s.workload_source.generate(np.random.default_rng(int(cfg.seed))), s.model.attention_dp)
     check_arrival_span(workload.arrival_s, "raise workload.rate_per_s or workload.rate_scale, or replay fewer requests")
     _check_positions(workload, s.model)
     requests = requests_from_workload(workload, int(cfg.seed))
@@ -353,6 +393,7 @@ def _result(
         prefill_flops_efficiency=s.cost.prefill_flops_per_s / s.hardware.dense_flops_per_s,
         step_overhead_s=s.cost.step_overhead_s,
         clock="profiled" if _profiled(s.cost) else "roofline",
+        attention_dp_ranks=s.model.attention_dp,
         calibration=s.efficiency.source,
         calibration_sha256=calibration_digest(s.hardware.name, s.kernel.name, cfg.get("calibration_dir")),
     )

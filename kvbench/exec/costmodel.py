@@ -55,8 +55,10 @@ class CostModel:
         # per GPU: tensor parallelism splits the weights and the heads (the roofline prices no all-reduce)
         m = self.model
         object.__setattr__(self, "_kv_bytes_per_token", m.kv_bytes_per_token)  # (a property of three)
-        object.__setattr__(self, "_linear_flops", 2.0 * m.num_params / m.tp)
-        object.__setattr__(self, "_quadratic_flops", 4.0 * m.num_layers * m.heads_per_gpu * m.head_dim)
+        # a mixture-of-experts token runs through its active parameters only, and a linear-attention
+        # layer has no quadratic term (both equal num_params and num_layers for a dense model)
+        object.__setattr__(self, "_linear_flops", 2.0 * m.active_params / m.tp)
+        object.__setattr__(self, "_quadratic_flops", 4.0 * m.num_token_layers * m.heads_per_gpu * m.head_dim)
         flops_per_s = (
             self.hardware.achieved_prefill_flops_per_s
             if self.prefill_flops_efficiency is None

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvbench.errors import ConfigError
+from kvbench.exec import profiled_arch
 from kvbench.exec.costmodel import CostModel
 from kvbench.specs import profiles
 from kvbench.specs.profiles import MeasuredKernel
@@ -219,6 +220,9 @@ class ProfileTables:
     mem_bytes_per_s: float  #: HBM bandwidth times the vendor's empirical factor
     mem_op_latency_s: float  #: the vendor's constant latency per memory-bound operation
     counter: _Counter
+    #: the grids of experts, MLA, windows and linear attention (:mod:`kvbench.exec.profiled_arch`);
+    #: None for a dense model
+    arch: object | None = None
 
 
 def _only(frame, what: str, where: str, **columns):
@@ -263,8 +267,8 @@ class SelectedTables:
     """The rows of each table one run reads, filtered to its shapes (before any grid is built)."""
 
     label: str
-    decode: object  #: pandas DataFrame: decode attention at the run's shape and KV dtype
-    prefill: object  #: prefill attention, the same shape
+    decode: object  #: pandas DataFrame: decode attention at the run's shape and KV dtype (None: MLA)
+    prefill: object  #: prefill attention, the same shape (None: MLA)
     gemm: object  #: the weights' GEMMs, in their dtype
     lm_head_gemm: object  #: bf16 GEMMs for the LM head
     allreduce: object | None  #: all-reduces at the run's TP (None at TP 1)
@@ -282,10 +286,12 @@ def select_tables(kernel: MeasuredKernel, system: str, model, gemm_dtype: str, k
     where = f"{root} {system}/attention/{fw}/{attn_version}"
     heads, kv_heads, d = model.heads_per_gpu, model.kv_heads_per_gpu, model.head_dim
     shape = dict(num_heads=heads, num_key_value_heads=kv_heads, head_dim=d, kv_cache_dtype=kv_dtype, window_size=0)
-    gen = profiles.read_table(system, "attention", fw, attn_version, "generation_attention_perf")
-    gen = _only(gen, "decode attention", where, kernel_source=source, **shape)
-    ctx = profiles.read_table(system, "attention", fw, attn_version, "context_attention_perf")
-    ctx = _only(ctx, "prefill attention", where, kernel_source=source, **shape)
+    gen = ctx = None
+    if getattr(model, "mla", None) is None:  # an MLA model's attention is priced by the mla tables
+        gen = profiles.read_table(system, "attention", fw, attn_version, "generation_attention_perf")
+        gen = _only(gen, "decode attention", where, kernel_source=source, **shape)
+        ctx = profiles.read_table(system, "attention", fw, attn_version, "context_attention_perf")
+        ctx = _only(ctx, "prefill attention", where, kernel_source=source, **shape)
     gemm_versions = profiles.versions(system, "gemm", fw, "gemm_perf")
     if not gemm_versions:
         raise ConfigError(f"{root} has no GEMM table measured with {fw} on {system}")
@@ -293,6 +299,12 @@ def select_tables(kernel: MeasuredKernel, system: str, model, gemm_dtype: str, k
     gemm_version = attn_version if attn_version in gemm_versions else gemm_versions[-1]
     gemms = profiles.read_table(system, "gemm", fw, gemm_version, "gemm_perf")
     gemm_where = f"{root} {system}/gemm/{fw}/{gemm_version}"
+    measured_dtypes = sorted(gemms["gemm_dtype"].unique())
+    if gemm_dtype not in measured_dtypes:
+        raise ConfigError(
+            f"{gemm_where} never measured {gemm_dtype} GEMMs (the weights' precision, model.dtype): measured "
+            f"{', '.join(measured_dtypes)}"
+        )
     gemm_source = _gemm_source(gemms, kernel, gemm_dtype)
     gemm = _only(gemms, "GEMMs", gemm_where, kernel_source=gemm_source, gemm_dtype=gemm_dtype)
     head_source = _gemm_source(gemms, kernel, "bfloat16")
@@ -319,16 +331,24 @@ def load_tables(kernel: MeasuredKernel, system: str, model, gemm_dtype: str, kv_
     counter = _Counter()
     kv_bytes_per_token_layer = 2 * model.kv_heads_per_gpu * model.head_dim * model.kv_element_bytes
     gpu = profiles.system_constants(system)
+    gemm, lm_head_gemm = GemmGrid(selected.gemm, counter), GemmGrid(selected.lm_head_gemm, counter)
+    arch, label = None, selected.label
+    if profiled_arch.needs_arch(model):
+        arch = profiled_arch.ArchTables(kernel, system, model, gemm_dtype, kv_dtype, counter, gemm, lm_head_gemm)
+        label = f"{label}, {', '.join(arch.labels)}"
     return ProfileTables(
-        label=selected.label,
-        decode=DecodeAttentionGrid(selected.decode, kv_bytes_per_token_layer, counter),
-        prefill=PrefillAttentionCurve(selected.prefill, counter),
-        gemm=GemmGrid(selected.gemm, counter),
-        lm_head_gemm=GemmGrid(selected.lm_head_gemm, counter),
+        label=label,
+        decode=None
+        if selected.decode is None
+        else DecodeAttentionGrid(selected.decode, kv_bytes_per_token_layer, counter),
+        prefill=None if selected.prefill is None else PrefillAttentionCurve(selected.prefill, counter),
+        gemm=gemm,
+        lm_head_gemm=lm_head_gemm,
         allreduce=None if selected.allreduce is None else AllReduceCurve(selected.allreduce, counter),
         mem_bytes_per_s=float(gpu["mem_bw"]) * float(gpu["mem_bw_empirical_scaling_factor"]),
         mem_op_latency_s=float(gpu["mem_empirical_constant_latency"]),
         counter=counter,
+        arch=arch,
     )
 
 
@@ -342,7 +362,12 @@ class ProfiledCostModel(CostModel):
     def __post_init__(self) -> None:
         super().__post_init__()
         m = self.model
-        if not (m.hidden_size and m.intermediate_size and m.vocab_size):
+        pricer = None
+        if self.tables is not None and self.tables.arch is not None:
+            pricer = profiled_arch.ArchPricer(m, self.tables, self.tables.arch)
+        object.__setattr__(self, "_arch", pricer)
+        needs_ffn = pricer is None or pricer.arch.counts.dense_mlp
+        if not (m.hidden_size and (m.intermediate_size or not needs_ffn) and m.vocab_size):
             raise ConfigError(f"model {m.name!r} lacks hidden_size, intermediate_size or vocab_size for the GEMMs")
         tp, d, h = m.tp, m.head_dim, m.hidden_size
         ffn = m.intermediate_size // tp
@@ -394,6 +419,8 @@ class ProfiledCostModel(CostModel):
         """Each prefill chunk's time and the decodes' time in one forward pass: the token-bound
         work (GEMMs, all-reduces, elementwise, LM head) at the step's token count, shared out in
         proportion to tokens, plus each part's own attention."""
+        if self._arch is not None:
+            return self._arch_step_times_s(chunks, num_decodes, kv_read_tokens)
         L = self.model.num_layers
         m_tokens = num_decodes + sum(c for c, _ in chunks)
         if m_tokens == 0:
@@ -406,6 +433,23 @@ class ProfiledCostModel(CostModel):
             decode_s = num_decodes * per_token_s + L * attention_s
         return chunk_times, decode_s
 
+    def _arch_step_times_s(self, chunks, num_decodes: int, kv_read_tokens: int) -> tuple[tuple[float, ...], float]:
+        """:meth:`step_times_s` of a model priced layer kind by layer kind (profiled_arch)."""
+        pricer = self._arch
+        prefill_tokens = sum(c for c, _ in chunks)
+        m_tokens = num_decodes + prefill_tokens
+        if m_tokens == 0:
+            return (), 0.0
+        shared_s = pricer.per_token_s(m_tokens) + self._lm_head_s(num_decodes + len(chunks))
+        per_token_s = shared_s / m_tokens
+        per_prefill_token_s = pricer.prefill_tokens_s(prefill_tokens) / prefill_tokens if prefill_tokens else 0.0
+        chunk_times = tuple(c * (per_token_s + per_prefill_token_s) + pricer.chunk_attention_s(c, p) for c, p in chunks)
+        decode_s = 0.0
+        if num_decodes:
+            attention_s = float(pricer.decode_attention_s(num_decodes, np.array([kv_read_tokens / num_decodes]))[0])
+            decode_s = num_decodes * per_token_s + attention_s
+        return chunk_times, decode_s
+
     def prefill_chunk_time_s(self, num_new_tokens: int, num_context_tokens: int = 0) -> float:
         return self.step_times_s([(num_new_tokens, num_context_tokens)], 0, 0)[0][0]
 
@@ -415,9 +459,12 @@ class ProfiledCostModel(CostModel):
     def decode_times_s(self, first_kv_read_tokens: int, num_decodes: int, num_steps: int) -> np.ndarray:
         """``num_steps`` decode steps of the same sequences, each one token longer: the token-bound
         work is the same every step, the attention follows the mean context."""
+        kv = first_kv_read_tokens + num_decodes * np.arange(num_steps, dtype=np.int64)
+        if self._arch is not None:
+            fixed_s = self._arch.per_token_s(num_decodes) + self._lm_head_s(num_decodes)
+            return fixed_s + self._arch.decode_attention_s(num_decodes, kv / num_decodes)
         L = self.model.num_layers
         fixed_s = L * self._per_token_layer_s(num_decodes) + self._lm_head_s(num_decodes)
-        kv = first_kv_read_tokens + num_decodes * np.arange(num_steps, dtype=np.int64)
         return fixed_s + L * self.tables.decode.latency_s(num_decodes, kv / num_decodes)
 
     @property
@@ -431,7 +478,8 @@ class ProfiledCostModel(CostModel):
     @property
     def decode_bandwidth_fraction(self) -> float:
         """The best fraction of HBM bandwidth the measured decode kernel reached on this shape."""
-        return self.tables.decode.best_bytes_per_s / self.hardware.hbm_bandwidth_bytes_per_s
+        grid = self.tables.decode if self.tables.decode is not None else self.tables.arch.mla[0]
+        return grid.best_bytes_per_s / self.hardware.hbm_bandwidth_bytes_per_s
 
     def swap_break_even_kv_tokens(self, block_size_tokens: int | None) -> float:
         """KV tokens above which a swap round trip costs less than recomputing the prefill, found

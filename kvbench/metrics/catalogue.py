@@ -392,6 +392,7 @@ DETAILS = (
     Metric("num_requests_refused_by_fragmentation", "requests refused for fragmentation", "int", better="lower"),
     Metric("kv_bytes_per_token", "KV per token, all layers (bytes)", "int"),
     Metric("weight_bytes", "model weights", "bytes"),
+    Metric("attention_dp_ranks", "attention data-parallel ranks (each row is one rank's)", "int"),
     Metric("decode_efficiency", "decode efficiency (fraction of HBM bandwidth)", "{:.3f}"),
     Metric("prefill_flops_efficiency", "prefill efficiency (fraction of dense FLOP/s)", "{:.3f}"),
     Metric("step_overhead_s", "per-step overhead (ms)", "ms"),

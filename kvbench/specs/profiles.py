@@ -44,7 +44,16 @@ EXCERPT_DIR = Path(__file__).resolve().parents[1] / "profiles"
 INSTALL_HINT = install_hint("profiles")
 
 #: kvbench hardware config name -> the package's system name (the same GPU as measured)
-SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sxm"}
+SYSTEMS = {
+    "a100-80gb": "a100_sxm",
+    "h100-sxm": "h100_sxm",
+    "h200": "h200_sxm",
+    "h200-sxm": "h200_sxm",
+    "b200-sxm": "b200_sxm",
+    "b300-sxm": "b300_sxm",
+    "gb200": "gb200",
+    "gb300": "gb300",
+}
 
 
 @dataclass(frozen=True)
@@ -61,8 +70,8 @@ class MeasuredKernel:
     allreduce_source: str
 
 
-#: what each GEMM dtype is called in the tables
-GEMM_DTYPES = ("bfloat16", "fp8", "fp8_block")
+#: what each GEMM dtype is called in the tables (nvfp4: Blackwell only)
+GEMM_DTYPES = ("bfloat16", "fp8", "fp8_block", "nvfp4")
 
 
 def _version_key(version: str) -> tuple:

@@ -9,7 +9,8 @@ They have no code to run, so ``mode=real`` refuses them; kvbench's own ``triton`
 ``flashinfer`` kernels stay on the roofline until a GPU run calibrates them (``gpu/run_all.sh``).
 
 ``kernel.gemm`` picks the weights' GEMM table: ``auto`` follows ``model.dtype`` (float8: the
-per-tensor FP8 GEMMs; otherwise bf16), or name ``bfloat16``, ``fp8`` or ``fp8_block``
+per-tensor FP8 GEMMs; fp8_block and nvfp4 their own; otherwise bf16), or name ``bfloat16``, ``fp8``,
+``fp8_block`` or ``nvfp4``
 (block-scaled FP8, as DeepSeek-style FP8 checkpoints and SGLang's FP8 quantization use).
 """
 
@@ -24,17 +25,22 @@ from kvbench.kernels.kernel import Kernel
 from kvbench.specs.profiles import GEMM_DTYPES, MeasuredKernel
 
 GEMM_CHOICES = ("auto", *GEMM_DTYPES)
+#: model.dtype -> the GEMM table's dtype under kernel.gemm=auto (float8: per-tensor FP8)
+MODEL_GEMM_DTYPES = {"float8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
 
 VLLM_GEMMS = {
     "bfloat16": ("torch.nn.functional.linear", "vllm_default"),
     "fp8": ("CutlassFP8ScaledMMLinearKernel",),
     "fp8_block": ("DeepGemmFp8BlockScaledMMKernel",),
+    "nvfp4": ("FlashInferCuteDslNvFp4LinearKernel",),
 }
 SGLANG_GEMMS = {
     "bfloat16": ("sglang_torch_linear", "sglang"),
     "fp8": ("sglang_sgl_kernel_fp8_scaled_mm", "sglang"),
     "fp8_block": ("sglang_deepgemm_gemm_nt_f8f8bf16", "sglang"),
+    "nvfp4": ("sglang_flashinfer_cutedsl_nvfp4",),
 }
+#: TRT-LLM's block-scaled FP8 GEMM is DeepGEMM on Blackwell (the only one its tables hold there)
 TRTLLM_GEMMS = {dtype: ("torch_flow",) for dtype in GEMM_DTYPES}
 
 
@@ -65,7 +71,7 @@ class MeasuredAttention(Kernel):
     def gemm_dtype(self, model_dtype: str) -> str:
         if self.config is not None and self.config.gemm != "auto":
             return self.config.gemm
-        return "fp8" if model_dtype == "float8" else "bfloat16"
+        return MODEL_GEMM_DTYPES.get(model_dtype, "bfloat16")
 
 
 def _kernel(name: str, description: str, framework: str, sources: dict, gemms: dict, allreduce: str) -> type:
@@ -83,12 +89,15 @@ def _kernel(name: str, description: str, framework: str, sources: dict, gemms: d
 
 
 H100_H200 = ("h100_sxm", "h200_sxm")
+#: the Blackwell systems the tables measured (B200, B300 and the Grace-Blackwell GB200, GB300)
+BLACKWELL = ("b200_sxm", "b300_sxm", "gb200", "gb300")
 MEASURED_KERNELS = [
     _kernel(
         "vllm_fa3",
-        "vLLM's FlashAttention-3 decode (vllm_flash_attn_fa3, vLLM 0.24.0)",
+        "vLLM's default attention backend: FlashAttention-3 on H100/H200 (vllm_flash_attn_fa3), FlashInfer's "
+        "TRT-LLM decode kernels on Blackwell (vllm_flashinfer_trtllmdecode), vLLM 0.24.0",
         "vllm",
-        dict.fromkeys(H100_H200, "vllm_flash_attn_fa3"),
+        {**dict.fromkeys(H100_H200, "vllm_flash_attn_fa3"), **dict.fromkeys(BLACKWELL, "vllm_flashinfer_trtllmdecode")},
         VLLM_GEMMS,
         "vLLM_custom_graph",
     ),
@@ -102,9 +111,10 @@ MEASURED_KERNELS = [
     ),
     _kernel(
         "sglang_fa3",
-        "SGLang's FlashAttention-3 backend (fa3, SGLang 0.5.14)",
+        "SGLang's default attention backend: FlashAttention-3 on H100/H200 (fa3), TRT-LLM's MHA kernels on "
+        "Blackwell, where FA3 does not run (trtllm_mha), SGLang 0.5.14",
         "sglang",
-        dict.fromkeys(H100_H200, "fa3"),
+        {**dict.fromkeys(H100_H200, "fa3"), **dict.fromkeys(BLACKWELL, "trtllm_mha")},
         SGLANG_GEMMS,
         "SGLang_CustomAllReduce_graph",
     ),
@@ -112,15 +122,15 @@ MEASURED_KERNELS = [
         "sglang_triton",
         "SGLang's Triton attention backend (triton, SGLang 0.5.14)",
         "sglang",
-        dict.fromkeys(H100_H200, "triton"),
+        dict.fromkeys((*H100_H200, *BLACKWELL), "triton"),
         SGLANG_GEMMS,
         "SGLang_CustomAllReduce_graph",
     ),
     _kernel(
         "trtllm",
-        "TRT-LLM's PyTorch-flow attention (torch_flow: TRT-LLM 1.3.0rc20 on H100/H200, 1.0.0 on A100)",
+        "TRT-LLM's PyTorch-flow attention (torch_flow: TRT-LLM 1.3.0rc20 on H100/H200/Blackwell, 1.0.0 on A100)",
         "trtllm",
-        dict.fromkeys(("a100_sxm", *H100_H200), "torch_flow"),
+        dict.fromkeys(("a100_sxm", *H100_H200, *BLACKWELL), "torch_flow"),
         TRTLLM_GEMMS,
         "TRTLLM",
     ),

@@ -88,3 +88,19 @@ def test_exercise_4_mha_at_32_gb_per_s_breaks_even_at_5201_tokens_not_2600():
 
 def test_at_64_gb_per_s_swapping_a_mha_sequence_always_wins():
     assert CostModel(LLAMA2_7B, H100).swap_break_even_kv_tokens(16) == 0.0
+
+
+def test_a_moe_prefill_computes_through_its_active_parameters_only():
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from kvbench.app.config import to_dataclass
+    from kvbench.specs.model import ModelConfig, model_spec
+
+    conf = Path(__file__).resolve().parents[3] / "conf" / "model"
+    s = model_spec(to_dataclass(ModelConfig, OmegaConf.load(conf / "qwen3.5-397b-a17b.yaml"), "model"))
+    cost = CostModel(s, HardwareSpec())
+    flops = 2.0 * s.active_params / s.tp * 1000 + 4.0 * 15 * s.heads_per_gpu * s.head_dim * 1000**2
+    assert cost.prefill_time_s(1000) == pytest.approx(flops / HardwareSpec().achieved_prefill_flops_per_s)
+    assert s.active_params < s.num_params / 20  # 17.3e9 of 396e9

@@ -1,0 +1,34 @@
+"""A model the roofline has no terms for (routed experts, MLA, linear state) is priced from measured
+tables even under a kernel that was never measured, and says whose tables stand in."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvbench.api import run
+
+SMALL = ["workload.num_requests=6", "progress=false", "output.write=false", "wandb.mode=disabled"]
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "gpt-oss-120b"])
+def test_a_moe_model_on_a_measured_gpu_runs_on_the_profiled_clock(model):
+    summary = run([f"model={model}", "hardware=h200-sxm", "kernel=triton", *SMALL]).summary
+    assert summary["clock"] == "profiled"
+    assert "kernel=vllm_fa3's tables (stand-in)" in summary["calibration"]
+
+
+def test_the_stand_in_prices_like_the_measured_kernel_it_names():
+    stand_in = run(["model=deepseek-v3", "hardware=h200-sxm", "kernel=torch", *SMALL]).summary
+    named = run(["model=deepseek-v3", "hardware=h200-sxm", "kernel=vllm_fa3", *SMALL]).summary
+    assert stand_in["tpot_mean_s"] == pytest.approx(named["tpot_mean_s"], rel=1e-9)
+    assert stand_in["ttft_mean_s"] == pytest.approx(named["ttft_mean_s"], rel=1e-9)
+
+
+def test_a_dense_model_keeps_the_roofline_under_an_unmeasured_kernel():
+    summary = run(["model=llama3.1-8b", "hardware=h200-sxm", "kernel=triton", *SMALL]).summary
+    assert summary["clock"] == "roofline"
+
+
+def test_a_gpu_without_tables_keeps_the_roofline():
+    summary = run(["model=gpt-oss-20b", "hardware=a100-80gb", "kernel=triton", *SMALL]).summary
+    assert summary["clock"] == "roofline"
