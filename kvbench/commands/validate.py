@@ -204,14 +204,17 @@ def _main(argv: list[str]) -> int:
     check_writable(out_dir, "--out", named=bool(args.out))
     check_folder_files(out_dir, FILES)
     _refuse_finished(out_dir)
-    from kvbench.validation.silicon import admitted, read_silicon, select
+    from kvbench.validation.silicon import MODELS, admitted, architecture, read_silicon, select
 
     frame, _ = read_silicon()
     rows, _ = admitted(frame)
-    # two replays per row, and aiconfigurator's estimate of it where the package is installed
-    replays = len(select(rows, args.model, args.system, args.backend, args.limit))
+    # the replays (two clocks for a dense row, the profiled one for the others), and
+    # aiconfigurator's estimate of each row where the package is installed
+    picked = select(rows, args.model, args.system, args.backend, args.limit)
+    dense = sum(architecture(MODELS[m]) == "dense" for m in picked["model_path"])
     with_aic = not args.no_aic and importlib.util.find_spec("aiconfigurator_core") is not None
-    with progress_bar((3 if with_aic else 2) * replays, "replaying", enabled=True, unit="runs") as advance:
+    total = len(picked) + dense + (len(picked) if with_aic else 0)
+    with progress_bar(total, "replaying", enabled=True, unit="runs") as advance:
         v = run_validation(
             models=args.model,
             systems=args.system,

@@ -23,14 +23,14 @@ A row becomes one kvbench run:
   engines' shared scheduling defaults: chunked prefill with 8,192 tokens per step and no cap on
   sequences below the concurrency.
 
-Attention data parallelism. The simulated engine is ONE attention-DP rank: the router splits the
-requests round-robin, so each rank runs the same batch, and the MoE layers (priced by the
-profiled clock from ``model.attention_dp``) see the tokens of all ranks. ``batch_size`` is the
-concurrency PER RANK, as aiconfigurator defines it (``run_agg`` reports ``concurrency =
-batch_size x attention_dp_size``), and as the sample records it: its ``silicon_data_source``
-gives the client's ``silicon_concurrency``, equal to ``batch_size x attention_dp_size`` on 168
-of the 169 aggregated DP rows of aiconfigurator-core 0.12.0. So the rank's client keeps
-``batch_size`` requests in flight.
+Attention data parallelism. ``batch_size`` is the concurrency PER RANK, as aiconfigurator
+defines it (``run_agg`` reports ``concurrency = batch_size x attention_dp_size``) and as the
+sample records it: its ``silicon_data_source`` gives the client's ``silicon_concurrency``, equal
+to ``batch_size x attention_dp_size`` on 168 of the 169 aggregated DP rows of aiconfigurator-core
+0.12.0. The replay's client is the deployment's: ``batch_size x attention_dp_size`` requests in
+flight, ``WAVES`` times that many sent; kvbench simulates one rank, which takes its round-robin
+share (:mod:`kvbench.workload.dp_split`: ``batch_size`` in flight), and prices the MoE layers at
+the tokens of all ranks.
 
 The client sends ``WAVES`` times the concurrency and every request counts, as ``vllm bench
 serve`` counts them (no warm-up): the sample does not record how many requests each benchmark
@@ -367,11 +367,12 @@ def layout_overrides(row, model: str) -> list[str]:
 
 
 def replay(row, clock: str) -> Replay:
-    """The run that replays an admitted row: one attention-DP rank keeping ``batch_size`` requests
-    in flight (``batch_size`` is per rank; see the module's docstring)."""
-    concurrency, isl, osl = int(row["batch_size"]), int(row["isl"]), int(row["osl"])
+    """The run that replays an admitted row: the deployment's client (``batch_size`` per
+    attention-DP rank, so ``batch_size x attention_dp`` in all; see the module's docstring)."""
+    per_rank, isl, osl = int(row["batch_size"]), int(row["isl"]), int(row["osl"])
     model = MODELS[row["model_path"]]
     moe = is_moe(model)
+    concurrency = per_rank * (_size(row["attention_dp_size"]) if moe else 1)
     part = precision(row, moe)
     if part is None:
         raise ConfigError(f"silicon row {row['id']}: its quant modes are not mapped (see silicon.REASONS)")
@@ -387,7 +388,7 @@ def replay(row, clock: str) -> Replay:
         f"kernel={kernel}",
         "scheduler=chunked",
         f"scheduler.max_num_batched_tokens={MAX_NUM_BATCHED_TOKENS}",
-        f"scheduler.max_num_seqs={max(concurrency, 1)}",
+        f"scheduler.max_num_seqs={max(per_rank, 1)}",  # per engine: one rank's share is batch_size
         "workload=closed_loop",
         f"workload.max_concurrency={concurrency}",
         f"workload.num_requests={WAVES * concurrency}",

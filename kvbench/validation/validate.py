@@ -58,6 +58,21 @@ def _run_one(job: Replay) -> tuple[float, float, int, str]:
 
 
 math_nan = float("nan")
+#: the roofline status of a MoE, MLA or linear-state row: kvbench prices such a model from measured
+#: tables under any kernel (kvbench.app.run.needs_measured_clock), so kernel=torch would be a second
+#: profiled replay under the roofline's name; it is not run
+NO_ROOFLINE = "not run: the roofline has no expert, latent or state terms"
+
+
+def replay_jobs(rows) -> list[tuple[int, str, Replay]]:
+    """(row position, clock, replay) for each replay to run: the profiled clock for every row, the
+    roofline for the dense ones."""
+    return [
+        (i, clock, replay(row, clock))
+        for i, (_, row) in enumerate(rows.iterrows())
+        for clock in CLOCKS
+        if clock == "profiled" or row["architecture"] == "dense"
+    ]
 
 
 @dataclass
@@ -87,21 +102,22 @@ def run_validation(
     if rows.empty:
         raise ConfigError("no silicon row is left to replay: widen --model, --system or --backend")
     rows.insert(0, "architecture", [architecture(MODELS[m]) for m in rows["model_path"]])
-    jobs = [replay(row, clock) for _, row in rows.iterrows() for clock in CLOCKS]
+    jobs = replay_jobs(rows)
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     if workers == 1:
         results = []
-        for job in jobs:
+        for _, _, job in jobs:
             results.append(_run_one(job))
             advance(1)
     else:
         with ProcessPoolExecutor(workers) as pool:
             results = []
-            for result in pool.map(_run_one, jobs, chunksize=4):
+            for result in pool.map(_run_one, [job for _, _, job in jobs], chunksize=4):
                 results.append(result)
                 advance(1)
-    for i, clock in enumerate(CLOCKS):
-        part = results[i :: len(CLOCKS)]
+    done = {(i, clock): result for (i, clock, _), result in zip(jobs, results)}
+    for clock in CLOCKS:
+        part = [done.get((i, clock), (math_nan, math_nan, 0, NO_ROOFLINE)) for i in range(len(rows))]
         rows[f"{clock}_ttft_ms"] = [r[0] for r in part]
         rows[f"{clock}_tpot_ms"] = [r[1] for r in part]
         rows[f"{clock}_status"] = [r[3] for r in part]
@@ -148,7 +164,10 @@ def failed_replays(rows):
     """Replays kvbench refused, counted by clock and the first line of the refusal (a Series)."""
     import pandas as pd
 
-    parts = [clock + ": " + rows.loc[rows[f"{clock}_status"] != "ok", f"{clock}_status"] for clock in CLOCKS]
+    parts = [
+        clock + ": " + rows.loc[~rows[f"{clock}_status"].isin(["ok", NO_ROOFLINE]), f"{clock}_status"]
+        for clock in CLOCKS
+    ]
     failed = pd.concat(parts) if parts else pd.Series([], dtype=object)
     return failed.value_counts().rename("replays")
 

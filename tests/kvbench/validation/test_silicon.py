@@ -110,9 +110,11 @@ def test_an_attention_dp_and_expert_parallel_row_replays_one_rank():
         "hardware=h200",
         "kernel=trtllm",
         "kernel.gemm=fp8",
-        # batch_size is the concurrency of one attention-DP rank: that rank keeps 16 in flight
-        "workload.max_concurrency=16",
-        f"workload.num_requests={silicon.WAVES * 16}",
+        # batch_size is the concurrency of one attention-DP rank: the deployment's client keeps
+        # 8 x 16 in flight, and the simulated rank takes its round-robin share of 16
+        "workload.max_concurrency=128",
+        f"workload.num_requests={silicon.WAVES * 128}",
+        "scheduler.max_num_seqs=16",
         "workload.prompt_tokens=1024",
         "workload.output_tokens=128",
     ):

@@ -6,6 +6,7 @@ import math
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 from hang import HANG_S
 
@@ -183,3 +184,38 @@ def test_the_parity_figure_gives_each_architecture_its_colour(tmp_path):
     for ax in fig.axes:
         colours = {c.get_label().split(" ")[0]: to_hex(c.get_facecolor()[0]) for c in ax.collections}
         assert colours == {a: to_hex(ARCHITECTURES[a]) for a in ("dense", "moe", "window-sinks-moe")}
+
+
+def test_a_moe_row_is_replayed_on_the_profiled_clock_only():
+    # kvbench prices a MoE/MLA/linear model from measured tables under any kernel, so a kernel=torch
+    # replay of it would not be the roofline
+    from kvbench.validation.validate import replay_jobs
+
+    row = {
+        "id": "r",
+        "backend": "trtllm",
+        "system": "h200_sxm",
+        "mode": "agg",
+        "precision": "fp8",
+        "gemm_quant_mode": "fp8",
+        "moe_quant_mode": "fp8",
+        "isl": 1024,
+        "osl": 128,
+        "batch_size": 8.0,
+        "tp_size": 8.0,
+        "pp_size": 1.0,
+        "attention_dp_size": 1.0,
+        "moe_tp_size": 1.0,
+        "moe_ep_size": 8.0,
+        "silicon_ttft_ms": 100.0,
+        "silicon_tpot_ms": 10.0,
+    }
+    rows = pd.DataFrame(
+        [
+            {**row, "model_path": LLAMA_8B, "architecture": "dense"},
+            {**row, "model_path": "deepseek-ai/DeepSeek-R1", "architecture": "mla-moe"},
+        ]
+    )
+    assert len(admitted(rows)[0]) == 2
+    jobs = replay_jobs(rows)
+    assert [(i, clock) for i, clock, _ in jobs] == [(0, "profiled"), (0, "roofline"), (1, "profiled")]
