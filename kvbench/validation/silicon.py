@@ -134,7 +134,7 @@ REASONS = {
     "incomplete": "a measurement, the concurrency, a length or the TP size is missing",
     "pipeline": "pipeline parallelism (pp_size > 1)",
     "multinode": "more GPUs (tp x attention_dp) than one node of the system holds, beyond what the comm tables measure",
-    "layout": "tp x attention_dp differs from moe_tp x moe_ep, or a dense model with attention DP or EP",
+    "layout": "tp x attention_dp differs from moe_tp x moe_ep, or a dense model with attention DP",
     "precision": "a quant mode kvbench does not map, or a gpt-oss row not in its checkpoint's MXFP4",
 }
 #: what was learned from the silicon rows: nothing (the report prints this statement)
