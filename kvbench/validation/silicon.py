@@ -15,7 +15,8 @@ A row becomes one kvbench run:
   aiconfigurator's: ``tp x attention_dp = moe_tp x moe_ep`` GPUs (a MoE row that breaks it is
   refused as ``layout``; a dense model's MoE columns mean nothing and are not read);
 * the precision per part (:func:`precision`): ``gemm_quant_mode`` -> ``model.dtype`` (the weights
-  outside the routed experts) and the GEMM table, ``moe_quant_mode`` -> ``model.moe_dtype``, and
+  outside the routed experts) and the GEMM table, ``moe_quant_mode`` -> ``model.moe_dtype`` (an
+  fp8 label on a block-scaled FP8 checkpoint is fp8_block: :data:`BLOCK_FP8_CHECKPOINTS`), and
   the KV cache in FP8 exactly where aiconfigurator infers it from the checkpoint (an fp8,
   fp8_block or nvfp4 checkpoint; its ``_infer_quant_modes_from_raw_config``), else in bf16;
 * the engine's measured kernel (:data:`KERNELS`), the closed-loop client of ``vllm bench serve
@@ -157,6 +158,19 @@ MOE_DTYPES = {"bfloat16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "n
 #: checkpoints whose quantization puts the KV cache in FP8 in aiconfigurator's inference (an fp8,
 #: fp8_block or nvfp4 checkpoint; an mxfp4, int4 or bf16 one keeps a bf16 KV cache)
 FP8_KV_GEMMS = ("fp8", "fp8_block", "nvfp4")
+#: checkpoints whose FP8 weights are block-scaled: their config.json's quantization_config has
+#: ``weight_block_size: [128, 128]`` (as the package caches them: DeepSeek-V3/R1, Qwen3-235B-A22B-FP8,
+#: MiniMax-M2.5, GLM-5-FP8), so the engines run block-scaled GEMMs and experts on them whatever the
+#: row's fp8 label says (the sample labels most of their rows plain fp8)
+BLOCK_FP8_CHECKPOINTS = frozenset(
+    {
+        "deepseek-ai/DeepSeek-V3",
+        "deepseek-ai/DeepSeek-R1",
+        "Qwen/Qwen3-235B-A22B-FP8",
+        "MiniMaxAI/MiniMax-M2.5",
+        "zhipuai/GLM-5",
+    }
+)
 #: gpt-oss's checkpoint stores its routed experts in MXFP4 and the rest in bf16; the sample labels
 #: its fp4 rows nvfp4/nvfp4, which is the precision column's family, not the format that runs
 MXFP4_MODELS = ("openai/gpt-oss-120b",)
@@ -204,6 +218,8 @@ def precision(row, moe: bool) -> Precision | None:
         if str(row.get("precision")) != "fp4":
             return None
         return Precision("bfloat16", "bfloat16", "mxfp4", "bfloat16")
+    if row["model_path"] in BLOCK_FP8_CHECKPOINTS:
+        gemm_mode, moe_mode = (("fp8_block" if m == "fp8" else m) for m in (gemm_mode, moe_mode))
     if gemm_mode not in GEMM_DTYPES or (moe and moe_mode not in MOE_DTYPES):
         return None
     dtype, gemm = GEMM_DTYPES[gemm_mode]

@@ -104,12 +104,12 @@ def test_an_attention_dp_and_expert_parallel_row_replays_one_rank():
         "model.tp=1",
         "model.attention_dp=8",
         "model.ep=8",
-        "model.dtype=float8",
+        "model.dtype=fp8_block",  # labelled fp8: DeepSeek-R1's FP8 checkpoint is block-scaled
         "model.moe_dtype=fp8_block",
         "model.kv_dtype=float8",
         "hardware=h200",
         "kernel=trtllm",
-        "kernel.gemm=fp8",
+        "kernel.gemm=fp8_block",
         # batch_size is the concurrency of one attention-DP rank: the deployment's client keeps
         # 8 x 16 in flight, and the simulated rank takes its round-robin share of 16
         "workload.max_concurrency=128",
@@ -133,6 +133,11 @@ def test_an_attention_dp_and_expert_parallel_row_replays_one_rank():
             {"gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"},
             True,
             Precision("nvfp4", "nvfp4", "nvfp4", "float8"),
+        ),
+        (  # DeepSeek-R1's FP8 checkpoint is block-scaled (128 x 128), whatever the fp8 label
+            {"model_path": "deepseek-ai/DeepSeek-R1", "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"},
+            True,
+            Precision("fp8_block", "fp8_block", "fp8_block", "float8"),
         ),
         (  # Kimi-K2.5's int4 checkpoint: int4 experts, bf16 elsewhere, a bf16 KV cache
             {"precision": "int4", "gemm_quant_mode": "int4_wo", "moe_quant_mode": "int4_wo"},
