@@ -209,3 +209,17 @@ class ParamCounts:
             + self.router * kept
         )
         return round(num_bytes * scale)
+
+
+def kind_of(moe, mla, linear, indexer, attention_sinks: bool) -> str:
+    """What kind of model has these parts, as kvbench's reports group them: dense, moe, mla-moe,
+    mla-sparse-moe, window-sinks-moe or linear-hybrid-moe (``-moe`` dropped without experts)."""
+    if linear is not None:
+        kind = "linear-hybrid"
+    elif mla is not None:
+        kind = "mla-sparse" if indexer is not None else "mla"
+    elif attention_sinks:
+        kind = "window-sinks"
+    else:
+        return "moe" if moe is not None else "dense"
+    return f"{kind}-moe" if moe is not None else kind

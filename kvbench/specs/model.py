@@ -19,7 +19,7 @@ from typing import Any
 
 from kvbench.errors import ConfigError, require
 from kvbench.specs import architecture, moe_models
-from kvbench.specs.architecture import MODEL_DTYPES, MOE_DTYPES, WEIGHT_DTYPE_BYTES
+from kvbench.specs.architecture import MODEL_DTYPES, MOE_DTYPES, WEIGHT_DTYPE_BYTES, kind_of
 from kvbench.specs.kv_groups import STATE, KVGroup, is_hybrid, kv_groups, layer_kinds
 from kvbench.specs.names import require_name
 
@@ -273,6 +273,10 @@ class ModelSpec:
     #: parameters by part, where the family is counted part by part (the MoE families); None: the
     #: weights are num_params x dtype_bytes split by tp
     param_counts: architecture.ParamCounts | None = None
+
+    @property
+    def architecture(self) -> str:  # dense, moe, mla-moe, ... (kvbench.specs.architecture.kind_of)
+        return kind_of(self.moe, self.mla, self.linear, self.indexer, self.attention_sinks)
 
     @property
     def num_gpus(self) -> int:  # in the deployment

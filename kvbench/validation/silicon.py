@@ -238,17 +238,7 @@ def architecture(model: str) -> str:
     mla-sparse-moe, window-sinks-moe or linear-hybrid-moe (``-moe`` dropped for a dense one)."""
     from kvbench.api import compose, model_spec_of
 
-    spec = model_spec_of(compose([f"model={model}"])[0])
-    moe = getattr(spec, "moe", None) is not None
-    if getattr(spec, "linear", None) is not None:
-        kind = "linear-hybrid"
-    elif getattr(spec, "mla", None) is not None:
-        kind = "mla-sparse" if getattr(spec, "indexer", None) is not None else "mla"
-    elif getattr(spec, "attention_sinks", False):
-        kind = "window-sinks"
-    else:
-        return "moe" if moe else "dense"
-    return f"{kind}-moe" if moe else kind
+    return model_spec_of(compose([f"model={model}"])[0]).architecture
 
 
 @functools.cache
