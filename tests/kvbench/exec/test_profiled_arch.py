@@ -90,6 +90,32 @@ def test_attention_dp_prices_the_experts_at_every_ranks_tokens():
     assert dp._arch.per_token_s(b) > 58 * before  # the experts saw 8 ranks' tokens, plus the rest
 
 
+class _RecordingCollective:
+    """A collective curve that records the message sizes it is asked for (and costs nothing)."""
+
+    def __init__(self) -> None:
+        self.sizes: list[float] = []
+
+    def latency_s(self, size: float) -> float:
+        self.sizes.append(size)
+        return 0.0
+
+
+def test_collectives_are_looked_up_at_their_message_in_elements():
+    # all-reduces (TP) and the attention-DP all-gather/reduce-scatter: tokens x hidden values,
+    # the comm tables' message_size unit (not bytes)
+    cost = _cost([*DEEPSEEK_H200, "model.tp=4", "model.attention_dp=2", "model.ep=8"])
+    arch, pricer = cost.tables.arch, cost._arch
+    allreduce, gather, scatter = _RecordingCollective(), _RecordingCollective(), _RecordingCollective()
+    object.__setattr__(cost.tables, "allreduce", allreduce)
+    arch.gather, arch.scatter = gather, scatter
+    pricer._cache.clear()
+    b, hidden = 16, cost.model.hidden_size
+    pricer.per_token_s(b)
+    assert set(allreduce.sizes) == {b * hidden}
+    assert set(gather.sizes) == set(scatter.sizes) == {b * hidden * 2}  # both ranks' tokens
+
+
 def test_gpt_oss_prices_its_window_layers_at_the_window():
     cost = _cost(["model=gpt-oss-120b", "model.tp=1", "hardware=h200", "kernel=vllm_fa3"])
     counts = cost.tables.arch.counts
