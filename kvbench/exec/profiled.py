@@ -24,6 +24,9 @@ and TRT-LLM kernels), per GPU of the tensor-parallel group:
   ``c * (2p + c) / (p + c)^2``; beyond the longest measured prompt, quadratic in the length.
 - **All-reduces** under tensor parallelism: two per layer (after attention and after the MLP), of
   ``m * hidden`` bf16 activations, from the framework's all-reduce table (linear in message size).
+  The tables' ``message_size`` counts elements, not bytes: aiconfigurator's estimator prices a
+  layer's all-reduce at ``tokens x hidden`` from the same column (its comm ops carry an element
+  count), and its measured latencies are NCCL's for that many bf16 values.
 - **Elementwise work** the tables do not hold (two residual-add RMSNorms and the SiLU-and-multiply
   per layer) at the vendor's empirical memory factors from ``<system>.yaml`` (a fraction of HBM
   bandwidth plus a constant latency per operation).
@@ -192,7 +195,8 @@ class GemmGrid:
 
 
 class AllReduceCurve:
-    """One all-reduce's latency in seconds by message size, for the group's GPU count."""
+    """One all-reduce's latency in seconds by its message size in elements (the table's
+    ``message_size`` unit: bf16 values, not bytes), for the group's GPU count."""
 
     def __init__(self, frame, counter: _Counter) -> None:
         row = frame.groupby("message_size")["latency"].median().sort_index()
@@ -200,10 +204,10 @@ class AllReduceCurve:
         self.lat_s = row.to_numpy(np.float64) * 1e-3
         self.counter = counter
 
-    def latency_s(self, num_bytes: float) -> float:
-        if num_bytes > self.size[-1]:
+    def latency_s(self, num_elements: float) -> float:
+        if num_elements > self.size[-1]:
             self.counter.count += 1
-        return float(_interp_extend(np.array([num_bytes], dtype=np.float64), self.size, self.lat_s)[0])
+        return float(_interp_extend(np.array([num_elements], dtype=np.float64), self.size, self.lat_s)[0])
 
 
 @dataclass(frozen=True)
@@ -404,7 +408,8 @@ class ProfiledCostModel(CostModel):
         # two residual-add RMSNorms (read x and residual, write both) and SiLU-and-multiply
         mem_bytes = 2 * 4 * act_bytes + 3 * m_tokens * ffn * ACTIVATION_BYTES
         elementwise_s = mem_bytes / t.mem_bytes_per_s + 3 * t.mem_op_latency_s
-        allreduce_s = 2 * t.allreduce.latency_s(act_bytes) if t.allreduce is not None else 0.0
+        act_elements = m_tokens * model.hidden_size  # an all-reduce's message, in the table's unit
+        allreduce_s = 2 * t.allreduce.latency_s(act_elements) if t.allreduce is not None else 0.0
         total = gemm_s + elementwise_s + allreduce_s
         self._layer_cache[m_tokens] = total
         return total

@@ -289,15 +289,16 @@ class ArchPricer:
         if a.mla_bmm is not None:
             total += c.mla * sum(curve.latency_s(m_tokens) for curve in a.mla_bmm)
         act_bytes = m_tokens * m.hidden_size * 2
+        act_elements = m_tokens * m.hidden_size  # a collective's message, in the comm tables' unit
         if a.moe is not None:
             router_s = t.lm_head_gemm.latency_s(m_tokens, m.moe.num_experts, m.hidden_size)
             total += c.moe_mlp * (router_s + a.moe.latency_s(m_tokens * m.attention_dp))
         if t.allreduce is not None:  # after every attention, after every MLP not gathered below
             mlp_allreduces = c.dense_mlp + (c.moe_mlp if a.gather is None else 0)
-            total += (m.num_layers + mlp_allreduces) * t.allreduce.latency_s(act_bytes)
+            total += (m.num_layers + mlp_allreduces) * t.allreduce.latency_s(act_elements)
         if a.gather is not None:
-            all_bytes = act_bytes * m.attention_dp
-            total += c.moe_mlp * (a.gather.latency_s(all_bytes) + a.scatter.latency_s(all_bytes))
+            all_elements = act_elements * m.attention_dp
+            total += c.moe_mlp * (a.gather.latency_s(all_elements) + a.scatter.latency_s(all_elements))
         # two residual-add RMSNorms per layer; SiLU-and-multiply of the dense and shared MLPs
         ffn_values = c.dense_mlp * m.intermediate_size
         if m.moe is not None:

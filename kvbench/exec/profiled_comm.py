@@ -5,10 +5,11 @@ needs every rank's tokens: the framework all-gathers the ranks' hidden states ov
 ``tp x attention_dp`` GPUs of the MoE group before the experts and reduce-scatters the experts'
 output back after them (SGLang's and vLLM's DP-attention MoE path without a DeepEP all-to-all
 backend). kvbench prices the two from NCCL's measured ``all_gather`` and ``reduce_scatter`` of fp16
-(``nccl_dtype=half``) at the group's GPU count, by the message size the collective moves (all
-ranks' tokens x hidden x 2 bytes): linear between measured sizes and in proportion beyond the
-largest (counted). The framework-specific ``moe_a2a_perf`` tables (DeepEP dispatch/combine) were
-measured only at ``ep_size=8`` on one node for wide-EP deployments, which kvbench does not model.
+(``nccl_dtype=half``) at the group's GPU count, by the message the collective moves (all
+ranks' tokens x hidden values; the table's ``message_size`` counts elements, as aiconfigurator's
+estimator reads it): linear between measured sizes and in proportion beyond the largest
+(counted). The framework-specific ``moe_a2a_perf`` tables (DeepEP dispatch/combine) were measured
+only at ``ep_size=8`` on one node for wide-EP deployments, which kvbench does not model.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from kvbench.specs import profiles
 
 
 class CollectiveCurve(TokenCurve):
-    """One collective's latency in seconds by its message size in bytes."""
+    """One collective's latency in seconds by its message size in elements (fp16/bf16 values)."""
 
     def __init__(self, frame, counter) -> None:
         super().__init__(frame, counter, x_column="message_size")

@@ -18,6 +18,14 @@ smallest (1 token) it is the smallest's.
 Under attention data parallelism the MoE layer sees the tokens of every attention-DP rank (the
 framework gathers them before the experts), so callers pass ``tokens_per_rank * attention_dp``.
 
+TRT-LLM's low-latency NVFP4 MoE. Where the table also measured TRT-LLM's min-latency kernel
+(``moe_torch_flow_min_latency``, NVFP4 on Blackwell) for the same shape, layout and distribution,
+a layer of at most :data:`MIN_LATENCY_MAX_TOKENS` tokens is priced from it and a larger one from
+the default kernel: the framework switches to that path for small batches, and aiconfigurator's
+estimator prices TRT-LLM's NVFP4 MoE the same way (its per-op breakdown of DeepSeek-R1 on B200,
+TP8: the min-latency rows up to 128 tokens, the cutlass rows from 129). At decode this is 2.5-3.5x
+less than the cutlass rows (0.060 against 0.154 ms per layer at 16 tokens).
+
 Precision (``model.moe_dtype``) maps onto the table's ``moe_dtype``: bfloat16, fp8, fp8_block and
 nvfp4 by name, mxfp4 -> ``w4a16_mxfp4`` (MXFP4 weights, bf16 activations, as gpt-oss is served),
 int4 -> ``int4_wo`` (weight-only int4, Kimi-K2.5). A precision the tables never measured for the
@@ -40,6 +48,9 @@ MOE_TABLE_DTYPES = {
     "mxfp4": "w4a16_mxfp4",
     "int4": "int4_wo",
 }
+#: TRT-LLM's low-latency MoE kernel, and the largest token count it serves (module docstring)
+MIN_LATENCY_SOURCE = "moe_torch_flow_min_latency"
+MIN_LATENCY_MAX_TOKENS = 128
 #: aiconfigurator's default token imbalance per model family (its DeepSeek-family models use
 #: alpha 1.01, its generic MoE model 1.2)
 MLA_FAMILY_DISTRIBUTION = "power_law_1.01"
@@ -80,7 +91,21 @@ class TokenCurve:
 
 class MoEGrid(TokenCurve):
     """One MoE layer's routed experts on one GPU, in seconds, by the tokens entering the layer
-    across the MoE group (every attention-DP rank's tokens)."""
+    across the MoE group (every attention-DP rank's tokens). Rows of TRT-LLM's min-latency twin
+    beside the default kernel's price the layers of at most MIN_LATENCY_MAX_TOKENS tokens."""
+
+    def __init__(self, frame, counter) -> None:
+        twin = frame["kernel_source"] == MIN_LATENCY_SOURCE
+        self.low_latency = None
+        if twin.any() and not twin.all():
+            self.low_latency = TokenCurve(frame[twin], counter)
+            frame = frame[~twin]
+        super().__init__(frame, counter)
+
+    def latency_s(self, tokens: float) -> float:
+        if self.low_latency is not None and 0 < tokens <= MIN_LATENCY_MAX_TOKENS:
+            return self.low_latency.latency_s(tokens)
+        return super().latency_s(tokens)
 
 
 #: the MoE kernel each framework runs by default, in order of preference, where a table measured
@@ -103,7 +128,7 @@ def _pick_kernel(frame, framework: str) -> str:
         if source in present.index:
             return source
     # otherwise the kernel measured over the most points, then by name (deterministic);
-    # TRT-LLM's min-latency twin is a separate serving mode, never the default
+    # TRT-LLM's min-latency twin is never the default kernel (MoEGrid prices small layers from it)
     ranked = sorted(present.items(), key=lambda kv: (kv[0].endswith("_min_latency"), -kv[1], kv[0]))
     return ranked[0][0]
 
@@ -148,9 +173,12 @@ def select_moe(
             rows = rows[rows[column] == value]
         if not rows.empty:
             source = _pick_kernel(rows, framework)
-            rows = rows[rows["kernel_source"] == source]
+            chosen = rows["kernel_source"] == source
+            twin = (rows["kernel_source"] == MIN_LATENCY_SOURCE) & (source != MIN_LATENCY_SOURCE)
             label = f"moe {source} {table_dtype} {distribution} {version}"
-            return rows, label
+            if twin.any():
+                label += f" (<= {MIN_LATENCY_MAX_TOKENS} tokens: {MIN_LATENCY_SOURCE})"
+            return rows[chosen | twin], label
     where = f"{root.label} {system}/moe/{framework}"
     hint = f" ({profiles.INSTALL_HINT} for the full tables)" if root.excerpt else ""
     if table_dtype not in dtypes_measured:

@@ -44,6 +44,52 @@ def test_the_moe_grid_is_exact_where_measured_linear_between_and_counts_beyond()
     assert counter.count == 1 and "power_law_1.01" in label
 
 
+def _moe_rows(source: str, ms_per_token: float):
+    import pandas as pd
+
+    tokens = [1, 16, 128, 256, 1024]
+    return pd.DataFrame({"kernel_source": source, "num_tokens": tokens, "latency": [ms_per_token * t for t in tokens]})
+
+
+def test_trtllm_min_latency_moe_prices_the_layers_of_at_most_128_tokens():
+    import pandas as pd
+
+    rows = pd.concat([_moe_rows("moe_torch_flow_cutlass", 0.01), _moe_rows(profiled_moe.MIN_LATENCY_SOURCE, 0.001)])
+    counter = profiled._Counter()
+    grid = profiled_moe.MoEGrid(rows, counter)
+    assert grid.latency_s(16) == pytest.approx(16 * 0.001e-3)  # the twin's rows at decode sizes
+    assert grid.latency_s(128) == pytest.approx(128 * 0.001e-3)
+    assert grid.latency_s(256) == pytest.approx(256 * 0.01e-3)  # the default kernel's beyond 128
+    assert grid.latency_s(129) == pytest.approx(129 * 0.01e-3)
+    alone = profiled_moe.MoEGrid(_moe_rows("moe_torch_flow_cutlass", 0.01), counter)
+    assert alone.latency_s(16) == pytest.approx(16 * 0.01e-3)  # no twin measured: the default's
+    assert counter.count == 0
+
+
+@pytest.mark.skipif(profiles.table_root().excerpt, reason="B200 NVFP4 MoE rows are in the package's tables only")
+def test_trtllm_nvfp4_moe_on_b200_reads_the_min_latency_twin_at_decode():
+    rows, label = profiled_moe.select_moe(
+        "b200_sxm",
+        "trtllm",
+        hidden_size=7168,
+        inter_size=2048,
+        topk=8,
+        num_experts=256,
+        moe_tp=8,
+        moe_ep=1,
+        moe_dtype="nvfp4",
+        distribution="power_law_1.01",
+    )
+    assert profiled_moe.MIN_LATENCY_SOURCE in label
+    grid = profiled_moe.MoEGrid(rows, profiled._Counter())
+    twin = rows[rows.kernel_source == profiled_moe.MIN_LATENCY_SOURCE]
+    default = rows[rows.kernel_source != profiled_moe.MIN_LATENCY_SOURCE]
+    assert set(default.kernel_source) == {"moe_torch_flow_cutlass"}
+    for tokens, frame in ((16, twin), (1024, default)):
+        expected = float(frame[frame.num_tokens == tokens].latency.median()) * 1e-3
+        assert grid.latency_s(tokens) == pytest.approx(expected, rel=1e-12)
+
+
 def test_a_gated_delta_net_and_nccl_curve_are_exact_where_measured():
     from types import SimpleNamespace
 
@@ -88,6 +134,32 @@ def test_attention_dp_prices_the_experts_at_every_ranks_tokens():
     b = 8
     before = arch.moe.latency_s(8 * b)
     assert dp._arch.per_token_s(b) > 58 * before  # the experts saw 8 ranks' tokens, plus the rest
+
+
+class _RecordingCollective:
+    """A collective curve that records the message sizes it is asked for (and costs nothing)."""
+
+    def __init__(self) -> None:
+        self.sizes: list[float] = []
+
+    def latency_s(self, size: float) -> float:
+        self.sizes.append(size)
+        return 0.0
+
+
+def test_collectives_are_looked_up_at_their_message_in_elements():
+    # all-reduces (TP) and the attention-DP all-gather/reduce-scatter: tokens x hidden values,
+    # the comm tables' message_size unit (not bytes)
+    cost = _cost([*DEEPSEEK_H200, "model.tp=4", "model.attention_dp=2", "model.ep=8"])
+    arch, pricer = cost.tables.arch, cost._arch
+    allreduce, gather, scatter = _RecordingCollective(), _RecordingCollective(), _RecordingCollective()
+    object.__setattr__(cost.tables, "allreduce", allreduce)
+    arch.gather, arch.scatter = gather, scatter
+    pricer._cache.clear()
+    b, hidden = 16, cost.model.hidden_size
+    pricer.per_token_s(b)
+    assert set(allreduce.sizes) == {b * hidden}
+    assert set(gather.sizes) == set(scatter.sizes) == {b * hidden * 2}  # both ranks' tokens
 
 
 def test_gpt_oss_prices_its_window_layers_at_the_window():
