@@ -17,8 +17,9 @@ A row becomes one kvbench run:
 * the precision per part (:func:`precision`): ``gemm_quant_mode`` -> ``model.dtype`` (the weights
   outside the routed experts) and the GEMM table, ``moe_quant_mode`` -> ``model.moe_dtype`` (an
   fp8 label on a block-scaled FP8 checkpoint is fp8_block: :data:`BLOCK_FP8_CHECKPOINTS`), and
-  the KV cache in FP8 exactly where aiconfigurator infers it from the checkpoint (an fp8,
-  fp8_block or nvfp4 checkpoint; its ``_infer_quant_modes_from_raw_config``), else in bf16;
+  the KV cache in FP8 exactly where the checkpoint declares it (NVIDIA's per-tensor FP8 and NVFP4
+  releases: :data:`FP8_KV_GEMMS`), else in bf16, as the engines' ``kv_cache_dtype=auto`` and
+  aiconfigurator's inference both do;
 * the engine's measured kernel (:data:`KERNELS`), the closed-loop client of ``vllm bench serve
   --max-concurrency`` (each request of exactly ``isl`` prompt and ``osl`` output tokens), and the
   engines' shared scheduling defaults: chunked prefill with 8,192 tokens per step and no cap on
@@ -155,9 +156,12 @@ GEMM_DTYPES = {
 }
 #: the row's moe_quant_mode -> model.moe_dtype
 MOE_DTYPES = {"bfloat16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4"}
-#: checkpoints whose quantization puts the KV cache in FP8 in aiconfigurator's inference (an fp8,
-#: fp8_block or nvfp4 checkpoint; an mxfp4, int4 or bf16 one keeps a bf16 KV cache)
-FP8_KV_GEMMS = ("fp8", "fp8_block", "nvfp4")
+#: checkpoints that declare an FP8 KV cache: NVIDIA's ModelOpt per-tensor FP8 and NVFP4 releases
+#: (``kv_cache_quant_algo: FP8`` in their hf_quant_config.json). A block-scaled FP8 checkpoint
+#: (DeepSeek's, Qwen's, MiniMax's, GLM's own) declares no KV quantization, nor do mxfp4, int4 or
+#: bf16 ones: the engines' ``kv_cache_dtype=auto`` then keeps the KV cache in bf16, as does
+#: aiconfigurator's inference (its default when the checkpoint names no KV algorithm)
+FP8_KV_GEMMS = ("fp8", "nvfp4")
 #: checkpoints whose FP8 weights are block-scaled: their config.json's quantization_config has
 #: ``weight_block_size: [128, 128]`` (as the package caches them: DeepSeek-V3/R1, Qwen3-235B-A22B-FP8,
 #: MiniMax-M2.5, GLM-5-FP8), so the engines run block-scaled GEMMs and experts on them whatever the

@@ -106,7 +106,7 @@ def test_an_attention_dp_and_expert_parallel_row_replays_one_rank():
         "model.ep=8",
         "model.dtype=fp8_block",  # labelled fp8: DeepSeek-R1's FP8 checkpoint is block-scaled
         "model.moe_dtype=fp8_block",
-        "model.kv_dtype=float8",
+        "model.kv_dtype=bfloat16",  # the block-scaled checkpoint declares no KV quantization
         "hardware=h200",
         "kernel=trtllm",
         "kernel.gemm=fp8_block",
@@ -128,7 +128,8 @@ def test_an_attention_dp_and_expert_parallel_row_replays_one_rank():
     [
         ({}, False, Precision("bfloat16", "bfloat16", None, "bfloat16")),
         ({"precision": "fp8", "gemm_quant_mode": "fp8"}, False, Precision("float8", "fp8", None, "float8")),
-        ({"gemm_quant_mode": "fp8_block"}, False, Precision("fp8_block", "fp8_block", None, "float8")),
+        # a block-scaled FP8 checkpoint declares no KV quantization: kv_cache_dtype=auto keeps bf16
+        ({"gemm_quant_mode": "fp8_block"}, False, Precision("fp8_block", "fp8_block", None, "bfloat16")),
         (
             {"gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"},
             True,
@@ -137,7 +138,7 @@ def test_an_attention_dp_and_expert_parallel_row_replays_one_rank():
         (  # DeepSeek-R1's FP8 checkpoint is block-scaled (128 x 128), whatever the fp8 label
             {"model_path": "deepseek-ai/DeepSeek-R1", "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"},
             True,
-            Precision("fp8_block", "fp8_block", "fp8_block", "float8"),
+            Precision("fp8_block", "fp8_block", "fp8_block", "bfloat16"),
         ),
         (  # Kimi-K2.5's int4 checkpoint: int4 experts, bf16 elsewhere, a bf16 KV cache
             {"precision": "int4", "gemm_quant_mode": "int4_wo", "moe_quant_mode": "int4_wo"},
