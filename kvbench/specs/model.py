@@ -18,9 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from kvbench.errors import ConfigError, require
-from kvbench.specs.kv_groups import KVGroup, is_hybrid, kv_groups, layer_windows
+from kvbench.specs import architecture, moe_models
+from kvbench.specs.architecture import MODEL_DTYPES, MOE_DTYPES, WEIGHT_DTYPE_BYTES
+from kvbench.specs.kv_groups import STATE, KVGroup, is_hybrid, kv_groups, layer_kinds
 from kvbench.specs.names import require_name
 
+#: bytes per KV-cache element (model.kv_dtype); the weights' precisions are
+#: architecture.WEIGHT_DTYPE_BYTES (model.dtype adds fp8_block and nvfp4)
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8": 1}
 #: families whose parameters are counted with the gated-MLP (LLaMA) formula
 LLAMA_LIKE = ("llama", "mistral", "qwen3")
@@ -30,6 +34,9 @@ GEMMA_LIKE = ("gemma2", "gemma3_text")
 #: the most GPUs one tensor-parallel group spans here (one node of eight, as the public
 #: measurements kvbench prices steps with were taken)
 MAX_TENSOR_PARALLEL = 8
+#: the most GPUs one deployment (tp x attention_dp) spans: one NVL72 rack (GB200/GB300), the widest
+#: NVLink domain the public measurements were taken on
+MAX_GPUS = 72
 #: the shape transformers gives both Gemma-2 and Gemma-3's text decoder by default: Gemma-2 2B's
 _GEMMA_2B_SHAPE = {
     "hidden_size": 2304,
@@ -151,7 +158,10 @@ class ModelConfig:
     config_path: str | None = None
     #: fields of a transformers config.json, model_type included
     hf_config: dict[str, Any] = field(default_factory=dict)
-    #: weight dtype, and the KV cache's unless kv_dtype says otherwise (float32, float16, bfloat16, float8)
+    #: weight dtype of every weight but the routed experts (float32, float16, bfloat16, float8 =
+    #: per-tensor fp8, fp8_block = fp8 with a scale per 128x128 tile, nvfp4), and the KV cache's
+    #: unless kv_dtype says otherwise (fp8_block and nvfp4 checkpoints compute in bfloat16: their KV
+    #: cache is bfloat16 by default, as vLLM's kv_cache_dtype=auto gives)
     dtype: str = "float16"
     #: KV-cache dtype; null: the weights' dtype. float8 halves the bytes per token of a 16-bit cache,
     #: so every allocator holds twice the tokens in the same budget
@@ -162,14 +172,43 @@ class ModelConfig:
     tp: int = 1
     #: override the parameter count computed from the architecture
     num_params: int | None = None
+    #: expert-parallel GPUs: the routed experts are split, whole, across ep groups of moe_tp = tp x
+    #: attention_dp / ep GPUs each (aiconfigurator's convention: tp x attention_dp = moe_tp x moe_ep)
+    ep: int = 1
+    #: attention data-parallel ranks: tp x attention_dp GPUs in all, each rank of tp GPUs running its
+    #: own requests' attention (and holding their KV); the MoE layers see every rank's tokens
+    attention_dp: int = 1
+    #: the routed experts' weight precision (bfloat16, fp8, fp8_block, nvfp4, mxfp4, int4); null:
+    #: model.dtype's
+    moe_dtype: str | None = None
 
     def validate(self) -> None:
         require_name("model.name", self.name)
-        require(self.dtype in DTYPE_BYTES, "model.dtype", self.dtype, f"choose one of {', '.join(DTYPE_BYTES)}")
+        require(self.dtype in MODEL_DTYPES, "model.dtype", self.dtype, f"choose one of {', '.join(MODEL_DTYPES)}")
+        ok = self.moe_dtype is None or self.moe_dtype in MOE_DTYPES
+        require(ok, "model.moe_dtype", self.moe_dtype, f"choose null or one of {', '.join(MOE_DTYPES)}")
         ok = self.kv_dtype is None or self.kv_dtype in DTYPE_BYTES
         require(ok, "model.kv_dtype", self.kv_dtype, f"choose null or one of {', '.join(DTYPE_BYTES)}")
         ok = isinstance(self.tp, int) and 1 <= self.tp <= MAX_TENSOR_PARALLEL
         require(ok, "model.tp", self.tp, f"use 1 to {MAX_TENSOR_PARALLEL} GPUs")
+        for key in ("ep", "attention_dp"):
+            value = getattr(self, key)
+            ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_GPUS
+            require(ok, f"model.{key}", value, f"use 1 to {MAX_GPUS} GPUs")
+        gpus = self.tp * self.attention_dp
+        require(
+            gpus <= MAX_GPUS,
+            "model.attention_dp",
+            self.attention_dp,
+            f"model.tp x model.attention_dp must be at most {MAX_GPUS} GPUs",
+        )
+        require(
+            gpus % self.ep == 0,
+            "model.ep",
+            self.ep,
+            f"must divide model.tp x model.attention_dp = {gpus} GPUs (each expert-parallel group is "
+            "tp x attention_dp / ep GPUs)",
+        )
         require(
             self.num_params is None or self.num_params > 0,
             "model.num_params",
@@ -186,16 +225,19 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model as one GPU of its tensor-parallel group sees it. ``num_heads`` and ``num_kv_heads``
-    are the whole model's; the byte counts below are per GPU."""
+    """A model as one GPU of its deployment sees it. ``num_heads`` and ``num_kv_heads`` are the whole
+    model's; the byte counts below are per GPU. The parts a dense transformer lacks (experts, latent
+    attention, linear-attention state, a sparse indexer: :mod:`kvbench.specs.architecture`) are
+    None for a model without them, whose numbers are then the ones they always were."""
 
     name: str
     num_layers: int
     num_heads: int
     num_kv_heads: int
+    #: one head's width (an MLA model's query/key head: qk_nope_head_dim + qk_rope_head_dim)
     head_dim: int
-    #: bytes per weight element
-    dtype_bytes: int
+    #: bytes per weight element (an integer for float32/16/8; fp8_block and nvfp4 count their scales)
+    dtype_bytes: float
     num_params: int
     #: the longest sequence the model takes (its ``max_position_embeddings``)
     max_positions: int = 0
@@ -205,23 +247,54 @@ class ModelSpec:
     tp: int = 1
     #: the GEMM shapes a profiled cost model prices (0: unknown, the roofline needs none of them)
     hidden_size: int = 0
-    #: the MLP's inner width (LLaMA's intermediate_size, OPT's ffn_dim)
+    #: the MLP's inner width (LLaMA's intermediate_size, OPT's ffn_dim; a MoE model's dense layers')
     intermediate_size: int = 0
     vocab_size: int = 0
     #: a gated MLP (gate and up projections, LLaMA) rather than two plain ones (OPT)
     gated_mlp: bool = True
-    #: the KV-cache groups (:mod:`kvbench.specs.kv_groups`) of a model with sliding-window layers;
-    #: () for a full-attention model (one full group of every layer)
+    #: the KV-cache groups (:mod:`kvbench.specs.kv_groups`) of a model with sliding-window or
+    #: linear-attention layers; () for a full-attention model (one full group of every layer)
     kv_groups: tuple[KVGroup, ...] = ()
+    #: routed (and shared) experts; None: a dense MLP in every layer
+    moe: architecture.MoEShape | None = None
+    #: multi-head latent attention: every layer caches one latent per token (not split by tp)
+    mla: architecture.MLAShape | None = None
+    #: the linear-attention (gated delta net) layers' state shape; which layers: kv_groups' STATE groups
+    linear: architecture.LinearStateShape | None = None
+    #: a sparse-attention indexer (its fp8 key cache per token and layer)
+    indexer: architecture.IndexerShape | None = None
+    #: learned per-head attention-sink logits (gpt-oss): no bytes, a different kernel
+    attention_sinks: bool = False
+    #: expert-parallel groups and attention data-parallel ranks (:class:`ModelConfig`)
+    ep: int = 1
+    attention_dp: int = 1
+    #: the routed experts' precision (a WEIGHT_DTYPE_BYTES name); None for a dense model
+    moe_dtype: str | None = None
+    #: parameters by part, where the family is counted part by part (the MoE families); None: the
+    #: weights are num_params x dtype_bytes split by tp
+    param_counts: architecture.ParamCounts | None = None
+
+    @property
+    def num_gpus(self) -> int:  # in the deployment
+        return self.tp * self.attention_dp
+
+    @property
+    def moe_tp(self) -> int:  # the GPUs each routed expert is split across
+        return self.num_gpus // self.ep
 
     @property
     def kv_layer_bytes_per_token(self) -> int:
-        """K and V of one token in one layer, on one GPU."""
+        """K and V of one token in one token-holding layer, on one GPU: 2 x KV heads per GPU x
+        head_dim x bytes, or an MLA layer's latent (kv_lora_rank + qk_rope_head_dim values, whole on
+        every GPU) plus its indexer key where the model is sparse."""
+        if self.mla is not None:
+            latent = self.mla.latent_values_per_token * self.kv_element_bytes
+            return latent + (0 if self.indexer is None else self.indexer.layer_bytes_per_token)
         return 2 * self.kv_heads_per_gpu * self.head_dim * self.kv_element_bytes
 
     def kv_group_bytes_per_token(self, group: KVGroup) -> int:
-        """K and V of one token in the layers of ``group``, on one GPU."""
-        return group.num_layers * self.kv_layer_bytes_per_token
+        """KV of one token in the layers of ``group``, on one GPU (0 for a state group)."""
+        return 0 if group.kind == STATE else group.num_layers * self.kv_layer_bytes_per_token
 
     @property
     def kv_element_bytes(self) -> int:
@@ -237,20 +310,60 @@ class ModelSpec:
         return self.num_heads // self.tp
 
     @property
+    def num_state_layers(self) -> int:  # linear-attention layers: a state per request, no KV per token
+        return sum(g.num_layers for g in self.kv_groups if g.kind == STATE)
+
+    @property
+    def num_token_layers(self) -> int:  # layers that keep KV per token (full, window, MLA)
+        return self.num_layers - self.num_state_layers
+
+    @property
     def kv_bytes_per_token(self) -> int:
-        """K and V of one token in every layer, on one GPU: 2 * L * n_kv / tp * d_head * bytes."""
-        return 2 * self.num_layers * self.kv_heads_per_gpu * self.head_dim * self.kv_element_bytes
+        """KV of one token in every token-holding layer, on one GPU: 2 * L * n_kv / tp * d_head *
+        bytes for a dense model; L * (latent + indexer key) for an MLA one."""
+        return self.num_token_layers * self.kv_layer_bytes_per_token
+
+    @property
+    def indexer_bytes_per_token(self) -> int:
+        """The sparse indexer's share of kv_bytes_per_token (0 for a dense-attention model)."""
+        return 0 if self.indexer is None else self.num_token_layers * self.indexer.layer_bytes_per_token
+
+    @property
+    def state_bytes_per_request(self) -> int:
+        """Every linear-attention layer's state for one request, on one GPU (0 for models without)."""
+        return sum(g.state_bytes for g in self.kv_groups if g.kind == STATE)
+
+    @property
+    def moe_dtype_bytes(self) -> float:
+        return self.dtype_bytes if self.moe_dtype is None else WEIGHT_DTYPE_BYTES[self.moe_dtype]
 
     @property
     def weight_bytes(self) -> int:
-        """One GPU's share of the weights (tensor parallelism splits every matrix; the norms it
-        replicates are a few hundred KB, left out)."""
-        return self.num_params * self.dtype_bytes // self.tp
+        """One GPU's share of the weights. A dense model: every matrix split by tp (the norms it
+        replicates are a few hundred KB, left out). A model counted by part: attention, dense and
+        shared-expert weights, embeddings and LM head split by tp, routed experts across all
+        tp x attention_dp GPUs, routers replicated (:meth:`ParamCounts.weight_bytes_per_gpu`)."""
+        if self.param_counts is None:
+            return int(self.num_params * self.dtype_bytes // self.tp)
+        scale = self.num_params / self.param_counts.total  # 1.0 unless model.num_params was typed in
+        return self.param_counts.weight_bytes_per_gpu(
+            self.dtype_bytes, self.moe_dtype_bytes, self.tp, self.attention_dp, scale
+        )
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token runs through (num_params for a dense model; a MoE model's shared
+        parts plus experts_per_token of its routed experts)."""
+        if self.param_counts is None or self.moe is None:
+            return self.num_params
+        return round(self.param_counts.active(self.moe) * self.num_params / self.param_counts.total)
 
     def prefill_flops(self, num_tokens: int) -> float:
-        """FLOPs to prefill ``num_tokens`` tokens: 2*N*S + 4*L*H*d*S^2 (the lecture's formula)."""
+        """FLOPs to prefill ``num_tokens`` tokens: 2*N*S + 4*L*H*d*S^2 (the lecture's formula), N the
+        active parameters and L the attention (token-holding) layers."""
         return (
-            2.0 * self.num_params * num_tokens + 4.0 * self.num_layers * self.num_heads * self.head_dim * num_tokens**2
+            2.0 * self.active_params * num_tokens
+            + 4.0 * self.num_token_layers * self.num_heads * self.head_dim * num_tokens**2
         )
 
 
@@ -275,9 +388,10 @@ def _check_architecture(values: dict[str, Any], where: str) -> None:
 
 def _read_fields(cfg: ModelConfig) -> tuple[dict[str, Any], str]:
     """The config.json fields (from model.config_path or model.hf_config) and where they came from
-    (" (in <path>)" for a file, "" for the YAML), for error messages."""
+    (" (in <path>)" for a file, "" for the YAML), for error messages. A multimodal checkpoint's
+    config (Kimi-K2.5's kimi_k25, Qwen3.5's qwen3_5_moe) gives its text decoder's ``text_config``."""
     if not cfg.config_path:
-        return dict(cfg.hf_config), ""
+        return moe_models.text_config(dict(cfg.hf_config)), ""
     path = Path(cfg.config_path).expanduser()
     if path.is_dir():
         path = path / "config.json"
@@ -293,7 +407,7 @@ def _read_fields(cfg: ModelConfig) -> tuple[dict[str, Any], str]:
             f"model.config_path={cfg.config_path!r} holds a JSON {type(fields).__name__}, not an "
             "object of config.json fields"
         )
-    return fields, f" (in {path})"
+    return moe_models.text_config(fields), f" (in {path})"
 
 
 def _unknown_type_error(model_type: Any, fields: dict[str, Any], has_num_params: bool, where: str) -> ConfigError:
@@ -317,6 +431,8 @@ def resolve_architecture(cfg: ModelConfig) -> dict[str, Any]:
     model_type = fields.get("model_type")
     if not model_type:
         raise ConfigError(f"model.hf_config.model_type is missing{where}: give the transformers model_type, e.g. llama")
+    if model_type in moe_models.MOE_FAMILIES:
+        return moe_models.resolve_fields(fields, model_type, where)
     defaults = FAMILY_DEFAULTS.get(model_type) if isinstance(model_type, str) else None
     if defaults is None:
         # no defaults known: usable only when every shape field is given and the count is typed in
@@ -369,6 +485,8 @@ def resolve_architecture(cfg: ModelConfig) -> dict[str, Any]:
 def count_params(arch: dict[str, Any]) -> int:
     """Parameters of a decoder-only model from its resolved architecture (embeddings and LM head
     included), layer by layer as transformers' modeling code builds it."""
+    if arch["model_type"] in moe_models.MOE_FAMILIES:
+        return moe_models.count_parts(arch, moe_models.shapes(arch)).total
     h, n_layers, vocab = arch["hidden_size"], arch["num_hidden_layers"], arch["vocab_size"]
     if arch["model_type"] in LLAMA_LIKE:
         n_heads, n_kv, d = arch["num_attention_heads"], arch["num_key_value_heads"], arch["head_dim"]
@@ -424,27 +542,50 @@ def model_spec(cfg: ModelConfig) -> ModelSpec:
         cfg.tp,
         f"must divide the {heads} attention heads and divide or be a multiple of the {kv_heads} KV heads",
     )
+    parts = moe_models.shapes(arch) if arch["model_type"] in moe_models.MOE_FAMILIES else None
+    moe_models.check_layout(cfg, parts)
+    dtype_bytes = WEIGHT_DTYPE_BYTES[cfg.dtype]
+    # fp8_block and nvfp4 checkpoints compute (and cache KV) in bfloat16 unless kv_dtype says otherwise
+    kv_bytes = DTYPE_BYTES[cfg.kv_dtype] if cfg.kv_dtype is not None else (None if cfg.dtype in DTYPE_BYTES else 2)
+    counts = None if parts is None else moe_models.count_parts(arch, parts)
+    num_params = cfg.num_params or (counts.total if counts is not None else count_params(arch))
     return ModelSpec(
         name=cfg.name,
         num_layers=arch["num_hidden_layers"],
         num_heads=arch["num_attention_heads"],
         num_kv_heads=arch["num_key_value_heads"],
         head_dim=arch["head_dim"],
-        dtype_bytes=DTYPE_BYTES[cfg.dtype],
-        num_params=cfg.num_params or count_params(arch),
+        dtype_bytes=dtype_bytes,
+        num_params=num_params,
         max_positions=arch["max_position_embeddings"],
-        kv_dtype_bytes=None if cfg.kv_dtype is None else DTYPE_BYTES[cfg.kv_dtype],
+        kv_dtype_bytes=kv_bytes,
         tp=cfg.tp,
         hidden_size=arch["hidden_size"],
         intermediate_size=arch.get("intermediate_size") or arch.get("ffn_dim") or 0,
         vocab_size=arch.get("vocab_size") or 0,
-        gated_mlp=arch["model_type"] in LLAMA_LIKE + GEMMA_LIKE,
-        kv_groups=_hybrid_groups(cfg, arch),
+        gated_mlp=arch["model_type"] in LLAMA_LIKE + GEMMA_LIKE + moe_models.MOE_FAMILIES,
+        kv_groups=_hybrid_groups(cfg, arch, parts, architecture.unquantized_bytes(dtype_bytes)),
+        moe=None if parts is None else parts.moe,
+        mla=None if parts is None else parts.mla,
+        linear=None if parts is None else parts.linear,
+        indexer=None if parts is None else parts.indexer,
+        attention_sinks=parts is not None and parts.attention_sinks,
+        ep=cfg.ep,
+        attention_dp=cfg.attention_dp,
+        moe_dtype=None if parts is None else (cfg.moe_dtype or cfg.dtype),
+        param_counts=counts,
     )
 
 
-def _hybrid_groups(cfg: ModelConfig, arch: dict[str, Any]) -> tuple[KVGroup, ...]:
-    """The model's KV-cache groups when it has sliding-window layers, else () (full attention)."""
+def _hybrid_groups(
+    cfg: ModelConfig, arch: dict[str, Any], parts: moe_models.Shapes | None, activation_bytes: float
+) -> tuple[KVGroup, ...]:
+    """The model's KV-cache groups when it has sliding-window or linear-attention layers, else ()
+    (full attention). A state group's bytes: its layers' state per request on one GPU."""
     fields, where = _read_fields(cfg)
-    groups = kv_groups(layer_windows(fields, arch["model_type"], arch["num_hidden_layers"], where))
+    kinds = arch.get("layer_kinds") or layer_kinds(fields, arch["model_type"], arch["num_hidden_layers"], where)
+    state = 0
+    if parts is not None and parts.linear is not None:
+        state = parts.linear.layer_state_bytes(cfg.tp, int(activation_bytes))
+    groups = kv_groups(kinds, state)
     return groups if is_hybrid(groups) else ()

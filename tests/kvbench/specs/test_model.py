@@ -19,6 +19,18 @@ from kvbench.specs.model import FAMILY_DEFAULTS, ModelConfig, model_spec, resolv
 
 CONF = Path(__file__).resolve().parents[3] / "conf" / "model"
 MODELS = sorted(path.stem for path in CONF.glob("*.yaml"))
+#: model types transformers knows by another name: Kimi-K2's text decoder is DeepSeek-V3's (transformers'
+#: kimi_k25 config builds its text_config as deepseek_v3)
+TRANSFORMERS_TYPE = {"kimi_k2": "deepseek_v3"}
+
+
+def hf_config(fields: dict):
+    """transformers' config of the same config.json fields."""
+    from transformers import AutoConfig
+
+    fields = dict(fields)
+    model_type = fields.pop("model_type")
+    return AutoConfig.for_model(TRANSFORMERS_TYPE.get(model_type, model_type), **fields)
 
 
 def spec(name: str):
@@ -42,10 +54,9 @@ def test_kv_bytes_and_parameters(name, kv_bytes, num_params):
 @pytest.mark.parametrize("name", MODELS)
 def test_parameter_formula_matches_the_transformers_model(name):
     torch = pytest.importorskip("torch")
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    fields = dict(OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml"))["hf_config"])
-    hf = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    hf = hf_config(OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml"))["hf_config"])
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf)
     assert spec(name).num_params == sum(p.numel() for p in model.parameters())
@@ -204,22 +215,36 @@ def test_family_fields_have_the_types_transformers_requires(model_type, field, v
 
 @pytest.mark.parametrize("name", MODELS)
 def test_every_conf_model_matches_transformers_autoconfig(name):
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     config = to_dataclass(ModelConfig, OmegaConf.load(CONF / f"{name}.yaml"), "model")
-    fields = dict(config.hf_config)
-    hf = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+    hf = hf_config(config.hf_config)
     s = model_spec(config)
+    head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+    if s.mla is not None:  # transformers' head_dim is the rope part; kvbench's the query/key head
+        head_dim = hf.qk_nope_head_dim + hf.qk_rope_head_dim
+        assert (s.mla.kv_lora_rank, s.mla.qk_rope_head_dim, s.mla.v_head_dim, s.mla.q_lora_rank) == (
+            hf.kv_lora_rank,
+            hf.qk_rope_head_dim,
+            hf.v_head_dim,
+            hf.q_lora_rank,
+        )
     expected = (
         hf.num_hidden_layers,
         hf.num_attention_heads,
         getattr(hf, "num_key_value_heads", hf.num_attention_heads),
-        getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads,
+        head_dim,
         hf.max_position_embeddings,
     )
     assert (s.num_layers, s.num_heads, s.num_kv_heads, s.head_dim, s.max_positions) == expected
-    assert family_fields(resolve_architecture(config).get, hf.model_type) == family_fields(
-        partial(getattr, hf), hf.model_type
-    )
+    if s.moe is not None:
+        experts = next(
+            getattr(hf, k) for k in ("n_routed_experts", "num_experts", "num_local_experts") if hasattr(hf, k)
+        )
+        assert (s.moe.num_experts, s.moe.experts_per_token) == (experts, hf.num_experts_per_tok)
+    if hf.model_type in FAMILY_DEFAULTS:
+        assert family_fields(resolve_architecture(config).get, hf.model_type) == family_fields(
+            partial(getattr, hf), hf.model_type
+        )
 
 
 @pytest.mark.parametrize("model_type", sorted(FAMILY_DEFAULTS))
