@@ -42,7 +42,7 @@ from kvbench.memory.block_swap import SwappedFamily, swap_in_blocks, swap_out_bl
 from kvbench.memory.group_pool import GroupBlockPool
 from kvbench.memory.host_cache import HostReload, host_tier
 from kvbench.memory.kv_group_blocks import GroupLayout, GroupTable, group_slot_bytes
-from kvbench.memory.paged_config import PagedConfig
+from kvbench.memory.paged_config import DEFAULT_BLOCK_SIZE_TOKENS, PagedConfig
 from kvbench.memory.paged_projection import SHORT_PROJECTION_STEPS
 from kvbench.memory.pooled import PooledAllocator
 from kvbench.memory.prompt_keys import PromptKeys
@@ -98,7 +98,7 @@ class HybridPagedAllocator(WindowGrowth, PooledAllocator):
         self.config.refuse_unsupported(SUPPORTED_OPTIONS, "for a model with sliding-window layers (hybrid KV groups)")
         self._windows = tuple(g.window_tokens for g in groups)  # 0: full attention
         self._num_groups = len(groups)
-        self._block_size_tokens = size = self.config.block_size_tokens
+        self._block_size_tokens = size = self.config.block_size_tokens or DEFAULT_BLOCK_SIZE_TOKENS
         self.group_layout = GroupLayout(self._windows, size)
         self.page_bytes = size * self.slot_bytes  #: one block of any group
         self.num_blocks = self.budget_bytes // self.page_bytes if self.page_bytes else 0
