@@ -99,7 +99,9 @@ def _allocator(cfg: DictConfig, model: ModelSpec, budget_bytes: int, engine: Eng
     cannot hold it is refused in one line."""
     node = cfg.allocator
     if node is not None and node.get("name") == "paged" and node.get("block_size_tokens") is None:
-        node = {**OmegaConf.to_container(node, resolve=True), "block_size_tokens": model_block_size_tokens(model)}
+        node = OmegaConf.create(
+            {**OmegaConf.to_container(node, resolve=True), "block_size_tokens": model_block_size_tokens(model)}
+        )
     if model.kv_groups and cfg.mode == "sim" and node is not None and node.get("name") == "paged":
         cls = lookup("allocator", "hybrid_paged")
         config = plugin_config(cls, node, "allocator")
@@ -447,7 +449,7 @@ def _result(
     summary["loop_wall_s"] = record.loop_wall_s
     summary["simulated_requests_per_wall_s"] = workload.num_requests / record.sim_wall_s
     return RunResult(
-        config=OmegaConf.to_container(cfg, resolve=True),
+        config=recorded_config(cfg),
         summary=summary,
         requests=record.request_columns,
         steps=record.step_columns,
@@ -457,6 +459,21 @@ def _result(
 
 #: the offline bounds at a capacity of whole-model blocks (not reported for a sliding-window model)
 WHOLE_MODEL_BOUNDS = ("prefix_hit_rate_lru_offline", "prefix_hit_rate_belady")
+
+
+def recorded_config(cfg: DictConfig) -> dict:
+    """The config as a run records it (``config.json``, what a resumed sweep and ``kvbench compare``
+    match jobs by): a paged allocator's ``block_size_tokens: null`` is the block size the model
+    gave it, so that a run records the one it ran with."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    node = config.get("allocator") or {}
+    if node.get("name") == "paged" and node.get("block_size_tokens") is None:
+        try:
+            model = model_spec(to_dataclass(ModelConfig, cfg.model, "model"))
+        except ConfigError:
+            return config  # (the run itself says what is wrong with the model)
+        node["block_size_tokens"] = model_block_size_tokens(model)
+    return config
 
 
 def _kv_group_summary(allocator: Allocator) -> dict:
