@@ -36,7 +36,9 @@ from kvbench.exec.sim import SimExecutor
 from kvbench.io.table import ColumnTable
 from kvbench.memory.allocator import Allocator
 from kvbench.memory.host_pool import HostSwapPool
+from kvbench.memory.paged_config import model_block_size_tokens
 from kvbench.metrics.host_tier import host_tier_summary
+from kvbench.metrics.kv_kinds import kv_kinds
 from kvbench.metrics.prefix_bounds import cached_prefix_cache_bounds
 from kvbench.metrics.recorder import RunRecord
 from kvbench.metrics.step_totals import StepTotals
@@ -92,8 +94,15 @@ def _allocator(cfg: DictConfig, model: ModelSpec, budget_bytes: int, engine: Eng
     a simulation, keeps one block table per KV-cache group and frees what leaves a window
     (``hybrid_paged``, the same options); every other allocator keeps every token of every layer.
     ``engine.cache_duplicate_blocks`` turns on the paged allocator's own option where its prefix
-    cache is on (``hybrid_paged`` keeps one block per key)."""
+    cache is on (``hybrid_paged`` keeps one block per key). A paged allocator's
+    ``block_size_tokens: null`` is the model's kernels' block size (:func:`model_block_size_tokens`).
+    A model with linear-attention layers hands every allocator its state per request; one that
+    cannot hold it is refused in one line."""
     node = cfg.allocator
+    if node is not None and node.get("name") == "paged" and node.get("block_size_tokens") is None:
+        node = OmegaConf.create(
+            {**OmegaConf.to_container(node, resolve=True), "block_size_tokens": model_block_size_tokens(model)}
+        )
     if model.kv_groups and cfg.mode == "sim" and node is not None and node.get("name") == "paged":
         cls = lookup("allocator", "hybrid_paged")
         config = plugin_config(cls, node, "allocator")
@@ -107,7 +116,29 @@ def _allocator(cfg: DictConfig, model: ModelSpec, budget_bytes: int, engine: Eng
         and node.get("prefix_caching") is True
     ):
         node = {**OmegaConf.to_container(node, resolve=True), "cache_duplicate_blocks": True}
-    return _instantiate("allocator", node, budget_bytes=budget_bytes, kv_bytes_per_token=model.kv_bytes_per_token)
+    state = {}
+    if model.state_bytes_per_request:
+        _require_state_holding(node, model)
+        state = {"state_bytes_per_request": model.state_bytes_per_request}
+    return _instantiate(
+        "allocator", node, budget_bytes=budget_bytes, kv_bytes_per_token=model.kv_bytes_per_token, **state
+    )
+
+
+def _require_state_holding(node, model: ModelSpec) -> None:
+    """An allocator whose constructor takes no ``state_bytes_per_request`` would leave the model's
+    linear-attention state out of its budget: refused, naming those that hold it."""
+    import inspect
+
+    if node is None or "name" not in node:
+        return  # (the missing name is _instantiate's line)
+    params = inspect.signature(lookup("allocator", node["name"])).parameters.values()
+    # (a constructor passing **sizes on to its base takes it where the base does: naive's)
+    if not any(p.name == "state_bytes_per_request" or p.kind is p.VAR_KEYWORD for p in params):
+        raise ConfigError(
+            f"allocator={node['name']} cannot hold the per-request state of {model.name}'s linear-attention "
+            f"layers ({model.state_bytes_per_request:,d} bytes per request); use allocator=naive, per_request or paged"
+        )
 
 
 def _check_allocator_layers(node, model: ModelSpec) -> None:
@@ -330,7 +361,7 @@ def execute(cfg: DictConfig, choices: dict | None = None, steps_dir: Path | None
     executor = _real_executor(s, requests, int(cfg.seed)) if real else SimExecutor(s.cost)
     step_totals = step_files = step_sink = None
     if steps_dir is not None:
-        step_totals = StepTotals(s.budget_bytes, s.model.kv_bytes_per_token)
+        step_totals = StepTotals(s.budget_bytes, s.model.kv_bytes_per_token, kv_kinds(s.model))
         step_files = StepFiles(steps_dir)
 
         def step_sink(batch: dict[str, np.ndarray]) -> None:
@@ -405,6 +436,7 @@ def _result(
             kv_bytes_per_token=s.model.kv_bytes_per_token,
             slo=s.slo,
             max_concurrency=workload.max_concurrency,
+            kv_kinds=kv_kinds(s.model),
         )
     )
     if real:
@@ -458,7 +490,7 @@ def _result(
     summary["loop_wall_s"] = record.loop_wall_s
     summary["simulated_requests_per_wall_s"] = workload.num_requests / record.sim_wall_s
     return RunResult(
-        config=OmegaConf.to_container(cfg, resolve=True),
+        config=recorded_config(cfg),
         summary=summary,
         requests=record.request_columns,
         steps=record.step_columns,
@@ -470,19 +502,39 @@ def _result(
 WHOLE_MODEL_BOUNDS = ("prefix_hit_rate_lru_offline", "prefix_hit_rate_belady")
 
 
+def recorded_config(cfg: DictConfig) -> dict:
+    """The config as a run records it (``config.json``, what a resumed sweep and ``kvbench compare``
+    match jobs by): a paged allocator's ``block_size_tokens: null`` is the block size the model
+    gave it, so that a run records the one it ran with."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    node = config.get("allocator") or {}
+    if node.get("name") == "paged" and node.get("block_size_tokens") is None:
+        try:
+            model = model_spec(to_dataclass(ModelConfig, cfg.model, "model"))
+        except ConfigError:
+            return config  # (the run itself says what is wrong with the model)
+        node["block_size_tokens"] = model_block_size_tokens(model)
+    return config
+
+
 def _kv_group_summary(allocator: Allocator) -> dict:
     """A hybrid allocator's KV-cache groups and what its windows freed ({} for any other)."""
     groups = getattr(allocator, "kv_groups", None)
     if groups is None:
         return {}
     windows = [g.window_tokens for g in groups if g.window_tokens]
-    return {
-        "num_kv_groups": len(groups),
+    state_groups = getattr(allocator, "state_groups", ())
+    summary = {
+        "num_kv_groups": len(groups) + len(state_groups),
         "num_window_groups": len(windows),
         "sliding_window_tokens": min(windows, default=0),
         "kv_page_bytes": allocator.page_bytes,
         "window_slid_bytes": allocator.num_window_slid_blocks * allocator.page_bytes,
     }
+    if state_groups:  # linear-attention layers: a state per sequence per group, in whole blocks
+        summary["num_state_groups"] = len(state_groups)
+        summary["state_blocks_per_request"] = allocator.states.blocks_per_state
+    return summary
 
 
 def _profiled(cost: CostModel) -> bool:

@@ -136,6 +136,7 @@ def _already_complete(out_dir: Path, cfg: DictConfig, label: str) -> bool:
     """A sweep re-run into its folder: this job finished before, with this very config, this very
     kvbench (version and commit) and the same calibration file; said in one line when it must be
     re-run for one of the last two."""
+    from kvbench.app.run import recorded_config
     from kvbench.output.provenance import provenance
     from kvbench.output.results import finished_config, read_job
     from kvbench.specs.calibration import calibration_digest
@@ -144,7 +145,7 @@ def _already_complete(out_dir: Path, cfg: DictConfig, label: str) -> bool:
         done = finished_config(out_dir)
     except ConfigError:
         return False  # a damaged config.json: not a result, run the job again
-    if done is None or _comparable(done) != _comparable(OmegaConf.to_container(cfg, resolve=True)):
+    if done is None or _comparable(done) != _comparable(recorded_config(cfg)):
         return False
     row = read_job(out_dir) or {}
     now = provenance()

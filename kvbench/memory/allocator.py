@@ -6,7 +6,11 @@ declared) and reads ``ledger`` once per step. Running out of memory is an ordina
 ``False``), not an exception; exceptions are for bad input and broken invariants.
 
 Units: allocators count *token slots* (one token's K and V in every layer); bytes are
-``slots * kv_bytes_per_token``. Every allocator exposes each sequence's physical placement as a
+``slots * kv_bytes_per_token``. A model with linear-attention layers also keeps a fixed state per
+sequence (``state_bytes_per_request``, the ledger's ``state_bytes``): an allocator reserves it at
+admission with the sequence's first slots (all or nothing), frees it with the sequence, moves it
+with a swap and copies it on a fork (each branch has its own: a fan-out reserves one per branch at
+admission, as it does its branches' ranges). Every allocator exposes each sequence's physical placement as a
 block table in units of ``block_size_tokens`` (consecutive ids for a contiguous range), so any
 paged kernel can read any allocator's cache.
 
@@ -103,10 +107,16 @@ class Allocator(ABC):
     Config: ClassVar[type | None] = None
     capabilities: ClassVar[AllocatorCapabilities] = AllocatorCapabilities()
 
-    def __init__(self, config: Any, *, budget_bytes: int, kv_bytes_per_token: int) -> None:
+    def __init__(
+        self, config: Any, *, budget_bytes: int, kv_bytes_per_token: int, state_bytes_per_request: int = 0
+    ) -> None:
         self.config = config
         self.budget_bytes = int(budget_bytes)
         self.kv_bytes_per_token = int(kv_bytes_per_token)
+        #: the fixed state one sequence keeps beside its KV (linear-attention layers; 0: none)
+        self.state_bytes_per_request = int(state_bytes_per_request)
+        if self.state_bytes_per_request < 0:
+            raise ValueError(f"state_bytes_per_request={state_bytes_per_request} is negative")
         self._pending_copies: list[KVCopy] = []
 
     # --- sizing ----------------------------------------------------------------------------------
@@ -254,6 +264,12 @@ class Allocator(ABC):
     @abstractmethod
     def footprint(self, seq_ids: Sequence[int]) -> Footprint:
         """What evicting these sequences together would free, and what swapping them would move."""
+
+    def state_held_bytes(self) -> int:
+        """Bytes held for per-request states now: every live sequence's, those reserved for a
+        fan-out's unforked branches, and their rounding to the allocator's unit (0 without state).
+        A view for checks: the ledger's state part is the live states alone."""
+        return 0
 
     def refcount(self, block_id: int) -> int:
         """How many live sequences hold ``block_id`` (meaningful when ``shares_blocks``)."""

@@ -9,12 +9,29 @@ from dataclasses import dataclass, fields
 from kvbench.errors import ConfigError, require
 from kvbench.memory.host_cache import validate_host_tier
 
+#: the block size an MLA model's paged groups get unless ``allocator.block_size_tokens`` says
+#: otherwise: FlashMLA's decode kernel reads its latent cache in pages of 64 tokens (vLLM's FlashMLA
+#: backend requires block_size 64), so vLLM and SGLang run DeepSeek-V3 with 64-token blocks
+MLA_BLOCK_SIZE_TOKENS = 64
+#: any other model's (vLLM's default block_size)
+DEFAULT_BLOCK_SIZE_TOKENS = 16
+
+
+def model_block_size_tokens(model) -> int:
+    """The block size the model's attention kernels want (``allocator.block_size_tokens: null``):
+    64 tokens for an MLA model, 16 for the others."""
+    return MLA_BLOCK_SIZE_TOKENS if getattr(model, "mla", None) is not None else DEFAULT_BLOCK_SIZE_TOKENS
+
 
 @dataclass
 class PagedConfig:
     #: tokens per KV block (vLLM's block_size): a power of two from 8 to 256; small blocks waste
-    #: less tail, large blocks give the attention kernel longer contiguous runs
-    block_size_tokens: int = 16
+    #: less tail, large blocks give the attention kernel longer contiguous runs. Every paged group
+    #: (full, window, an MLA model's latents) uses it; a linear-attention state takes whole blocks.
+    #: null (the default): a run takes the model's kernels' size (:func:`model_block_size_tokens`:
+    #: 64 for MLA, 16 otherwise), shown as the run's ``block_size_tokens``, and an allocator built
+    #: without a model 16; ``allocator.block_size_tokens=<n>`` overrides it for any model
+    block_size_tokens: int | None = None
     #: keep full prompt blocks across requests and reuse the longest cached prefix (vLLM's
     #: enable_prefix_caching); needs a workload whose requests carry prefix hashes
     prefix_caching: bool = False
@@ -40,10 +57,10 @@ class PagedConfig:
     def validate(self) -> None:
         size = self.block_size_tokens
         require(
-            isinstance(size, int) and 8 <= size <= 256 and size & (size - 1) == 0,
+            size is None or (isinstance(size, int) and 8 <= size <= 256 and size & (size - 1) == 0),
             "allocator.block_size_tokens",
             size,
-            "use a power of two from 8 to 256",
+            "use a power of two from 8 to 256, or null for the model's (64 for MLA, else 16)",
         )
         require(
             isinstance(self.prefix_caching, bool), "allocator.prefix_caching", self.prefix_caching, "use true or false"

@@ -98,6 +98,7 @@ def project_blocks(
             "external_bytes": np.full(num_steps, led.external_bytes, dtype=np.int64),
             "free_bytes": led.free_bytes - block_bytes * from_free,
             "cached_bytes": led.cached_bytes - block_bytes * (new_blocks[:num_steps] - from_free),
+            "state_bytes": np.full(num_steps, led.state_bytes, dtype=np.int64),  # decoding keeps each state
         },
     )
 
@@ -155,5 +156,6 @@ def _project_short(
             "external_bytes": [led.external_bytes] * len(token),
             "free_bytes": free,
             "cached_bytes": cached,
+            "state_bytes": [led.state_bytes] * len(token),  # decoding keeps each state
         },
     )

@@ -49,12 +49,18 @@ _LEDGER_PARTS = {
     "external_bytes": ("external fragmentation", "#fdbb84"),
     "free_bytes": ("free", "#f0f0f0"),
     "cached_bytes": ("cached prefix blocks (evictable)", "#74c476"),
+    "state_bytes": ("per-request state (linear attention)", "#756bb1"),
 }
 assert tuple(_LEDGER_PARTS) == LEDGER_FIELDS, "every ledger part needs its words and colour here"
 
 
 def _ledger_metrics() -> list[Metric]:
-    short = {"internal_bytes": "int.\nfrag.", "external_bytes": "ext.\nfrag.", "cached_bytes": "cached"}
+    short = {
+        "internal_bytes": "int.\nfrag.",
+        "external_bytes": "ext.\nfrag.",
+        "cached_bytes": "cached",
+        "state_bytes": "state",
+    }
     phrase = {"cached_bytes": "cached prefix blocks {}"}
     out = []
     for field, (legend, colour) in _LEDGER_PARTS.items():
@@ -237,6 +243,17 @@ METRICS = (
     Metric("window_slid_bytes", "KV that slid out of a window (not kept)", "bytes"),
     Metric("frac_full_group", "held by full-attention groups (of the KV budget)", "pct"),
     Metric("frac_window_group", "held by sliding-window groups (of the KV budget)", "pct"),
+    # a model with linear-attention layers under allocator=paged: their states' groups
+    Metric("num_state_groups", "of which linear-attention state groups", "int"),
+    Metric("state_blocks_per_request", "blocks one request's state takes (all state groups)", "int"),
+    Metric("frac_state_group", "held by linear-attention state groups (of the KV budget)", "pct"),
+    # what the budget held by layer kind, each at its peak (kvbench.metrics.kv_kinds); absent for a
+    # model of plain full-attention layers alone
+    Metric("peak_latent_bytes", "MLA latents held, peak", "bytes", "latent\npeak"),
+    Metric("peak_indexer_bytes", "sparse-attention indexer keys held, peak", "bytes", "indexer\npeak"),
+    Metric("peak_full_bytes", "full-attention KV held, peak", "bytes", "full KV\npeak"),
+    Metric("peak_window_bytes", "sliding-window KV held, peak", "bytes", "window\nKV peak"),
+    Metric("peak_state_bytes", "linear-attention state held, peak", "bytes", "state\npeak"),
     # an allocator that maps physical pages on demand (vAttention); absent for the others
     Metric("pages_mapped", "pages mapped (one layer's K or V each)", "int", "pages\nmapped", "count"),
     Metric("page_map_s", "time mapping pages, overlapped or not (s)", "{:,.3f}"),

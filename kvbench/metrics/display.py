@@ -225,11 +225,12 @@ def _memory_rows(s: Summary) -> list[tuple[str, str]]:
     if any(value is not None for value in parts.values()):
         # what the budget holds on one row, what fragmentation loses on the next
         lost = ("internal", "external")
-        # a prefix cache's part is said only when it holds something (0 for allocators without one)
+        # a prefix cache's part is said only when it holds something (0 for allocators without one),
+        # the linear-attention state's only where the model has one
         held = ", ".join(
             f"{name.replace('_', ' ')} {_pct(v)}"
             for name, v in parts.items()
-            if name not in lost and (name != "cached" or v)
+            if name not in lost and (name not in ("cached", "state") or v)
         )
         rows.append((f"memory {period} (% of KV budget)", held))
         rows.append((f"fragmentation {period} (% of KV budget)", ", ".join(f"{n} {_pct(parts.get(n))}" for n in lost)))

@@ -305,12 +305,14 @@ class Recorder:
         if num_steps > 1:
             spans = plan.span_ledgers
             token, future, internal = spans["token_bytes"], spans["reserved_future_bytes"], spans["internal_bytes"]
+            # the states held (MemoryLedger.allocated_bytes counts them): decoding never changes them
+            state = led.state_bytes
             if isinstance(token, list):  # a short projection, in plain integers
                 token_max = max(token_max, max(token))
-                allocated_max = max(allocated_max, max(map(sum, zip(token, future, internal))))
+                allocated_max = max(allocated_max, max(map(sum, zip(token, future, internal))) + state)
             else:
                 token_max = max(token_max, int(token.max()))
-                allocated_max = max(allocated_max, int((token + future + internal).max()))
+                allocated_max = max(allocated_max, int((token + future + internal).max()) + state)
         if token_max > row[_TOKEN_MAX]:
             row[_TOKEN_MAX] = token_max
         if allocated_max > row[_ALLOCATED_MAX]:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from kvbench.core.ledger import LEDGER_FIELDS
+from kvbench.metrics.kv_kinds import kind_peaks
 
 #: the ledger parts held by sequences, block-granular: what a serving engine's usage gauge counts
 #: as used (vLLM: 1 - free blocks / all blocks, where cached-but-evictable blocks count as free).
@@ -23,7 +24,10 @@ ALLOCATED_FIELDS = ("token_bytes", "reserved_future_bytes", "internal_bytes")
 #: step times summed over the run
 TIME_TOTALS = ("swap_s", "recompute_s", "copy_s", "prefill_s", "decode_s")
 #: the KV-cache group kinds a model with several groups reports (``<kind>_group_bytes`` columns)
-GROUP_KINDS = ("full", "window")
+GROUP_KINDS = ("full", "window", "state")
+#: the ledger's parts a summary reports only where the run ever held them: a model without
+#: linear-attention layers has no state (and its summaries keep their keys)
+OPTIONAL_PARTS = ("state_bytes",)
 
 
 class ExactSum:
@@ -71,9 +75,13 @@ class StepTotals:
     mapping, every column of the table) at a time; :meth:`summary` gives the same dict whether the
     table came in one batch or in many. Definitions: :func:`kvbench.metrics.summary.summarize`."""
 
-    def __init__(self, budget_bytes: int, kv_bytes_per_token: int) -> None:
+    def __init__(self, budget_bytes: int, kv_bytes_per_token: int, kv_kinds: Mapping[str, int] | None = None) -> None:
+        """``kv_kinds``: the model's per-token bytes of each token-holding layer kind (and the state
+        per request), :func:`kvbench.metrics.kv_kinds.kv_kinds`; given, the summary reports each
+        kind's peak bytes (``peak_<kind>_bytes``)."""
         self.budget_bytes = budget_bytes
         self.kv_bytes_per_token = kv_bytes_per_token
+        self.kv_kinds = dict(kv_kinds) if kv_kinds else None
         self.num_rows = 0
         self.num_steps = 0
         self.peak_running: float | None = None
@@ -116,7 +124,7 @@ class StepTotals:
         # per step with sequences running (the others have no tail), the tail waste per sequence
         tail_per_seq = tail_tokens[has_seqs] / num_running[has_seqs]
         tail_s = duration_s[has_seqs]
-        shares = {field: col(field) / budget for field in LEDGER_FIELDS}
+        shares = {field: col(field) / budget for field in LEDGER_FIELDS if field in steps}  # (older tables: six)
         shares.update({f"{kind}_group": col(f"{kind}_group_bytes") / budget for kind in self._groups})
         # each period's rows, of the table and of the steps with sequences (None: all of them)
         for period, period_rows, tail_rows in (("saturated", saturated, saturated[has_seqs]), ("all", None, None)):
@@ -143,6 +151,20 @@ class StepTotals:
             self._sum("page_map_added_s", col("page_map_added_s"))
         for name in ("token_bytes_max", "allocated_bytes_max", "num_shared_blocks", "unshared_bytes_max"):
             peak = int(np.asarray(steps[name], dtype=np.int64).max())
+            self._peaks[name] = max(self._peaks.get(name, peak), peak)
+        if self.kv_kinds is not None or "state_bytes" in steps:
+            self._add_kind_peaks(steps)
+
+    def _add_kind_peaks(self, steps: Mapping[str, np.ndarray]) -> None:
+        """The most each kind held at a row: the states, what sequences held besides them (a
+        decode span's states do not change, so its allocated peak less its states is its KV's),
+        and each group kind's bytes."""
+        state = np.asarray(steps.get("state_bytes", np.zeros(1)), dtype=np.int64)
+        held = np.asarray(steps["allocated_bytes_max"], dtype=np.int64) - state
+        peaks = {"state_bytes": state, "kv_held_bytes": held}
+        peaks.update({f"{kind}_group_bytes": np.asarray(steps[f"{kind}_group_bytes"]) for kind in self._groups})
+        for name, values in peaks.items():
+            peak = int(values.max())
             self._peaks[name] = max(self._peaks.get(name, peak), peak)
 
     def _value(self, key: str) -> float:
@@ -181,7 +203,8 @@ class StepTotals:
             "breakdown_period": period,
         }
         for field in LEDGER_FIELDS:
-            out[f"frac_{field.removesuffix('_bytes')}"] = self._mean(field, period)
+            if field not in OPTIONAL_PARTS or self._peaks.get(field, 0) > 0:
+                out[f"frac_{field.removesuffix('_bytes')}"] = self._mean(field, period)
         tail_tokens = _weighted_mean(
             self._sums.get(f"tail/{period}", ExactSum()), self._sums.get(f"tail_s/{period}", ExactSum())
         )
@@ -210,4 +233,6 @@ class StepTotals:
         out["peak_unshared_bytes"] = self._peaks.get("unshared_bytes_max", 0)
         peak_allocated_bytes = out["peak_allocated_bytes"]
         out["sharing_saving"] = out["peak_unshared_bytes"] / peak_allocated_bytes if peak_allocated_bytes else math.nan
+        if self.kv_kinds is not None:
+            out.update(kind_peaks(self.kv_kinds, self._peaks))
         return out

@@ -39,6 +39,7 @@ def summarize(
     kv_bytes_per_token: int,
     slo: SloConfig,
     max_concurrency: int | None = None,
+    kv_kinds: dict[str, int] | None = None,
 ) -> Summary:
     """The run's summary row: counts, throughput, latency percentiles, goodput and memory ledgers.
 
@@ -105,12 +106,16 @@ def summarize(
     :param kv_bytes_per_token: KV bytes of one token, to express tail waste in bytes.
     :param slo: latency objectives; ``None`` fields are not applied.
     :param max_concurrency: a closed-loop client's requests in flight; None: an open loop.
+    :param kv_kinds: the model's per-token bytes by layer kind (:func:`kvbench.metrics.kv_kinds.kv_kinds`):
+        given, ``peak_<kind>_bytes`` says what the budget held of each (latent, indexer, full,
+        window, state) at its peak; ``frac_state`` (the linear-attention state's share) is there
+        only where the run held a state.
     :return: a flat dict of plain Python numbers (and the ``breakdown_period`` string).
     """
     summary: Summary = {}
     summary.update(_request_summary(requests, slo))
     if not isinstance(steps, StepTotals):  # a held table: added up in one batch
-        totals = StepTotals(budget_bytes, kv_bytes_per_token)
+        totals = StepTotals(budget_bytes, kv_bytes_per_token, kv_kinds)
         totals.add({name: np.asarray(steps[name]) for name in steps.columns})
         steps = totals
     summary.update(steps.summary())

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 #: from the catalogue
 LEDGER = tuple((f"{m.key.removeprefix('frac_')}_bytes", m.legend, m.colour) for m in ledger_parts())
 MAX_POINTS = 4000
+#: the ledger's parts drawn only where a run ever holds them (a prefix cache's, per-request state)
+OPTIONAL_PARTS = ("cached_bytes", "state_bytes")
 #: the step-table columns each figure draws (all a table streamed to its file is read back for)
 TIMELINE_STEP_COLUMNS = ("start_s", "duration_s", "num_running", *LEDGER_FIELDS)
 CACHE_STEP_COLUMNS = ("start_s", "duration_s", "cached_bytes")
@@ -65,7 +67,7 @@ def ledger_stack(steps: Table) -> list[tuple[str, str, str]]:
     drawn = {col: (label, color) for col, label, color in LEDGER}
     stack = []
     for col in LEDGER_FIELDS:
-        if col not in steps or (col == "cached_bytes" and not (np.asarray(steps[col]) > 0).any()):
+        if col not in steps or (col in OPTIONAL_PARTS and not (np.asarray(steps[col]) > 0).any()):
             continue
         label, color = drawn.get(col, (col.removesuffix("_bytes").replace("_", " "), "#bdbdbd"))
         stack.append((col, label, color))

@@ -139,6 +139,13 @@ _MEMORY = tuple(
             "frac_internal",
             "frac_external",
             "mean_tail_waste_tokens_per_seq",
+            # by layer kind, where the model has more than full attention (kvbench.metrics.kv_kinds)
+            "peak_latent_bytes",
+            "peak_indexer_bytes",
+            "peak_full_bytes",
+            "peak_window_bytes",
+            "peak_state_bytes",
+            "frac_state",
         ),
     )
 )

@@ -21,6 +21,9 @@ def check_ledger(alloc: Allocator, next_shape: SeqShape | None = None) -> Memory
     for field in LEDGER_FIELDS:
         assert getattr(led, field) >= 0, (field, led)
     assert led.total_bytes == alloc.budget_bytes, led
+    assert led.state_bytes % max(1, alloc.state_bytes_per_request) == 0 and (
+        alloc.state_bytes_per_request or not led.state_bytes
+    ), f"the state part is not a whole number of states: {led}"
     if led.group_bytes:
         assert all(value >= 0 for _, value in led.group_bytes), led
         assert sum(value for _, value in led.group_bytes) == led.allocated_bytes, led
@@ -30,6 +33,14 @@ def check_ledger(alloc: Allocator, next_shape: SeqShape | None = None) -> Memory
 def is_grouped(alloc: Allocator) -> bool:
     """Whether ``alloc`` keeps one block table per KV-cache group (a model with window layers)."""
     return hasattr(alloc, "group_block_tables")
+
+
+def check_states(alloc: Allocator, num_tokens: dict[int, int]) -> None:
+    """Every live sequence holds exactly one state (none leaked, none freed twice)."""
+    led = alloc.ledger()
+    assert led.state_bytes == len(num_tokens) * alloc.state_bytes_per_request, (
+        f"{led.state_bytes} state bytes for {len(num_tokens)} live sequences of {alloc.state_bytes_per_request}"
+    )
 
 
 def block_bytes_of(alloc: Allocator) -> int:
@@ -43,6 +54,7 @@ def check_group_invariants(alloc: Allocator, num_tokens: dict[int, int], final_t
     blocks held, its token bytes between the largest sequence's held slots and all of them."""
     led = check_ledger(alloc)
     check_ledger(alloc, PROBE_SHAPE)
+    check_states(alloc, num_tokens)
     size, page, slot = alloc.block_size_tokens, alloc.page_bytes, alloc.page_bytes // alloc.block_size_tokens
     holders: Counter[int] = Counter()
     group_of: dict[int, int] = {}
@@ -68,7 +80,8 @@ def check_group_invariants(alloc: Allocator, num_tokens: dict[int, int], final_t
         assert alloc.block_table(seq_id) == [b for _, blocks in tables for b in blocks]
     for block_id, num_holders in holders.items():
         assert block_id >= 0 and alloc.refcount(block_id) == num_holders, f"block {block_id}: refcount != holders"
-    assert len(holders) * page == led.allocated_bytes
+    states = alloc.state_held_bytes()
+    assert len(holders) * page + states == led.allocated_bytes
     per_group = Counter(group_of.values())
     assert alloc.group_bytes() == [per_group[g] * page for g in range(len(alloc.kv_groups))], (
         "group bytes != held blocks"
@@ -76,12 +89,14 @@ def check_group_invariants(alloc: Allocator, num_tokens: dict[int, int], final_t
     by_kind = Counter()
     for g, group in enumerate(alloc.kv_groups):
         by_kind[f"{group.kind}_group_bytes"] += per_group[g] * page
+    if alloc.state_bytes_per_request:  # the blocks holding states (live, spare, rounded up)
+        by_kind["state_group_bytes"] = states
     assert dict(led.group_bytes) == dict(by_kind), "the ledger's group split != each kind's held blocks"
     assert alloc.shared_bytes_saved() == sum(n - 1 for n in holders.values()) * page
     assert alloc.num_shared_blocks() == sum(n > 1 for n in holders.values())
     assert max(held_slots.values(), default=0) * slot <= led.token_bytes <= sum(held_slots.values()) * slot
     future = sum(max(0, final_tokens[s] - n) for s, n in num_tokens.items()) * len(alloc.kv_groups)
-    assert led.reserved_future_bytes <= future * slot
+    assert led.reserved_future_bytes <= future * slot + states  # (a fan-out's spare states are future too)
 
 
 def check_invariants(
@@ -98,6 +113,7 @@ def check_invariants(
         return
     led = check_ledger(alloc)
     check_ledger(alloc, PROBE_SHAPE)
+    check_states(alloc, num_tokens)
     kv_bytes = alloc.kv_bytes_per_token
     caps = alloc.capabilities
     holders: Counter[int] = Counter()
@@ -116,7 +132,7 @@ def check_invariants(
         else:
             assert num_holders == 1, f"block {block_id} is in {num_holders} tables"
     if tables_cover_allocation:
-        assert len(holders) * alloc.block_size_tokens * kv_bytes == led.allocated_bytes
+        assert len(holders) * alloc.block_size_tokens * kv_bytes + alloc.state_held_bytes() == led.allocated_bytes
     # what sharing saves: every table entry beyond a block's first holder, counted once per holder
     block_bytes = alloc.block_size_tokens * kv_bytes
     extra_holders = sum(n - 1 for n in holders.values())

@@ -141,9 +141,11 @@ def check_run(engine: Engine, requests: list[Request], record: RunRecord) -> Non
     assert np.allclose(total, budget, rtol=1e-12, atol=0), "a step's ledger does not sum to the budget"
     one_step = (steps["num_steps"] == 1).to_numpy()
     assert (total[one_step] == budget).all()
-    groups = [name for name in ("full_group_bytes", "window_group_bytes") if name in steps]
+    groups = [name for name in ("full_group_bytes", "window_group_bytes", "state_group_bytes") if name in steps]
     if groups:  # a model with several KV-cache groups: the ledger splits the allocated bytes by kind
-        allocated = steps[["token_bytes", "reserved_future_bytes", "internal_bytes"]].sum(axis=1).to_numpy()
+        allocated = (
+            steps[["token_bytes", "reserved_future_bytes", "internal_bytes", "state_bytes"]].sum(axis=1).to_numpy()
+        )
         split = steps[groups].sum(axis=1).to_numpy()
         assert np.allclose(split, allocated, rtol=1e-12, atol=1.0), "the group split != allocated bytes"
         assert (split[one_step] == allocated[one_step]).all()
@@ -213,7 +215,14 @@ ALLOCATORS = {
     },
     "naive": {"s_max_tokens": 72},
     "per_request": {"reserve": "oracle", "placement": "first_fit", "granule_tokens": 8},
+    # a model with linear-attention layers: every sequence also holds a state (TINY_STATE_BYTES)
+    "naive_state": {"name": "naive", "s_max_tokens": 72},
+    "per_request_state": {"name": "per_request", "reserve": "oracle", "placement": "first_fit", "granule_tokens": 8},
+    "hybrid_paged_state": {"name": "hybrid_paged", "block_size_tokens": 8},
 }
+#: the state one sequence of the tiny model keeps where an allocator's label ends in ``_state``: a
+#: little over five tokens' KV, so that it never fills its last slot, granule or block
+TINY_STATE_BYTES = 5 * 64 + 3
 
 
 def allocators(budget_tokens: int) -> dict[str, Allocator]:
@@ -221,14 +230,20 @@ def allocators(budget_tokens: int) -> dict[str, Allocator]:
     plugin registry (the core never imports a plugin)."""
     from kvbench.app.config import plugin_config
     from kvbench.plugins import lookup
+    from kvbench.specs.kv_groups import FULL, STATE, KVGroup
 
     kv = TINY_MODEL.kv_bytes_per_token
     made = {}
     for label, options in ALLOCATORS.items():
         options = {"name": label, **options}
         cls = lookup("allocator", options["name"])
+        extra = {}
+        if label.endswith("_state") and options["name"] == "hybrid_paged":  # the state as its own group
+            extra = {"kv_groups": (KVGroup(FULL, 2), KVGroup(STATE, 2, state_bytes=TINY_STATE_BYTES))}
+        elif label.endswith("_state"):
+            extra = {"state_bytes_per_request": TINY_STATE_BYTES}
         made[label] = cls(
-            plugin_config(cls, options, "allocator"), budget_bytes=budget_tokens * kv, kv_bytes_per_token=kv
+            plugin_config(cls, options, "allocator"), budget_bytes=budget_tokens * kv, kv_bytes_per_token=kv, **extra
         )
     return made
 

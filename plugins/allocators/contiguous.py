@@ -8,6 +8,12 @@ keep ``append`` and ``ledger`` O(1) are the same, and live here.
 A request that forks into ``n`` branches reserves ``n`` ranges at admission (the vLLM paper's
 contiguous baselines cannot share a prompt): the ``n - 1`` spare ranges wait, counted as reserved
 future, until the fork copies the parent's tokens into them.
+
+A model with per-request state (linear-attention layers) gets it inside each range, after the
+sequence's KV: ``state_slots`` more slots, the state rounded up to the subclass's unit
+(:meth:`ContiguousAllocator._state_unit_tokens`), as a static cache keeps a batch slot's state
+beside its KV. A spare range's state is reserved future until the fork copies the parent's state in
+with its tokens (each branch then has its own); a swap moves it with the tokens.
 """
 
 from __future__ import annotations
@@ -29,10 +35,22 @@ class ContiguousAllocator(Allocator):
         reserves_future=True, contiguous_layout=True, shares_blocks=False, can_swap=True, projects_decode=True
     )
 
-    def __init__(self, config=None, *, budget_bytes: int, kv_bytes_per_token: int) -> None:
+    def __init__(
+        self, config=None, *, budget_bytes: int, kv_bytes_per_token: int, state_bytes_per_request: int = 0
+    ) -> None:
         """``config``: the subclass's ``Config`` (None: its defaults)."""
         config = type(self).Config() if config is None else config
-        super().__init__(config, budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)
+        super().__init__(
+            config,
+            budget_bytes=budget_bytes,
+            kv_bytes_per_token=kv_bytes_per_token,
+            state_bytes_per_request=state_bytes_per_request,
+        )
+        #: slots after a range's KV that hold its sequence's state (0: the model keeps none)
+        self.state_slots = 0
+        if self.state_bytes_per_request:
+            unit = self._state_unit_tokens()
+            self.state_slots = -(-self.state_bytes_per_request // (unit * self.kv_bytes_per_token)) * unit
         self._start: dict[int, int] = {}  # seq -> first block of its range
         self._capacity: dict[int, int] = {}  # seq -> slots reserved
         self._num_tokens: dict[int, int] = {}
@@ -44,6 +62,8 @@ class ContiguousAllocator(Allocator):
         self._num_allocated_slots = 0
         self._num_token_slots = 0
         self._num_future_slots = 0
+        self._num_states = 0  # live sequences (each holds a state)
+        self._num_spare_states = 0  # spare ranges (each reserves a state)
 
     # --- what subclasses provide ------------------------------------------------------------------
 
@@ -67,18 +87,23 @@ class ContiguousAllocator(Allocator):
     def _fragmented(self, num_slots: int) -> bool:
         """Whether ``num_slots`` free slots exist in total although no hole holds them."""
 
+    def _state_unit_tokens(self) -> int:
+        """The slots a state is rounded up to a multiple of (a subclass placing granules: its granule)."""
+        return 1
+
     # --- sizing ----------------------------------------------------------------------------------
 
     def reservation_tokens(self, shape: SeqShape) -> int:
-        """Slots :meth:`allocate` takes: one range per branch."""
-        return self._range_tokens(shape) * shape.num_branches
+        """Slots :meth:`allocate` takes: one range per branch (its state included)."""
+        return (self._range_tokens(shape) + self.state_slots) * shape.num_branches
 
     def fits_in_empty(self, shape: SeqShape) -> bool:
         """All branches' ranges fit the empty address space at once, and a range holds the final length."""
         one = self.max_sequence_tokens(shape)
-        return shape.final_kv_tokens <= one and self._fits_ranges_in_empty(one, shape.num_branches)
+        return shape.final_kv_tokens <= one and self._fits_ranges_in_empty(one + self.state_slots, shape.num_branches)
 
     def _fits_ranges_in_empty(self, range_slots: int, num_ranges: int) -> bool:
+        """Whether ``num_ranges`` ranges of ``range_slots`` (states included) fit the empty space."""
         return range_slots * num_ranges * self.kv_bytes_per_token <= self.budget_bytes
 
     # --- verbs -----------------------------------------------------------------------------------
@@ -91,9 +116,10 @@ class ContiguousAllocator(Allocator):
         num_slots = self._range_tokens(shape)
         if shape.num_tokens > num_slots:
             return None
-        ranges = self._take_ranges(num_slots, shape.num_branches)
+        ranges = self._take_ranges(num_slots + self.state_slots, shape.num_branches)
         if ranges is None:
             return None
+        ranges = [(start, num_slots) for start, _ in ranges]  # each range's KV (its state follows)
         start, capacity = ranges[0]
         self._track(seq_id, start, capacity, shape.num_tokens, shape.final_kv_tokens, root=seq_id)
         if len(ranges) > 1:
@@ -102,10 +128,11 @@ class ContiguousAllocator(Allocator):
             for _, spare_capacity in ranges[1:]:
                 self._num_allocated_slots += spare_capacity
                 self._num_future_slots += min(shape.final_kv_tokens, spare_capacity)
+                self._num_spare_states += 1
         return 0
 
     def refusal_reason(self, shape: SeqShape, keep_free_bytes: int = 0) -> Refusal:
-        needed = self._range_tokens(shape) * shape.num_branches
+        needed = (self._range_tokens(shape) + self.state_slots) * shape.num_branches
         return Refusal.FRAGMENTED if self._fragmented(needed) else Refusal.NO_MEMORY
 
     def append(self, seq_id: int, num_tokens: int = 1) -> bool:
@@ -170,18 +197,20 @@ class ContiguousAllocator(Allocator):
                 del self._spares[root]
             self._num_allocated_slots -= capacity
             self._num_future_slots -= min(self._spare_final[root], capacity)
+            self._num_spare_states -= 1
             if root not in self._spares:
                 del self._spare_final[root]
         self._track(child_id, start, capacity, tokens, final, root=root)
-        if tokens:
+        if tokens or self.state_bytes_per_request:  # the parent's tokens and its state (each branch its own)
             blocks = -(-tokens // self.block_size_tokens)
-            self._pending_copies.append(KVCopy(self._start[parent_id], start, blocks, tokens * self.kv_bytes_per_token))
+            copy_bytes = tokens * self.kv_bytes_per_token + self.state_bytes_per_request
+            self._pending_copies.append(KVCopy(self._start[parent_id], start, blocks, copy_bytes))
 
     def free(self, seq_id: int) -> None:
         """Give the range back (and any branch ranges its family never forked into)."""
         start, capacity = self._start[seq_id], self._capacity[seq_id]
         self._untrack(seq_id)
-        self._give(start, capacity)
+        self._give(start, capacity + self.state_slots)
         self._release_spares(seq_id)
 
     def swap_out(self, seq_ids: Sequence[int]) -> Transfer:
@@ -200,8 +229,8 @@ class ContiguousAllocator(Allocator):
             )
             self.free(seq_id)
             self._swapped[seq_id] = record
-            num_bytes += tokens * self.kv_bytes_per_token
-            num_runs += 1 if tokens else 0
+            num_bytes += tokens * self.kv_bytes_per_token + self.state_bytes_per_request  # the state moves too
+            num_runs += 1 if tokens or self.state_bytes_per_request else 0
         return Transfer(num_bytes, num_runs)
 
     def swap_in(self, seq_ids: Sequence[int], keep_free_bytes: int = 0) -> Transfer | None:
@@ -210,10 +239,10 @@ class ContiguousAllocator(Allocator):
         for seq_id in seq_ids:
             _, _, capacity, _, spare_capacities, _ = self._swapped[seq_id]
             for num_slots in (capacity, *spare_capacities):
-                start = self._take(num_slots)
+                start = self._take(num_slots + self.state_slots)
                 if start is None:
                     for s, c in reversed(taken):
-                        self._give(s, c)
+                        self._give(s, c + self.state_slots)
                     return None
                 taken.append((start, num_slots))
         num_bytes = num_runs = 0
@@ -229,8 +258,9 @@ class ContiguousAllocator(Allocator):
                 for _, spare_capacity in spares:
                     self._num_allocated_slots += spare_capacity
                     self._num_future_slots += min(spare_final, spare_capacity)
-            num_bytes += tokens * self.kv_bytes_per_token
-            num_runs += 1 if tokens else 0
+                    self._num_spare_states += 1
+            num_bytes += tokens * self.kv_bytes_per_token + self.state_bytes_per_request
+            num_runs += 1 if tokens or self.state_bytes_per_request else 0
         return Transfer(num_bytes, num_runs)
 
     # --- views -----------------------------------------------------------------------------------
@@ -245,6 +275,18 @@ class ContiguousAllocator(Allocator):
 
     def ledger(self, next_shape: SeqShape | None = None) -> MemoryLedger:
         free_bytes, external_bytes = self._free_and_external_bytes(next_shape)
+        if not self.state_slots:
+            return MemoryLedger.from_slots(
+                budget_bytes=self.budget_bytes,
+                kv_bytes_per_token=self.kv_bytes_per_token,
+                allocated_slots=self._num_allocated_slots,
+                token_slots=self._num_token_slots,
+                future_slots=self._num_future_slots,
+                external_bytes=external_bytes,
+                free_bytes=free_bytes,
+            )
+        # live states are the state part, spare ones reserved future, the rounding of both internal
+        one_state = self.state_bytes_per_request
         return MemoryLedger.from_slots(
             budget_bytes=self.budget_bytes,
             kv_bytes_per_token=self.kv_bytes_per_token,
@@ -253,14 +295,21 @@ class ContiguousAllocator(Allocator):
             future_slots=self._num_future_slots,
             external_bytes=external_bytes,
             free_bytes=free_bytes,
+            state_bytes=self._num_states * one_state,
+            state_future_bytes=self._num_spare_states * one_state,
+            state_held_bytes=(self._num_states + self._num_spare_states) * self.state_slots * self.kv_bytes_per_token,
         )
 
+    def state_held_bytes(self) -> int:
+        return (self._num_states + self._num_spare_states) * self.state_slots * self.kv_bytes_per_token
+
     def footprint(self, seq_ids: Sequence[int]) -> Footprint:
-        held = sum(self._capacity[s] + sum(c for _, c in self._spares.get(s, ())) for s in seq_ids)
+        state = self.state_slots
+        held = sum(self._capacity[s] + state + sum(c + state for _, c in self._spares.get(s, ())) for s in seq_ids)
         tokens = [self._num_tokens[s] for s in seq_ids]
-        return Footprint(
-            held * self.kv_bytes_per_token, Transfer(sum(tokens) * self.kv_bytes_per_token, sum(1 for t in tokens if t))
-        )
+        state_bytes = self.state_bytes_per_request
+        moved = sum(tokens) * self.kv_bytes_per_token + len(tokens) * state_bytes
+        return Footprint(held * self.kv_bytes_per_token, Transfer(moved, sum(1 for t in tokens if t or state_bytes)))
 
     def project_decode(
         self, seq_ids: Sequence[int], max_steps: int, next_shape: SeqShape | None = None
@@ -277,7 +326,7 @@ class ContiguousAllocator(Allocator):
             "token_bytes": led.token_bytes + step_bytes,
             "reserved_future_bytes": led.reserved_future_bytes - step_bytes,
         }
-        for name in ("internal_bytes", "external_bytes", "free_bytes", "cached_bytes"):  # no prefix cache: 0
+        for name in ("internal_bytes", "external_bytes", "free_bytes", "cached_bytes", "state_bytes"):
             ledgers[name] = np.full(num_steps, getattr(led, name), dtype=np.int64)
         return DecodeProjection(num_steps, ledgers)
 
@@ -301,6 +350,7 @@ class ContiguousAllocator(Allocator):
         self._num_tokens[seq_id] = num_tokens
         self._final[seq_id] = final
         self._root[seq_id] = root
+        self._num_states += 1
         self._num_allocated_slots += capacity
         self._num_token_slots += num_tokens
         self._num_future_slots += max(0, final - num_tokens)
@@ -309,6 +359,7 @@ class ContiguousAllocator(Allocator):
         tokens = self._num_tokens.pop(seq_id)
         capacity = self._capacity.pop(seq_id)
         del self._start[seq_id], self._root[seq_id]
+        self._num_states -= 1
         self._num_allocated_slots -= capacity
         self._num_token_slots -= tokens
         self._num_future_slots -= max(0, self._final.pop(seq_id) - tokens)
@@ -321,4 +372,5 @@ class ContiguousAllocator(Allocator):
         for start, capacity in reversed(spares):
             self._num_allocated_slots -= capacity
             self._num_future_slots -= min(final, capacity)
-            self._give(start, capacity)
+            self._num_spare_states -= 1
+            self._give(start, capacity + self.state_slots)

@@ -19,6 +19,13 @@ what it would hold at ``p`` (vLLM's rule). A host tier keeps evicted blocks' key
 :meth:`HybridPagedAllocator.reload_from_host` brings back what a longer hit needs in every group.
 ``project_decode`` is closed-form while nothing is shared or keyed
 (:mod:`kvbench.memory.window_projection`), step by step otherwise (:mod:`kvbench.memory.window_stepwise`).
+
+A model with linear-attention layers (Qwen3.5) has state groups beside its full ones: each
+sequence's state takes whole blocks of the same pool, one state per state group, taken at
+admission, freed with the sequence, moved by a swap and copied by a fork
+(:mod:`kvbench.memory.state_blocks`). ``kv_groups`` are then the groups with block tables (full and
+window), ``state_groups`` the others. A prefix cache cannot serve such a model (a hit would need the
+linear layers' state at the prefix's end, which is not kept): refused in one line.
 """
 
 from __future__ import annotations
@@ -27,21 +34,23 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from kvbench import hookimpl
-from kvbench.core.kv import NO_PROJECTION, DecodeProjection, Refusal, SeqShape, Transfer
+from kvbench.core.kv import NO_PROJECTION, DecodeProjection, Footprint, KVCopy, Refusal, SeqShape, Transfer
 from kvbench.core.ledger import MemoryLedger
+from kvbench.errors import ConfigError
 from kvbench.memory.allocator import AllocatorCapabilities
 from kvbench.memory.block_swap import SwappedFamily, swap_in_blocks, swap_out_blocks
 from kvbench.memory.group_pool import GroupBlockPool
 from kvbench.memory.host_cache import HostReload, host_tier
 from kvbench.memory.kv_group_blocks import GroupLayout, GroupTable, group_slot_bytes
-from kvbench.memory.paged_config import PagedConfig
+from kvbench.memory.paged_config import DEFAULT_BLOCK_SIZE_TOKENS, PagedConfig
 from kvbench.memory.paged_projection import SHORT_PROJECTION_STEPS
 from kvbench.memory.pooled import PooledAllocator
 from kvbench.memory.prompt_keys import PromptKeys
+from kvbench.memory.state_blocks import StateBlocks, with_state_columns, with_states
 from kvbench.memory.window_appends import WindowGrowth
 from kvbench.memory.window_projection import WindowSpan
 from kvbench.memory.window_stepwise import project_stepwise, simulate_decode
-from kvbench.specs.kv_groups import FULL, KVGroup
+from kvbench.specs.kv_groups import FULL, STATE, KVGroup
 
 #: the paged allocator's options this one implements (generated-block keys and duplicate cached
 #: blocks are paged's alone: here a key is held by one block, of one group)
@@ -62,15 +71,34 @@ class HybridPagedAllocator(WindowGrowth, PooledAllocator):
         budget_bytes: int,
         kv_bytes_per_token: int,
         kv_groups: Sequence[KVGroup] = (),
+        state_bytes_per_request: int | None = None,
     ) -> None:
-        super().__init__(config or PagedConfig(), budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)
-        groups = self.kv_groups = tuple(kv_groups) or (KVGroup(FULL, 1),)
+        """``kv_groups``: the model's groups, state groups included (their ``state_bytes`` are the
+        state; ``state_bytes_per_request``, when given, must be their sum)."""
+        state_groups = tuple(g for g in kv_groups if g.kind == STATE)
+        state_bytes = sum(g.state_bytes for g in state_groups)
+        if state_bytes_per_request is not None and state_bytes_per_request != state_bytes:
+            raise ValueError(f"state_bytes_per_request={state_bytes_per_request} != its state groups' {state_bytes}")
+        super().__init__(
+            config or PagedConfig(),
+            budget_bytes=budget_bytes,
+            kv_bytes_per_token=kv_bytes_per_token,
+            state_bytes_per_request=state_bytes,
+        )
+        #: the groups without a block table: one state per sequence each
+        self.state_groups = state_groups
+        groups = self.kv_groups = tuple(g for g in kv_groups if g.kind != STATE) or (KVGroup(FULL, 1),)
+        if state_groups and self.config.prefix_caching:
+            raise ConfigError(
+                "allocator.prefix_caching=true cannot serve a model with linear-attention layers: a hit "
+                "needs their state at the prefix's end, which is not kept; set allocator.prefix_caching=false"
+            )
         #: one group's bytes per token: a slot of any block
         self.slot_bytes = group_slot_bytes(groups, self.kv_bytes_per_token)
         self.config.refuse_unsupported(SUPPORTED_OPTIONS, "for a model with sliding-window layers (hybrid KV groups)")
         self._windows = tuple(g.window_tokens for g in groups)  # 0: full attention
         self._num_groups = len(groups)
-        self._block_size_tokens = size = self.config.block_size_tokens
+        self._block_size_tokens = size = self.config.block_size_tokens or DEFAULT_BLOCK_SIZE_TOKENS
         self.group_layout = GroupLayout(self._windows, size)
         self.page_bytes = size * self.slot_bytes  #: one block of any group
         self.num_blocks = self.budget_bytes // self.page_bytes if self.page_bytes else 0
@@ -94,6 +122,8 @@ class HybridPagedAllocator(WindowGrowth, PooledAllocator):
         self._swapped: dict[tuple[int, ...], SwappedFamily] = {}
         self.prompt_keys = PromptKeys(self.pool, size)  #: prompt keys, and blocks waiting for theirs
         self._pending_keys = self.prompt_keys.pending  # read by append
+        #: each sequence's state blocks (empty for a model without state groups)
+        self.states = StateBlocks(self.pool, state_groups)
 
     # --- sizing ----------------------------------------------------------------------------------
 
@@ -102,14 +132,15 @@ class HybridPagedAllocator(WindowGrowth, PooledAllocator):
         return self._block_size_tokens
 
     def max_sequence_tokens(self, shape: SeqShape) -> int:
-        return self.group_layout.max_sequence_tokens(self.num_blocks, shape)
+        return self.group_layout.max_sequence_tokens(self.num_blocks - self.states.blocks_for(1), shape)
 
     def fits_in_empty(self, shape: SeqShape) -> bool:
-        """Every branch at its final length holds its own blocks; the full groups' prompt blocks are
-        shared (window groups counted per branch: a bound)."""
+        """Every branch at its final length holds its own blocks (and state); the full groups' prompt
+        blocks are shared (window groups counted per branch: a bound)."""
         shared = self.group_layout.shared_prompt_blocks(shape.num_tokens) if shape.num_branches > 1 else 0
         own = self.group_layout.most_blocks(max(shape.final_kv_tokens, 1)) - shared
-        return shared + shape.num_branches * own <= self.num_blocks
+        states = self.states.blocks_for(shape.num_branches)
+        return shared + shape.num_branches * own + states <= self.num_blocks
 
     def reservation_tokens(self, shape: SeqShape) -> int:
         """Whole-model token slots worth of the new blocks the allocation takes (what a refusal reports)."""
@@ -141,8 +172,15 @@ class HybridPagedAllocator(WindowGrowth, PooledAllocator):
         return [len(blocks) * self.page_bytes for blocks in held]
 
     def ledger(self, next_shape: SeqShape | None = None) -> MemoryLedger:
+        """The KV's ledger (:meth:`_kv_ledger`) and the states': their blocks are the state part (the
+        live states), reserved future (a fan-out's spares) and internal (the rest)."""
+        led = self._kv_ledger(next_shape)
+        return with_states(led, self.states.ledger_parts()) if self.states else led
+
+    def _kv_ledger(self, next_shape: SeqShape | None = None) -> MemoryLedger:
         """O(1) from running totals while no block is shared; otherwise a shared partly filled last
-        block counts its unfilled slots once, and as nobody's future."""
+        block counts its unfilled slots once, and as nobody's future. The states' blocks are
+        neither free nor held by a group here."""
         pool = self.pool
         held_slots = sum(pool.held_per_column) * self._block_size_tokens
         if self._shared_refs:
@@ -180,8 +218,9 @@ class HybridPagedAllocator(WindowGrowth, PooledAllocator):
         return keys[:num_hit], self.group_layout.hit_blocks(keys, num_hit, shape.num_tokens, self.pool.block_of)
 
     def _blocks_needed(self, shape: SeqShape, hits=None) -> int:
-        """New blocks (and evictable hits taken back) an allocation of ``shape`` takes."""
-        need = self.group_layout.blocks_held(shape.num_tokens)
+        """New blocks (and evictable hits taken back) an allocation of ``shape`` takes, with a state
+        per branch."""
+        need = self.group_layout.blocks_held(shape.num_tokens) + self.states.blocks_for(shape.num_branches)
         if not self._caching:
             return need
         _, per_group = self._hits(shape) if hits is None else hits
@@ -223,6 +262,7 @@ class HybridPagedAllocator(WindowGrowth, PooledAllocator):
     def can_readmit_branches(self, prompt_tokens: int, branch_tokens: Sequence[int], keep_free_bytes: int = 0) -> bool:
         shared = self.group_layout.shared_prompt_blocks(prompt_tokens)
         blocks = shared + sum(self.group_layout.blocks_held(t) - shared + len(self._windows) for t in branch_tokens)
+        blocks += self.states.blocks_for(len(branch_tokens))
         return self.unallocated_bytes() - keep_free_bytes >= blocks * self.page_bytes
 
     def allocate(self, seq_id: int, shape: SeqShape, keep_free_bytes: int = 0) -> int | None:
@@ -246,6 +286,8 @@ class HybridPagedAllocator(WindowGrowth, PooledAllocator):
         self._num_tokens[seq_id] = n
         self._final_kv_tokens[seq_id] = shape.final_kv_tokens
         self._count(seq_id)
+        if self.states:
+            self.states.admit(seq_id, shape.num_branches)
         if hits is None:
             return 0
         self.prompt_keys.start(seq_id, self.prompt_keys.keys_for(shape), len(hits[0]))
@@ -278,7 +320,13 @@ class HybridPagedAllocator(WindowGrowth, PooledAllocator):
 
     def fork(self, parent_id: int, child_id: int, child_final_kv_tokens: int | None = None) -> None:
         if child_id in self._tables:
-            self.free(child_id)
+            kept = self.states.keep_over(child_id) if self.states else None  # overwritten, not freed
+            self._free_kv(child_id)
+            if kept is not None:
+                self.states.put_back(child_id, kept)
+        if self.states:  # the parent's state copied into the child's
+            src, dst = self.states.fork(parent_id, child_id)
+            self._pending_copies.append(KVCopy(src, dst, self.states.blocks_per_state, self.states.state_bytes))
         tables = self._tables[parent_id]
         self.pool.share(block_id for _, blocks in tables for block_id in blocks)
         self._tables[child_id] = [(first, list(blocks)) for first, blocks in tables]
@@ -291,7 +339,12 @@ class HybridPagedAllocator(WindowGrowth, PooledAllocator):
         self._count(parent_id)
 
     def free(self, seq_id: int) -> None:
-        tables = self._tables[seq_id]  # (a KeyError for an unknown sequence, before anything changes)
+        self._free_kv(seq_id)  # (a KeyError for an unknown sequence, before anything changes)
+        if self.states:
+            self.states.release(seq_id)
+
+    def _free_kv(self, seq_id: int) -> None:
+        tables = self._tables[seq_id]
         self._forget(seq_id)
         del self._tables[seq_id], self._num_tokens[seq_id], self._final_kv_tokens[seq_id]
         del self._layout[seq_id], self._quiet_until[seq_id]
@@ -305,14 +358,19 @@ class HybridPagedAllocator(WindowGrowth, PooledAllocator):
             s: ([first for first, _ in self._tables[s]], self._num_tokens[s], self._final_kv_tokens[s]) for s in family
         }
         block_lists = {s: [blocks for _, blocks in self._tables[s]] for s in family}
-        swapped = swap_out_blocks(self.pool, block_lists, self.free, (firsts, self.prompt_keys.save(family)))
+        state_bytes = self.states.swap_out(family) if self.states else 0  # the states move with the KV
+        swapped = swap_out_blocks(self.pool, block_lists, self._free_kv, (firsts, self.prompt_keys.save(family)))
         self._swapped[family] = swapped
-        return Transfer(swapped.num_blocks * self.page_bytes, swapped.num_blocks)
+        return Transfer(
+            swapped.num_blocks * self.page_bytes + state_bytes, swapped.num_blocks + len(family) * bool(self.states)
+        )
 
     def swap_in(self, seq_ids: Sequence[int], keep_free_bytes: int = 0) -> Transfer | None:
         family = tuple(seq_ids)
-        if not self.pool.can_take(self._swapped[family].num_blocks, keep_free_bytes):
+        state_blocks = self.states.swapped_blocks(family) if self.states else 0
+        if not self.pool.can_take(self._swapped[family].num_blocks + state_blocks, keep_free_bytes):
             return None
+        state_bytes = self.states.swap_in(family) if self.states else 0
         swapped = self._swapped.pop(family)
         blocks = swap_in_blocks(self.pool, swapped)
         firsts, prompt_keys = swapped.extra
@@ -327,7 +385,24 @@ class HybridPagedAllocator(WindowGrowth, PooledAllocator):
         for seq_id in swapped.positions:  # once every table is back: which tails are shared is known
             self._count(seq_id)
         self.prompt_keys.restore(prompt_keys)
-        return Transfer(swapped.num_blocks * self.page_bytes, swapped.num_blocks)
+        return Transfer(
+            swapped.num_blocks * self.page_bytes + state_bytes, swapped.num_blocks + len(family) * bool(self.states)
+        )
+
+    def state_held_bytes(self) -> int:
+        return self.states.num_blocks_held * self.page_bytes
+
+    def footprint(self, seq_ids: Sequence[int]) -> Footprint:
+        """The KV blocks' (:meth:`PooledAllocator.footprint`), and the sequences' states: evicting
+        frees their blocks (and a root's spares), a swap moves each state once."""
+        kv = super().footprint(seq_ids)
+        if not self.states:
+            return kv
+        held = self.states.held_by(seq_ids) * self.page_bytes
+        moved = Transfer(
+            kv.transfer.num_bytes + len(seq_ids) * self.states.state_bytes, kv.transfer.num_runs + len(seq_ids)
+        )
+        return Footprint(kv.held_bytes + held, moved)
 
     # --- decode projection -----------------------------------------------------------------------
 
@@ -339,7 +414,8 @@ class HybridPagedAllocator(WindowGrowth, PooledAllocator):
         the allocator. Stops at the first step some append could not make, or where a window would
         release a shared block (what sharing saves changes there), or, in closed form, at the first
         that would take a sequence past its final length; a partly filled shared last block (a copy
-        on the next append) stops it at 0 steps."""
+        on the next append) stops it at 0 steps. The KV's steps are projected, then the states
+        (which decoding never changes) added to each."""
         if not seq_ids or max_steps <= 0:
             return NO_PROJECTION
         if self._pending_keys and any(seq_id in self._pending_keys for seq_id in seq_ids):
@@ -348,18 +424,19 @@ class HybridPagedAllocator(WindowGrowth, PooledAllocator):
         if not (self._shared_refs or self._block_key):
             sequences = (seq_ids, self._num_tokens, self._final_kv_tokens, self._layout)
             span = WindowSpan(*sequences, self.pool, self._block_size_tokens, self._num_groups, self.slot_bytes)
-            projection = span.project(max_steps, lambda: self.ledger(next_shape), SHORT_PROJECTION_STEPS)
+            projection = span.project(max_steps, lambda: self._kv_ledger(next_shape), SHORT_PROJECTION_STEPS)
             if projection is not None:
-                return projection
+                return with_state_columns(projection, self.states.ledger_parts())
         return self._project_stepwise(seq_ids, max_steps, next_shape)
 
     def _project_stepwise(
         self, seq_ids: Sequence[int], max_steps: int, next_shape: SeqShape | None
     ) -> DecodeProjection:
         seqs = [(self._num_tokens[s], self._final_kv_tokens[s], self._tables[s]) for s in seq_ids]
-        return project_stepwise(
-            seqs, max_steps, lambda: self.ledger(next_shape), self.group_layout, self.pool, self.slot_bytes
+        projection = project_stepwise(
+            seqs, max_steps, lambda: self._kv_ledger(next_shape), self.group_layout, self.pool, self.slot_bytes
         )
+        return with_state_columns(projection, self.states.ledger_parts())
 
 
 @hookimpl

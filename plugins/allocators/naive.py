@@ -40,10 +40,12 @@ class NaiveAllocator(ContiguousAllocator):
     Config = NaiveConfig
 
     def __init__(self, config: NaiveConfig | None = None, **sizes: int) -> None:
-        """``sizes``: ``budget_bytes`` and ``kv_bytes_per_token``, as every allocator takes them."""
+        """``sizes``: ``budget_bytes`` and ``kv_bytes_per_token`` (and ``state_bytes_per_request``),
+        as every allocator takes them."""
         super().__init__(config, **sizes)
         self.s_max_tokens = self.config.s_max_tokens
-        self.slot_bytes = self.s_max_tokens * self.kv_bytes_per_token
+        # a slot holds S_max tokens' KV and, for a model with linear-attention layers, its state
+        self.slot_bytes = (self.s_max_tokens + self.state_slots) * self.kv_bytes_per_token
         # the slots are a block pool's blocks of one slot each (never shared, never keyed): given
         # back ones are taken first (last in, first out), then never-used ones 0, 1, 2, ...
         self._slots = BlockPool(self.budget_bytes // self.slot_bytes, self.slot_bytes)

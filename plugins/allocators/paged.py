@@ -43,7 +43,7 @@ from kvbench.memory.allocator import AllocatorCapabilities
 from kvbench.memory.block_pool import LRU, VLLM, BlockPool
 from kvbench.memory.block_swap import SwappedFamily, swap_in_blocks, swap_out_blocks
 from kvbench.memory.host_cache import HostReload, host_tier
-from kvbench.memory.paged_config import PagedConfig
+from kvbench.memory.paged_config import DEFAULT_BLOCK_SIZE_TOKENS, PagedConfig
 from kvbench.memory.paged_projection import SHORT_PROJECTION_STEPS, BlockGrowth, project_blocks
 from kvbench.memory.pooled import PooledAllocator
 from kvbench.memory.prompt_keys import PromptKeys
@@ -58,7 +58,7 @@ class PagedAllocator(PooledAllocator):
 
     def __init__(self, config: PagedConfig | None = None, *, budget_bytes: int, kv_bytes_per_token: int) -> None:
         super().__init__(config or PagedConfig(), budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)
-        self._block_size_tokens = self.config.block_size_tokens
+        self._block_size_tokens = self.config.block_size_tokens or DEFAULT_BLOCK_SIZE_TOKENS  # (None: not resolved)
         self.block_bytes = self._block_size_tokens * self.kv_bytes_per_token
         self.num_blocks = self.budget_bytes // self.block_bytes
         # NOTE: the budget left over below one block can never hold a block: external, forever.

@@ -171,8 +171,20 @@ class PerRequestAllocator(ContiguousAllocator):
     name = "per_request"
     Config = PerRequestConfig
 
-    def __init__(self, config: PerRequestConfig | None = None, *, budget_bytes: int, kv_bytes_per_token: int) -> None:
-        super().__init__(config or PerRequestConfig(), budget_bytes=budget_bytes, kv_bytes_per_token=kv_bytes_per_token)
+    def __init__(
+        self,
+        config: PerRequestConfig | None = None,
+        *,
+        budget_bytes: int,
+        kv_bytes_per_token: int,
+        state_bytes_per_request: int = 0,
+    ) -> None:
+        super().__init__(
+            config or PerRequestConfig(),
+            budget_bytes=budget_bytes,
+            kv_bytes_per_token=kv_bytes_per_token,
+            state_bytes_per_request=state_bytes_per_request,
+        )
         self.granule_tokens = self.config.granule_tokens
         self.granule_bytes = self.granule_tokens * self.kv_bytes_per_token
         self.num_granules = self.budget_bytes // self.granule_bytes
@@ -204,12 +216,17 @@ class PerRequestAllocator(ContiguousAllocator):
         else:
             tokens = shape.final_kv_tokens + 1
         granules = max(1, -(-max(tokens, shape.num_tokens) // self.granule_tokens))
-        return 1 << (granules - 1).bit_length() if self._is_buddy else granules
+        if not self._is_buddy:
+            return granules
+        # a buddy block is a power of two with the state's granules in it: the KV gets the rest
+        state = self.state_slots // self.granule_tokens
+        return (1 << (granules + state - 1).bit_length()) - state
 
     def max_sequence_tokens(self, shape: SeqShape) -> int:
         """The reservation's slots if it fits the empty address space, else 0 (never admissible)."""
         granules = self.reservation_granules(shape)
-        return granules * self.granule_tokens if granules <= self.num_granules else 0
+        fits = granules + self.state_slots // self.granule_tokens <= self.num_granules
+        return granules * self.granule_tokens if fits else 0
 
     def _fits_ranges_in_empty(self, range_slots: int, num_ranges: int) -> bool:
         # equal ranges tile an empty space (for buddy, equal power-of-two blocks tile the arena)
@@ -220,6 +237,9 @@ class PerRequestAllocator(ContiguousAllocator):
         return self._holes.largest() * self.granule_bytes
 
     # --- placement -------------------------------------------------------------------------------
+
+    def _state_unit_tokens(self) -> int:
+        return self.config.granule_tokens  # a state takes whole granules, after its range's KV
 
     def _range_tokens(self, shape: SeqShape) -> int:
         return self.reservation_granules(shape) * self.granule_tokens
@@ -244,7 +264,9 @@ class PerRequestAllocator(ContiguousAllocator):
     def _free_and_external_bytes(self, next_shape: SeqShape | None) -> tuple[int, int]:
         """Free holes smaller than ``next_shape``'s range are external; O(#holes) with a
         ``next_shape``, O(1) without."""
-        hole_granules = 0 if next_shape is None else self._holes.granules_below(self.reservation_granules(next_shape))
+        range_granules = 0 if next_shape is None else self.reservation_granules(next_shape)
+        range_granules += self.state_slots // self.granule_tokens  # the range holds the state too
+        hole_granules = 0 if next_shape is None else self._holes.granules_below(range_granules)
         free_bytes = (self._num_free_granules - hole_granules) * self.granule_bytes
         return free_bytes, self._remainder_bytes + hole_granules * self.granule_bytes
 

@@ -508,6 +508,7 @@ class VAttentionAllocator(Allocator):
                 "external_bytes": np.full(num_steps, led.external_bytes, dtype=np.int64),
                 "free_bytes": led.free_bytes - self.group_bytes * cum_groups,
                 "cached_bytes": np.zeros(num_steps, dtype=np.int64),
+                "state_bytes": np.full(num_steps, led.state_bytes, dtype=np.int64),
             },
             new_groups * self.geometry.num_buffers,
         )

@@ -35,7 +35,10 @@ def summaries():
     closed = run([*SMALL, "workload=closed_loop"]).summary
     measured = run([*SMALL, "kernel=trtllm"]).summary
     trace = run([*SMALL, "workload=azure_code"]).summary
-    return plain, swapped, cached, short, host, vattention, hybrid, closed, measured, trace
+    # linear-attention state (its groups under paged) and MLA latents with a sparse indexer
+    state = run([*SMALL, "model=qwen3.5-397b-a17b", "hardware=h200-sxm"]).summary
+    latent = run([*SMALL, "model=glm-5", "hardware=h200-sxm"]).summary
+    return plain, swapped, cached, short, host, vattention, hybrid, closed, measured, trace, state, latent
 
 
 def test_every_record_names_a_key_some_run_writes(summaries):

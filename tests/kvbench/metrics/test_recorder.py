@@ -125,7 +125,7 @@ def test_every_step_column_holds_its_own_value():
     position, so a column written in another's place would show here."""
     swapped, recomputed = SequenceGroup(request(5, 64, 8), 50), SequenceGroup(request(6, 64, 8), 60)
     first, second = SequenceGroup(request(7, 64, 8), 70).seqs[0], SequenceGroup(request(8, 64, 8), 80).seqs[0]
-    led = MemoryLedger(10_000, 1_100, 1_300, 1_700, 1_900, 2_300, 2_900)
+    led = MemoryLedger(10_000, 1_100, 1_300, 1_700, 1_900, 2_300, 2_900, (), 3_100)
     plan = StepPlan(
         7,
         1.5,
@@ -156,7 +156,7 @@ def test_every_step_column_holds_its_own_value():
     recorder.record(plan, result, any_seq_finished=False)
     row = recorder.finish([]).steps.iloc[0].to_dict()
 
-    allocated = 1_100 + 1_300 + 1_700
+    allocated = 1_100 + 1_300 + 1_700 + 3_100  # the state is held by sequences too
     expected = {
         "step": 7,
         "num_steps": 1,
@@ -191,6 +191,7 @@ def test_every_step_column_holds_its_own_value():
         "external_bytes": 1_900,
         "free_bytes": 2_300,
         "cached_bytes": 2_900,
+        "state_bytes": 3_100,
         "token_bytes_max": 1_100,
         "allocated_bytes_max": allocated,
         "num_shared_blocks": 47,
