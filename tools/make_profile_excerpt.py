@@ -80,7 +80,7 @@ def main() -> None:
                 by_framework.setdefault(kernel.measured.framework, []).append(kernel.measured)
         for measured in by_framework.values():
             m = measured[0]  # one framework: the same version folders, GEMM and all-reduce tables
-            sources = {k.sources[system] for k in measured}
+            sources = {k.sources[system] for k in measured} | {k.prefill_source(system) for k in measured}
             v = profiles.versions(system, "attention", m.framework, "generation_attention_perf")[-1]
             shapes = {(s.heads_per_gpu, s.kv_heads_per_gpu, s.head_dim) for s in specs}
             for table in ("generation_attention_perf", "context_attention_perf"):

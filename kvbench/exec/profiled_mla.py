@@ -47,6 +47,7 @@ PREFERRED_MLA_KERNELS = (
     "FLASHMLA_SPARSE",
     "sglang_dsa_indexer_flashmla_kv",
     "sglang_dsa_indexer_fa3",
+    "sglang_dsa_indexer_trtllm",
 )
 
 
@@ -67,6 +68,18 @@ def _pick_kernel(frame) -> str:
         if source in present.index:
             return source
     return sorted(present.items(), key=lambda kv: (-kv[1], kv[0]))[0][0]
+
+
+def _pick_prefill_kernel(frame) -> str:
+    """The prefill kernel: of the kernels that measured the longest prompts at this shape, the one
+    :func:`_pick_kernel` prefers. A module table also names the decode kernel on its shortest
+    prompts (vLLM runs a query of up to a few hundred tokens through the decode backend: FLASHMLA to
+    isl 128, FLASH_ATTN_MLA to 512 on Hopper, FLASHINFER_MLA at isl 1 on Blackwell) and SGLang's
+    dense-MHA path below the indexer's top-k (to isl 2048); priced from those rows a real prompt
+    would be extrapolated at every length, so the kernel measured over full prompts is taken
+    (vLLM's prefill backend: FLASH_ATTN, or TRTLLM_RAGGED for an FP8 prefill)."""
+    longest = frame.groupby("kernel_source")["isl"].max()
+    return _pick_kernel(frame[frame["kernel_source"].isin(longest[longest == longest.max()].index)])
 
 
 def _filter(frame, **columns):
@@ -131,7 +144,7 @@ def select_module(
         frames.append(rows)
     decode, prefill = frames
     decode = decode[decode["kernel_source"] == _pick_kernel(decode)]
-    prefill = prefill[prefill["kernel_source"] == _pick_kernel(prefill)]
+    prefill = prefill[prefill["kernel_source"] == _pick_prefill_kernel(prefill)]
     label = f"{op} module {decode['kernel_source'].iloc[0]}/{prefill['kernel_source'].iloc[0]} {gemm_type} {version}"
     return MLARows(label, decode, prefill, includes_projections=True)
 

@@ -1,0 +1,58 @@
+"""Which measured rows the profiled clock reads: every table it selects covers the lengths a real
+run asks for, and a stand-in for a layout or model variant the tables never measured is named
+and counted."""
+
+from __future__ import annotations
+
+import pytest
+from kvbench_plugins.kernels.measured import MEASURED_KERNELS
+
+from kvbench.api import build, compose, model_spec_of
+from kvbench.exec.profiled import select_tables, table_kv_dtype
+from kvbench.specs import profiles
+
+#: the longest prompt every prefill table must have measured (a real prompt is never priced
+#: beyond the rows for every length: the silicon rows' prompts reach 8,192 tokens)
+PROMPT_TOKENS = 8192
+
+
+@pytest.mark.parametrize(
+    ("kernel", "system"),
+    # sglang_triton measured other head shapes than Llama's on Hopper (the excerpt keeps none of it)
+    [
+        (k.name, s)
+        for k in MEASURED_KERNELS
+        for s in k.measured.sources
+        if s in profiles.SYSTEMS.values() and k.name != "sglang_triton"
+    ],
+)
+def test_every_measured_kernels_prefill_rows_cover_real_prompts(kernel, system):
+    cls = next(k for k in MEASURED_KERNELS if k.name == kernel)
+    hardware = next(h for h, s in profiles.SYSTEMS.items() if s == system)
+    cfg = compose(["model=llama3.1-8b", f"hardware={hardware}"])[0]
+    model = model_spec_of(cfg)
+    selected = select_tables(cls.measured, system, model, "bfloat16", table_kv_dtype(model))
+    assert selected.prefill["isl"].max() >= PROMPT_TOKENS
+    assert selected.decode["step"].max() >= PROMPT_TOKENS
+
+
+@pytest.mark.parametrize("hardware", ["b200-sxm", "b300-sxm", "gb200", "gb300"])
+def test_vllm_on_blackwell_prices_prefill_from_its_prefill_kernel(hardware):
+    cost = build(["model=llama3.1-70b", "model.tp=4", f"hardware={hardware}", "kernel=vllm_fa3"]).cost
+    assert "vllm_flashinfer_trtllmdecode/vllm_flashinfer_trtllmprefill" in cost.source
+    prefill_s = cost.prefill_chunk_time_s(2048, 0)
+    assert cost.extrapolated == 0  # 2,048 tokens lie inside the prefill kernel's rows
+    # a 70B model's 2,048-token prefill on 4 Blackwell GPUs takes tens of milliseconds (the decode
+    # kernel's one-token rows extrapolated it to thousands of seconds)
+    assert 5e-3 < prefill_s < 0.5
+
+
+@pytest.mark.parametrize("hardware", ["h200", "b200-sxm"])
+def test_vllm_mla_prefill_comes_from_the_kernel_measured_over_full_prompts(hardware):
+    cost = build(["model=deepseek-v3", f"hardware={hardware}", "kernel=vllm_fa3"]).cost
+    curve = cost.tables.arch.mla[1]
+    assert curve.isl[-1] >= PROMPT_TOKENS
+    before = cost.extrapolated
+    prefill_s = cost.prefill_chunk_time_s(4096, 0)
+    assert cost.extrapolated == before
+    assert 5e-3 < prefill_s < 2.0
