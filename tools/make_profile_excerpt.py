@@ -41,6 +41,7 @@ ARCH_SYSTEMS = {"h200": "h200_sxm", "b200-sxm": "b200_sxm"}
 EXTRA_LAYOUTS = {
     "deepseek-v3": [["model.tp=1", "model.attention_dp=8", "model.ep=8"]],
     "gpt-oss-120b": [["model.tp=1"]],
+    "glm-5": [["model.dtype=nvfp4", "model.moe_dtype=nvfp4"]],  # NVFP4's module rows (Blackwell)
 }
 OUT = profiles.EXCERPT_DIR / "systems"
 

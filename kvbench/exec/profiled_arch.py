@@ -211,7 +211,7 @@ class ArchTables:
                 heads_per_gpu=heads,
                 gemm_type=gemm_dtype,
                 kv_dtype=kv_dtype,
-                model_id=DSA_MODEL_IDS.get(model.name),
+                architecture=profiled_mla.dsa_architecture(model.mla, model.indexer, model.hidden_size),
             )
             if rows is None:
                 raise ConfigError(
@@ -240,10 +240,6 @@ class ArchTables:
             PrefillAttentionCurve(rows.prefill, counter),
         )
         self.labels.append(rows.label)
-
-
-#: the model a sparse-attention module table measured, by kvbench model name (its projections)
-DSA_MODEL_IDS = {"glm-5": "zai-org/GLM-5", "deepseek-v3.2": "deepseek-ai/DeepSeek-V3.2"}
 
 
 class ArchPricer:

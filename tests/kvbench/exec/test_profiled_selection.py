@@ -56,3 +56,38 @@ def test_vllm_mla_prefill_comes_from_the_kernel_measured_over_full_prompts(hardw
     prefill_s = cost.prefill_chunk_time_s(4096, 0)
     assert cost.extrapolated == before
     assert 5e-3 < prefill_s < 2.0
+
+
+@pytest.mark.parametrize(("hardware", "checkpoint"), [("h200", "zai-org/GLM-5-FP8"), ("b200-sxm", "zai-org/GLM-5-FP8")])
+def test_glm5_on_sglang_reads_the_rows_of_a_checkpoint_with_its_attention_shapes(hardware, checkpoint):
+    cost = build(["model=glm-5", f"hardware={hardware}", "kernel=sglang_fa3"]).cost
+    assert f"{checkpoint} stands in for zai-org/GLM-5" in cost.source
+    decode, prefill = cost.tables.arch.mla
+    rows = profiles.read_table(
+        profiles.SYSTEMS[hardware], "sparse_attention", "sglang", "0.5.14", "dsa_generation_module_perf"
+    )
+    rows = rows[(rows["model"] == checkpoint) & (rows["gemm_type"] == "fp8_block") & (rows["num_heads"] == 8)]
+    rows = rows[(rows["kv_cache_dtype"] == "bfloat16") & (rows["batch_size"] == 1)]
+    step = int(rows["step"].iloc[0])
+    expected_s = float(rows[rows["step"] == step]["latency"].median()) * 1e-3
+    assert float(decode.latency_s(1, [float(step)])[0]) == pytest.approx(expected_s, rel=1e-12)
+    assert prefill.isl[-1] >= 8192  # the sparse prefill, not the dense path SGLang runs to 2,048 tokens
+
+
+def test_an_nvfp4_glm5_reads_the_nvfp4_checkpoints_bf16_attention():
+    cost = build(
+        ["model=glm-5", "hardware=b200-sxm", "kernel=sglang_fa3", "model.dtype=nvfp4", "model.moe_dtype=nvfp4"]
+    ).cost
+    label = next(part for part in cost.source.split(", ") if part.startswith("sparse_attention"))
+    assert " bfloat16 " in label and "nvidia/GLM-5.2-NVFP4 stands in" in label
+
+
+def test_a_sparse_attention_shape_no_table_measured_is_one_line():
+    from kvbench.errors import ConfigError
+    from kvbench.exec import profiled_mla
+
+    model = model_spec_of(compose(["model=glm-5"])[0])
+    assert profiled_mla.dsa_architecture(model.mla, model.indexer, model.hidden_size) == "GlmMoeDsaForCausalLM"
+    with pytest.raises(ConfigError, match="no sparse-attention module table measured") as info:
+        profiled_mla.dsa_architecture(model.mla, model.indexer, 4096)
+    assert "\n" not in str(info.value)
