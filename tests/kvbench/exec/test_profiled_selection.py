@@ -91,3 +91,62 @@ def test_a_sparse_attention_shape_no_table_measured_is_one_line():
     with pytest.raises(ConfigError, match="no sparse-attention module table measured") as info:
         profiled_mla.dsa_architecture(model.mla, model.indexer, 4096)
     assert "\n" not in str(info.value)
+
+
+MINIMAX_MOE = dict(hidden_size=3072, inter_size=1536, topk=8, num_experts=256, moe_dtype="fp8_block")
+
+
+def test_an_unmeasured_moe_layout_is_the_nearest_measured_per_gpu_work_scaled_and_counted():
+    from kvbench.exec import profiled, profiled_moe
+
+    layout = dict(distribution="power_law_1.2", moe_ep=1)
+    # vLLM's tables measured MiniMax-M2.5's block-scaled experts at moe_tp 1, 2 and 4, not 8
+    rows, label = profiled_moe.select_moe("h200_sxm", "vllm", **MINIMAX_MOE, **layout, moe_tp=8)
+    measured, _ = profiled_moe.select_moe("h200_sxm", "vllm", **MINIMAX_MOE, **layout, moe_tp=4)
+    assert "layout 8x1 never measured: layout 4x1 scaled by 4/8 stands in" in label
+    counter = profiled._Counter()
+    grid, reference = profiled_moe.MoEGrid(rows, counter), profiled_moe.MoEGrid(measured, profiled._Counter())
+    for tokens in (1, 64, 4096):
+        assert grid.latency_s(tokens) == pytest.approx(reference.latency_s(tokens) / 2, rel=1e-12)
+    assert counter.count == 3  # every lookup of a stand-in is counted
+    reference.latency_s(64)
+    assert reference.counter.count == 0  # a measured layout is not
+
+
+def test_a_moe_layout_measured_as_its_per_gpu_slice_reads_that_slice_unscaled(monkeypatch):
+    import pandas as pd
+
+    from kvbench.exec import profiled_moe
+
+    def row(inter_size, moe_tp, tokens, latency_ms):
+        return dict(
+            hidden_size=64,
+            inter_size=inter_size,
+            topk=2,
+            num_experts=8,
+            moe_dtype="bfloat16",
+            distribution="power_law_1.2",
+            moe_tp_size=moe_tp,
+            moe_ep_size=1,
+            kernel_source="k",
+            num_tokens=tokens,
+            latency=latency_ms,
+        )
+
+    # the 256-wide experts were measured at moe_tp 1 only; a 128-wide shape at moe_tp 1 runs exactly
+    # what one GPU of the 256-wide experts at moe_tp 2 runs
+    frame = pd.DataFrame([row(256, 1, 8, 1.0), row(256, 1, 64, 3.0), row(128, 1, 8, 0.7), row(128, 1, 64, 1.6)])
+    monkeypatch.setattr(profiles, "versions", lambda *args: ["1.0"])
+    monkeypatch.setattr(profiles, "read_table", lambda *args: frame)
+    shape = dict(hidden_size=64, inter_size=256, topk=2, num_experts=8, moe_dtype="bfloat16")
+    rows, label = profiled_moe.select_moe("sys", "fw", **shape, moe_tp=2, moe_ep=1, distribution="power_law_1.2")
+    assert "inter_size=128 at layout 1x1 stands in" in label
+    assert sorted(rows["latency"]) == [0.7, 1.6]
+
+
+def test_gpt_oss_on_trtllm_at_moe_tp_2_is_priced_by_its_moe_tp_1_rows():
+    cost = build(["model=gpt-oss-120b", "model.tp=2", "hardware=b200-sxm", "kernel=trtllm"]).cost
+    assert "layout 2x1 never measured: layout 1x1 scaled by 1/2 stands in" in cost.source
+    before = cost.extrapolated
+    assert 1e-3 < cost.decode_time_s(16 * 1024, 16) < 0.1
+    assert cost.extrapolated > before
