@@ -105,11 +105,6 @@ def _refuse(where: str, what: str, frame, asked: dict) -> ConfigError:
     return ConfigError(f"{where} has no {what} for {asked}")
 
 
-def _newest(system: str, op: str, framework: str, table: str) -> str | None:
-    found = profiles.versions(system, op, framework, table)
-    return found[-1] if found else None
-
-
 #: the sparse-attention (DSA) architectures the module tables measured (their ``architecture``
 #: column), by the attention shapes of their config.json (values from the published configs of
 #: zai-org/GLM-5 and deepseek-ai/DeepSeek-V3.2; every GLM-5.x checkpoint, FP8 and NVFP4 included,
@@ -235,6 +230,8 @@ def _select_module_version(
         raise _refuse(where, f"{table} rows", frame, columns)
     decode, prefill = found
     decode = decode[decode["kernel_source"] == _pick_kernel(decode)]
+    if "step" in prefill.columns:  # DSA context rows also time prompts after a cached prefix (step)
+        prefill = prefill[prefill["step"] == prefill["step"].min()]  # a whole prompt: no prefix
     prefill = prefill[prefill["kernel_source"] == _pick_prefill_kernel(prefill)]
     label = (
         f"{op} module {decode['kernel_source'].iloc[0]}/{prefill['kernel_source'].iloc[0]} {columns['gemm_type']} "

@@ -150,3 +150,14 @@ def test_gpt_oss_on_trtllm_at_moe_tp_2_is_priced_by_its_moe_tp_1_rows():
     before = cost.extrapolated
     assert 1e-3 < cost.decode_time_s(16 * 1024, 16) < 0.1
     assert cost.extrapolated > before
+
+
+def test_a_sparse_prefill_curve_is_of_whole_prompts_not_prompts_after_a_cached_prefix():
+    cost = build(["model=glm-5", "hardware=h200", "kernel=sglang_fa3"]).cost
+    prefill = cost.tables.arch.mla[1]
+    rows = profiles.read_table("h200_sxm", "sparse_attention", "sglang", "0.5.14", "dsa_context_module_perf")
+    rows = rows[(rows["model"] == "zai-org/GLM-5-FP8") & (rows["num_heads"] == 8) & (rows["gemm_type"] == "fp8_block")]
+    rows = rows[(rows["kv_cache_dtype"] == "bfloat16") & (rows["mla_dtype"] == "bfloat16") & (rows["step"] == 0)]
+    rows = rows[(rows["kernel_source"] == "sglang_dsa_indexer_flashmla_sparse") & (rows["batch_size"] == 1)]
+    expected_s = float(rows[rows["isl"] == 4096]["latency"].median()) * 1e-3
+    assert prefill.full_s(4096) == pytest.approx(expected_s, rel=1e-12)
