@@ -27,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import pandas as pd
+
 from kvbench.errors import ConfigError
 from kvbench.specs import profiles
 
@@ -81,6 +83,20 @@ def _pick_prefill_kernel(frame) -> str:
     (vLLM's prefill backend: FLASH_ATTN, or TRTLLM_RAGGED for an FP8 prefill)."""
     longest = frame.groupby("kernel_source")["isl"].max()
     return _pick_kernel(frame[frame["kernel_source"].isin(longest[longest == longest.max()].index)])
+
+
+def _prefill_rows(frame):
+    """The prefill kernel's rows (:func:`_pick_prefill_kernel`) and, below its shortest measured
+    prompt, the rows of the kernel the framework runs there (SGLang's dense MHA up to the indexer's
+    top-k, vLLM's decode backend for short queries), with the name of what was read."""
+    main = _pick_prefill_kernel(frame)
+    rows = frame[frame["kernel_source"] == main]
+    shortest = int(rows["isl"].min())
+    below = frame[(frame["kernel_source"] != main) & (frame["isl"] < shortest)]
+    if below.empty:
+        return rows, main
+    other = _pick_kernel(below)
+    return pd.concat([below[below["kernel_source"] == other], rows]), f"{main} ({other} below isl {shortest})"
 
 
 def _filter(frame, **columns):
@@ -232,11 +248,8 @@ def _select_module_version(
     decode = decode[decode["kernel_source"] == _pick_kernel(decode)]
     if "step" in prefill.columns:  # DSA context rows also time prompts after a cached prefix (step)
         prefill = prefill[prefill["step"] == prefill["step"].min()]  # a whole prompt: no prefix
-    prefill = prefill[prefill["kernel_source"] == _pick_prefill_kernel(prefill)]
-    label = (
-        f"{op} module {decode['kernel_source'].iloc[0]}/{prefill['kernel_source'].iloc[0]} {columns['gemm_type']} "
-        f"{version}"
-    )
+    prefill, prefill_name = _prefill_rows(prefill)
+    label = f"{op} module {decode['kernel_source'].iloc[0]}/{prefill_name} {columns['gemm_type']} {version}"
     if model is not None and model != canonical:
         label += f" ({model} stands in for {canonical}: the same {architecture} attention shapes)"
     return MLARows(label, decode, prefill, includes_projections=True)
