@@ -164,11 +164,11 @@ def test_a_sparse_prefill_curve_is_of_whole_prompts_not_prompts_after_a_cached_p
 
 
 def test_a_short_sparse_prefill_reads_the_dense_path_sglang_runs_below_the_indexers_top_k():
-    cost = build(["model=glm-5", "hardware=h200", "kernel=sglang_fa3", "model.kv_dtype=float8"]).cost
+    cost = build(["model=glm-5", "hardware=h200", "kernel=sglang_fa3"]).cost
     assert "sglang_dsa_dense_mha_fa3 below isl" in cost.source
     prefill = cost.tables.arch.mla[1]
     rows = profiles.read_table("h200_sxm", "sparse_attention", "sglang", "0.5.14", "dsa_context_module_perf")
     rows = rows[(rows["model"] == "zai-org/GLM-5-FP8") & (rows["num_heads"] == 8) & (rows["gemm_type"] == "fp8_block")]
-    rows = rows[(rows["kv_cache_dtype"] == "fp8") & (rows["step"] == 0) & (rows["batch_size"] == 1)]
+    rows = rows[(rows["kv_cache_dtype"] == "bfloat16") & (rows["step"] == 0) & (rows["batch_size"] == 1)]
     dense = rows[(rows["kernel_source"] == "sglang_dsa_dense_mha_fa3") & (rows["isl"] == 1024)]
     assert prefill.full_s(1024) == pytest.approx(float(dense["latency"].median()) * 1e-3, rel=1e-12)
