@@ -37,10 +37,13 @@ ARCH_MODELS = [
 #: the systems the architecture models' rows are kept for (the excerpt's size: Hopper H200 and B200)
 ARCH_SYSTEMS = {"h200": "h200_sxm", "b200-sxm": "b200_sxm"}
 #: layouts beyond the configs' defaults: DeepSeek under attention data parallelism and expert
-#: parallelism across one node (TP1 x ADP8 x EP8, as the silicon rows run it), gpt-oss at TP1
+#: parallelism across one node (TP1 x ADP8 x EP8, as the silicon rows run it), gpt-oss at TP1 and
+#: TP2, GLM-5 in NVFP4, MiniMax-M2.5 at TP8
 EXTRA_LAYOUTS = {
     "deepseek-v3": [["model.tp=1", "model.attention_dp=8", "model.ep=8"]],
-    "gpt-oss-120b": [["model.tp=1"]],
+    "gpt-oss-120b": [["model.tp=1"], ["model.tp=2"]],  # TRT-LLM's moe_tp=2: a layout stand-in
+    "glm-5": [["model.dtype=nvfp4", "model.moe_dtype=nvfp4"]],  # NVFP4's module rows (Blackwell)
+    "minimax-m2.5": [["model.tp=8"]],  # vLLM's moe_tp=8 fp8_block: a layout stand-in
 }
 OUT = profiles.EXCERPT_DIR / "systems"
 
@@ -80,7 +83,7 @@ def main() -> None:
                 by_framework.setdefault(kernel.measured.framework, []).append(kernel.measured)
         for measured in by_framework.values():
             m = measured[0]  # one framework: the same version folders, GEMM and all-reduce tables
-            sources = {k.sources[system] for k in measured}
+            sources = {k.sources[system] for k in measured} | {k.prefill_source(system) for k in measured}
             v = profiles.versions(system, "attention", m.framework, "generation_attention_perf")[-1]
             shapes = {(s.heads_per_gpu, s.kv_heads_per_gpu, s.head_dim) for s in specs}
             for table in ("generation_attention_perf", "context_attention_perf"):

@@ -295,7 +295,7 @@ def select_tables(kernel: MeasuredKernel, system: str, model, gemm_dtype: str, k
         gen = profiles.read_table(system, "attention", fw, attn_version, "generation_attention_perf")
         gen = _only(gen, "decode attention", where, kernel_source=source, **shape)
         ctx = profiles.read_table(system, "attention", fw, attn_version, "context_attention_perf")
-        ctx = _only(ctx, "prefill attention", where, kernel_source=source, **shape)
+        ctx = _only(ctx, "prefill attention", where, kernel_source=kernel.prefill_source(system), **shape)
     gemm_versions = profiles.versions(system, "gemm", fw, "gemm_perf")
     if not gemm_versions:
         raise ConfigError(f"{root} has no GEMM table measured with {fw} on {system}")
@@ -322,6 +322,8 @@ def select_tables(kernel: MeasuredKernel, system: str, model, gemm_dtype: str, k
         ar_where = f"{root} {system}/comm/{fw}/{ar_versions[-1]}"
         allreduce = _only(ar, "all-reduces", ar_where, kernel_source=kernel.allreduce_source, num_gpus=model.tp)
         ar_label = f", all-reduce {kernel.allreduce_source} {ar_versions[-1]}"
+    if kernel.prefill_source(system) != source:
+        source = f"{source}/{kernel.prefill_source(system)}"  # decode/prefill
     label = (
         f"{root}: {system} {fw} {attn_version} {source} (kv {kv_dtype}), gemm {gemm_source} {gemm_dtype} "
         f"{gemm_version}{ar_label}"

@@ -123,7 +123,7 @@ def attention_rows(kernel, system: str, version: str, model, kv_dtype: str, wind
     """Decode and prefill rows of the dense attention tables at the model's head shape and window."""
     from kvbench.exec.profiled import _only
 
-    source = kernel.sources[system]
+    sources = (kernel.sources[system], kernel.prefill_source(system))
     where = f"{profiles.table_root().label} {system}/attention/{kernel.framework}/{version}"
     shape = dict(
         num_heads=model.heads_per_gpu,
@@ -133,9 +133,9 @@ def attention_rows(kernel, system: str, version: str, model, kv_dtype: str, wind
         window_size=window,
     )
     out = []
-    for table, what in (
-        ("generation_attention_perf", "decode attention"),
-        ("context_attention_perf", "prefill attention"),
+    for source, table, what in (
+        (sources[0], "generation_attention_perf", "decode attention"),
+        (sources[1], "context_attention_perf", "prefill attention"),
     ):
         frame = profiles.read_table(system, "attention", kernel.framework, version, table)
         out.append(_only(frame, what, where, kernel_source=source, **shape))
@@ -211,7 +211,7 @@ class ArchTables:
                 heads_per_gpu=heads,
                 gemm_type=gemm_dtype,
                 kv_dtype=kv_dtype,
-                model_id=DSA_MODEL_IDS.get(model.name),
+                architecture=profiled_mla.dsa_architecture(model.mla, model.indexer, model.hidden_size),
             )
             if rows is None:
                 raise ConfigError(
@@ -240,10 +240,6 @@ class ArchTables:
             PrefillAttentionCurve(rows.prefill, counter),
         )
         self.labels.append(rows.label)
-
-
-#: the model a sparse-attention module table measured, by kvbench model name (its projections)
-DSA_MODEL_IDS = {"glm-5": "zai-org/GLM-5", "deepseek-v3.2": "deepseek-ai/DeepSeek-V3.2"}
 
 
 class ArchPricer:

@@ -89,20 +89,29 @@ class TokenCurve:
         return float(np.interp(tokens, self.x, self.lat_s))
 
 
+#: ``attrs`` key of a ``select_moe`` frame that stands in for a layout the table never measured
+STAND_IN = "moe_layout_stand_in"
+
+
 class MoEGrid(TokenCurve):
     """One MoE layer's routed experts on one GPU, in seconds, by the tokens entering the layer
     across the MoE group (every attention-DP rank's tokens). Rows of TRT-LLM's min-latency twin
-    beside the default kernel's price the layers of at most MIN_LATENCY_MAX_TOKENS tokens."""
+    beside the default kernel's price the layers of at most MIN_LATENCY_MAX_TOKENS tokens. Rows
+    that stand in for an unmeasured layout (:func:`select_moe`) count every lookup as an
+    extrapolation."""
 
-    def __init__(self, frame, counter) -> None:
+    def __init__(self, frame, counter, x_column: str = "num_tokens", scale_s: float = 1e-3) -> None:
+        self.stand_in = bool(frame.attrs.get(STAND_IN))
         twin = frame["kernel_source"] == MIN_LATENCY_SOURCE
         self.low_latency = None
         if twin.any() and not twin.all():
-            self.low_latency = TokenCurve(frame[twin], counter)
+            self.low_latency = TokenCurve(frame[twin], counter, x_column, scale_s)
             frame = frame[~twin]
-        super().__init__(frame, counter)
+        super().__init__(frame, counter, x_column, scale_s)
 
     def latency_s(self, tokens: float) -> float:
+        if self.stand_in and tokens > 0:
+            self.counter.count += 1
         if self.low_latency is not None and 0 < tokens <= MIN_LATENCY_MAX_TOKENS:
             return self.low_latency.latency_s(tokens)
         return super().latency_s(tokens)
@@ -147,7 +156,23 @@ def select_moe(
     distribution: str,
 ):
     """The rows of the newest ``moe_perf`` version that measured this MoE shape, layout, table
-    dtype and distribution, with its label; a one-line ConfigError naming what was measured."""
+    dtype and distribution, with its label; a one-line ConfigError naming what was measured.
+
+    A layout (moe_tp, moe_ep) the tables never measured for the shape is priced by a stand-in with
+    the same work per GPU, named in the label and counted at every lookup (:class:`MoEGrid`):
+
+    1. the same per-GPU GEMMs measured as another shape: each expert at ``inter_size / moe_tp``
+       with ``moe_tp=1`` and the same ``moe_ep`` (one GPU then runs exactly what a moe_tp slice
+       runs); else
+    2. the measured layout of the same shape whose per-GPU work (``inter_size x num_experts /
+       (moe_tp x moe_ep)`` weights, and the FLOPs of its tokens) is nearest, same ``moe_ep`` first
+       (expert parallelism also changes the token imbalance between GPUs, tensor parallelism does
+       not), its latency scaled by the ratio of per-GPU work ``moe_tp' x moe_ep' / (moe_tp x
+       moe_ep)``: both the weight bytes a decode step reads and the FLOPs of a prefill divide by it.
+
+    aiconfigurator's own estimator has no such stand-in: its MoE lookup is keyed by the exact
+    layout and raises ``PerfDataNotAvailableError`` (gpt-oss-120b on TRT-LLM at moe_tp 2-8, where
+    the tables measured moe_tp 1 only)."""
     root = profiles.table_root()
     versions = profiles.versions(system, "moe", framework, "moe_perf")
     if not versions:
@@ -158,27 +183,16 @@ def select_moe(
     layout = dict(moe_tp_size=moe_tp, moe_ep_size=moe_ep, distribution=distribution)
     dtypes_measured: set[str] = set()
     layouts_measured: set[tuple] = set()
-    for version in reversed(versions):
-        frame = profiles.read_table(system, "moe", framework, version, "moe_perf")
+    frames = {v: profiles.read_table(system, "moe", framework, v, "moe_perf") for v in reversed(versions)}
+    for version, frame in frames.items():
         dtypes_measured |= set(frame["moe_dtype"].unique())
-        mask = np.ones(len(frame), dtype=bool)
-        for column, value in {**shape, "moe_dtype": table_dtype}.items():
-            mask &= (frame[column] == value).to_numpy()
-        same_shape = frame[mask]
+        same_shape = _match(frame, **shape, moe_dtype=table_dtype)
         layouts_measured |= {
             (int(t), int(e)) for t, e in same_shape[["moe_tp_size", "moe_ep_size"]].drop_duplicates().to_numpy()
         }
-        rows = same_shape
-        for column, value in layout.items():
-            rows = rows[rows[column] == value]
+        rows = _match(same_shape, **layout)
         if not rows.empty:
-            source = _pick_kernel(rows, framework)
-            chosen = rows["kernel_source"] == source
-            twin = (rows["kernel_source"] == MIN_LATENCY_SOURCE) & (source != MIN_LATENCY_SOURCE)
-            label = f"moe {source} {table_dtype} {distribution} {version}"
-            if twin.any():
-                label += f" (<= {MIN_LATENCY_MAX_TOKENS} tokens: {MIN_LATENCY_SOURCE})"
-            return rows[chosen | twin], label
+            return _kernel_rows(rows, framework, f"moe {{source}} {table_dtype} {distribution} {version}")
     where = f"{root.label} {system}/moe/{framework}"
     hint = f" ({profiles.INSTALL_HINT} for the full tables)" if root.excerpt else ""
     if table_dtype not in dtypes_measured:
@@ -186,10 +200,57 @@ def select_moe(
             f"{where} never measured MoE experts in moe_dtype={table_dtype} (model.moe_dtype={moe_dtype}): "
             f"measured {', '.join(sorted(dtypes_measured))}{hint}"
         )
+    if moe_tp > 1 and inter_size % moe_tp == 0:  # 1. the same per-GPU expert GEMMs, measured at moe_tp=1
+        sliced = dict(shape, inter_size=inter_size // moe_tp)
+        for version, frame in frames.items():
+            rows = _match(frame, **sliced, moe_dtype=table_dtype, moe_tp_size=1, moe_ep_size=moe_ep)
+            rows = _match(rows, distribution=distribution)
+            if not rows.empty:
+                text = f"inter_size={inter_size // moe_tp} at layout 1x{moe_ep}"
+                return _stand_in(rows, framework, table_dtype, distribution, version, moe_tp, moe_ep, text, 1.0)
+    for version, frame in frames.items():  # 2. the nearest measured per-GPU work, scaled
+        same = _match(frame, **shape, moe_dtype=table_dtype, distribution=distribution)
+        measured = {(int(t), int(e)) for t, e in same[["moe_tp_size", "moe_ep_size"]].drop_duplicates().to_numpy()}
+        if not measured:
+            continue
+        work = moe_tp * moe_ep
+        t, e = min(measured, key=lambda te: (te[1] != moe_ep, abs(np.log(te[0] * te[1] / work)), te))
+        rows = _match(same, moe_tp_size=t, moe_ep_size=e)
+        text = f"layout {t}x{e} scaled by {t * e}/{work}"
+        return _stand_in(rows, framework, table_dtype, distribution, version, moe_tp, moe_ep, text, t * e / work)
     shape_text = ", ".join(f"{k}={v}" for k, v in shape.items())
     if not layouts_measured:
         raise ConfigError(f"{where} has no {table_dtype} MoE rows for {shape_text}{hint}")
     raise ConfigError(
-        f"{where} has no {table_dtype} MoE rows for {shape_text} at moe_tp={moe_tp}, moe_ep={moe_ep} "
-        f"({distribution}): measured (moe_tp, moe_ep) in {sorted(layouts_measured)}{hint}"
+        f"{where} has no {table_dtype} MoE rows for {shape_text} in distribution {distribution}: "
+        f"measured (moe_tp, moe_ep) in {sorted(layouts_measured)}{hint}"
     )
+
+
+def _match(frame, **columns):
+    mask = np.ones(len(frame), dtype=bool)
+    for column, value in columns.items():
+        mask &= (frame[column] == value).to_numpy()
+    return frame[mask]
+
+
+def _kernel_rows(rows, framework: str, label: str):
+    """The chosen kernel's rows (and TRT-LLM's min-latency twin's, which MoEGrid prices small
+    layers from), with the label naming them."""
+    source = _pick_kernel(rows, framework)
+    chosen = rows["kernel_source"] == source
+    twin = (rows["kernel_source"] == MIN_LATENCY_SOURCE) & (source != MIN_LATENCY_SOURCE)
+    label = label.format(source=source)
+    if twin.any():
+        label += f" (<= {MIN_LATENCY_MAX_TOKENS} tokens: {MIN_LATENCY_SOURCE})"
+    return rows[chosen | twin], label
+
+
+def _stand_in(rows, framework, table_dtype, distribution, version, moe_tp, moe_ep, text, scale):
+    """Rows standing in for (moe_tp, moe_ep), their latency times ``scale``, marked for MoEGrid."""
+    rows, label = _kernel_rows(rows, framework, f"moe {{source}} {table_dtype} {distribution} {version}")
+    if scale != 1.0:
+        rows = rows.assign(latency=rows["latency"] * scale)
+    rows.attrs[STAND_IN] = True
+    # no comma: a run's source label is a comma-separated list of tables
+    return rows, f"{label} (moe_tp x moe_ep layout {moe_tp}x{moe_ep} never measured: {text} stands in; counted)"

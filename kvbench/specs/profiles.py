@@ -28,7 +28,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -68,6 +68,15 @@ class MeasuredKernel:
     gemm_sources: dict[str, tuple[str, ...]]
     #: the framework's all-reduce kernel_source (CUDA-graph captured, as the engines run decode)
     allreduce_source: str
+    #: system -> the prefill table's kernel_source where the framework measured its prefill under
+    #: another name than its decode (vLLM on Blackwell: FlashInfer's TRT-LLM prefill kernels are
+    #: ``vllm_flashinfer_trtllmprefill``, while ``vllm_flashinfer_trtllmdecode``'s prefill rows are
+    #: one-token queries only); absent: the decode kernel's name
+    prefill_sources: dict[str, str] = field(default_factory=dict)
+
+    def prefill_source(self, system: str) -> str:
+        """The kernel_source of the prefill (``context_attention_perf``) rows on ``system``."""
+        return self.prefill_sources.get(system, self.sources[system])
 
 
 #: what each GEMM dtype is called in the tables (nvfp4: Blackwell only)

@@ -74,8 +74,16 @@ class MeasuredAttention(Kernel):
         return MODEL_GEMM_DTYPES.get(model_dtype, "bfloat16")
 
 
-def _kernel(name: str, description: str, framework: str, sources: dict, gemms: dict, allreduce: str) -> type:
-    measured = MeasuredKernel(framework, sources, gemms, allreduce)
+def _kernel(
+    name: str,
+    description: str,
+    framework: str,
+    sources: dict,
+    gemms: dict,
+    allreduce: str,
+    prefill_sources: dict | None = None,
+) -> type:
+    measured = MeasuredKernel(framework, sources, gemms, allreduce, prefill_sources or {})
     return type(
         f"Measured_{name}",
         (MeasuredAttention,),
@@ -95,11 +103,14 @@ MEASURED_KERNELS = [
     _kernel(
         "vllm_fa3",
         "vLLM's default attention backend: FlashAttention-3 on H100/H200 (vllm_flash_attn_fa3), FlashInfer's "
-        "TRT-LLM decode kernels on Blackwell (vllm_flashinfer_trtllmdecode), vLLM 0.24.0",
+        "TRT-LLM kernels on Blackwell (vllm_flashinfer_trtllmdecode, prefill vllm_flashinfer_trtllmprefill), "
+        "vLLM 0.24.0",
         "vllm",
         {**dict.fromkeys(H100_H200, "vllm_flash_attn_fa3"), **dict.fromkeys(BLACKWELL, "vllm_flashinfer_trtllmdecode")},
         VLLM_GEMMS,
         "vLLM_custom_graph",
+        # the tables split FlashInfer's lane on Blackwell: its decode name's prefill rows are isl=1 only
+        dict.fromkeys(BLACKWELL, "vllm_flashinfer_trtllmprefill"),
     ),
     _kernel(
         "vllm_fa2",
