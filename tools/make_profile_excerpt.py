@@ -40,7 +40,10 @@ ARCH_SYSTEMS = {"h200": "h200_sxm", "b200-sxm": "b200_sxm"}
 #: parallelism across one node (TP1 x ADP8 x EP8, as the silicon rows run it), gpt-oss at TP1 and
 #: TP2, GLM-5 in NVFP4, MiniMax-M2.5 at TP8
 EXTRA_LAYOUTS = {
-    "deepseek-v3": [["model.tp=1", "model.attention_dp=8", "model.ep=8"]],
+    "deepseek-v3": [
+        ["model.tp=1", "model.attention_dp=8", "model.ep=8"],
+        ["model.tp=4", "model.attention_dp=2", "model.ep=8"],  # tests/kvbench/exec/test_profiled_arch.py
+    ],
     "gpt-oss-120b": [["model.tp=1"], ["model.tp=2"]],  # TRT-LLM's moe_tp=2: a layout stand-in
     "glm-5": [["model.dtype=nvfp4", "model.moe_dtype=nvfp4"]],  # NVFP4's module rows (Blackwell)
     "minimax-m2.5": [["model.tp=8"]],  # vLLM's moe_tp=8 fp8_block: a layout stand-in
