@@ -447,7 +447,7 @@ class ProfiledCostModel(CostModel):
         m_tokens = num_decodes + prefill_tokens
         if m_tokens == 0:
             return (), 0.0
-        shared_s = pricer.per_token_s(m_tokens) + self._lm_head_s(num_decodes + len(chunks))
+        shared_s = pricer.per_token_s(m_tokens, decode_only=not chunks) + self._lm_head_s(num_decodes + len(chunks))
         per_token_s = shared_s / m_tokens
         per_prefill_token_s = pricer.prefill_tokens_s(prefill_tokens) / prefill_tokens if prefill_tokens else 0.0
         chunk_times = tuple(c * (per_token_s + per_prefill_token_s) + pricer.chunk_attention_s(c, p) for c, p in chunks)
@@ -468,7 +468,7 @@ class ProfiledCostModel(CostModel):
         work is the same every step, the attention follows the mean context."""
         kv = first_kv_read_tokens + num_decodes * np.arange(num_steps, dtype=np.int64)
         if self._arch is not None:
-            fixed_s = self._arch.per_token_s(num_decodes) + self._lm_head_s(num_decodes)
+            fixed_s = self._arch.per_token_s(num_decodes, decode_only=True) + self._lm_head_s(num_decodes)
             return fixed_s + self._arch.decode_attention_s(num_decodes, kv / num_decodes)
         L = self.model.num_layers
         fixed_s = L * self._per_token_layer_s(num_decodes) + self._lm_head_s(num_decodes)

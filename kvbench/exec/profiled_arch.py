@@ -149,6 +149,7 @@ class ArchTables:
         from kvbench.exec.profiled import PrefillAttentionCurve
 
         fw = kernel.framework
+        self.framework = fw
         self.counts = layer_counts(model)
         self.labels: list[str] = []
         self.gemm, self.lm_head_gemm = gemm, lm_head_gemm
@@ -265,30 +266,43 @@ class ArchPricer:
         if c.dense_mlp:
             ffn = m.intermediate_size // tp
             shapes += [(c.dense_mlp, (2 if m.gated_mlp else 1) * ffn, h), (c.dense_mlp, h, ffn)]
-        if m.moe is not None and m.moe.shared_intermediate_size:
-            shared = m.moe.shared_intermediate_size // tp
-            shapes += [(c.moe_mlp, 2 * shared, h), (c.moe_mlp, h, shared)]
         self.gemm_shapes = [s for s in shapes if s[0]]
+        self.shared_shapes: list[tuple[int, int, int]] = []  # the shared experts' gate-up and down
+        if m.moe is not None and m.moe.shared_intermediate_size and c.moe_mlp:
+            shared = m.moe.shared_intermediate_size // tp
+            self.shared_shapes = [(c.moe_mlp, 2 * shared, h), (c.moe_mlp, h, shared)]
+        #: TRT-LLM runs a MoE layer's shared experts on an auxiliary CUDA stream beside its routed
+        #: experts in CUDA-graph (decode-only) steps (``maybe_execute_in_parallel`` in its DeepSeek,
+        #: Qwen3-MoE and Llama-4 MoE modules), so such a step pays the longer of the two; a step with
+        #: a prefill chunk, and the other engines, pay both in turn
+        self.overlap_shared_experts = arch.framework == "trtllm"
         # the prefill-only kv up-projection of a kernel-table MLA layer (decode absorbs it in a BMM)
         decode_mla, prefill_mla = arch.mla_gemms
         self.prefill_only_gemms = [(c.mla, n, k) for n, k in prefill_mla if (n, k) not in decode_mla and c.mla]
-        self._cache: dict[int, float] = {}
+        self._cache: dict[tuple[int, bool], float] = {}
 
-    def per_token_s(self, m_tokens: int) -> float:
+    def per_token_s(self, m_tokens: int, decode_only: bool = False) -> float:
         """Everything the step's tokens cost whatever their context: GEMMs, BMMs, routed experts,
-        collectives and elementwise kernels, for the rank's ``m_tokens`` (cached by count)."""
-        cached = self._cache.get(m_tokens)
+        collectives and elementwise kernels, for the rank's ``m_tokens`` (cached by count), in a
+        step of decodes only or not (TRT-LLM overlaps shared and routed experts in the former)."""
+        key = (m_tokens, decode_only)
+        cached = self._cache.get(key)
         if cached is not None:
             return cached
         m, t, a, c = self.model, self.tables, self.arch, self.arch.counts
         total = sum(layers * t.gemm.latency_s(m_tokens, n, k) for layers, n, k in self.gemm_shapes)
+        shared_s = sum(layers * t.gemm.latency_s(m_tokens, n, k) for layers, n, k in self.shared_shapes)
         if a.mla_bmm is not None:
             total += c.mla * sum(curve.latency_s(m_tokens) for curve in a.mla_bmm)
         act_bytes = m_tokens * m.hidden_size * 2
         act_elements = m_tokens * m.hidden_size  # a collective's message, in the comm tables' unit
+        routed_s = 0.0
         if a.moe is not None:
             router_s = t.lm_head_gemm.latency_s(m_tokens, m.moe.num_experts, m.hidden_size)
-            total += c.moe_mlp * (router_s + a.moe.latency_s(m_tokens * m.attention_dp))
+            total += c.moe_mlp * router_s
+            routed_s = c.moe_mlp * a.moe.latency_s(m_tokens * m.attention_dp)
+        overlap = decode_only and self.overlap_shared_experts
+        total += max(shared_s, routed_s) if overlap else shared_s + routed_s
         if t.allreduce is not None:  # after every attention, after every MLP not gathered below
             mlp_allreduces = c.dense_mlp + (c.moe_mlp if a.gather is None else 0)
             total += (m.num_layers + mlp_allreduces) * t.allreduce.latency_s(act_elements)
@@ -301,7 +315,7 @@ class ArchPricer:
             ffn_values += c.moe_mlp * m.moe.shared_intermediate_size
         mem_bytes = m.num_layers * 2 * 4 * act_bytes + 3 * m_tokens * ffn_values // m.tp * 2
         total += mem_bytes / t.mem_bytes_per_s + 3 * m.num_layers * t.mem_op_latency_s
-        self._cache[m_tokens] = total
+        self._cache[key] = total
         return total
 
     def prefill_tokens_s(self, prefill_tokens: int) -> float:

@@ -201,3 +201,27 @@ def test_the_excerpt_prices_the_new_architectures_as_the_package(monkeypatch):
         profiles.table_root.cache_clear()
         profiles.read_table.cache_clear()
     assert excerpt == package
+
+
+def _experts_s(pricer, b: int) -> tuple[float, float]:
+    """A MoE model's shared-expert GEMMs and routed experts at ``b`` tokens, every MoE layer."""
+    t, m = pricer.tables, pricer.model
+    shared = sum(layers * t.gemm.latency_s(b, n, k) for layers, n, k in pricer.shared_shapes)
+    routed = pricer.arch.counts.moe_mlp * pricer.arch.moe.latency_s(b * m.attention_dp)
+    return shared, routed
+
+
+@pytest.mark.parametrize(("kernel", "overlaps"), [("trtllm", True), ("sglang_fa3", False), ("vllm_fa3", False)])
+def test_trtllm_overlaps_shared_and_routed_experts_in_decode_steps_only(kernel, overlaps):
+    cost = _cost(["model=deepseek-v3", "hardware=h200", f"kernel={kernel}"])
+    pricer = cost._arch
+    b = 32
+    shared, routed = _experts_s(pricer, b)
+    assert shared > 0 and routed > 0
+    mixed, decode = pricer.per_token_s(b), pricer.per_token_s(b, decode_only=True)
+    # a step with a prefill chunk pays both; a decode-only step pays the longer of the two on TRT-LLM
+    assert mixed - decode == pytest.approx(min(shared, routed) if overlaps else 0.0, rel=1e-9, abs=1e-12)
+    # the decode-only price is what a run's decode steps are charged
+    steps = cost.decode_times_s(b * 1000, b, 1)
+    attention = float(pricer.decode_attention_s(b, np.array([1000.0]))[0])
+    assert steps[0] == pytest.approx(decode + cost._lm_head_s(b) + attention, rel=1e-9)
