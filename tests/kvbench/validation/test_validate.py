@@ -31,7 +31,11 @@ def test_the_admitted_rows_are_aggregated_and_modelled():
 
 def test_a_row_replays_its_precision_parallelism_and_client():
     rows, _ = admitted(read_silicon()[0])
-    row = rows[(rows["precision"] == "fp8") & (rows["tp_size"] == 2)].iloc[0]
+    # a dense per-tensor FP8 row: its checkpoint declares an FP8 KV cache
+    dense = rows["model_path"].isin(["Qwen/Qwen3-32B", "meta-llama/Llama-3.1-70B"])
+    row = rows[dense & (rows["precision"] == "fp8") & (rows["gemm_quant_mode"] == "fp8") & (rows["tp_size"] == 2)].iloc[
+        0
+    ]
     job = replay(row, "profiled")
     assert "model.tp=2" in job.overrides and "model.kv_dtype=float8" in job.overrides
     assert f"workload.max_concurrency={int(row['batch_size'])}" in job.overrides
