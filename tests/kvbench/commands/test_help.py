@@ -50,7 +50,8 @@ def test_bench_kernels_help_says_what_it_does_and_that_it_needs_a_gpu(tmp_path):
     assert page.startswith("kvbench bench-kernels: time decode-attention kernels on a CUDA GPU")
     assert "It needs a CUDA GPU and torch: pip install -e '.[kernels]' in a clone" in page
     assert "dry_run=true runs tiny shapes on the CPU" in page and "powered by Hydra" not in page
-    assert "hardware: a100-40gb, a100-80gb, h100-sxm, h200" in page and "allocator:" not in page  # its one group
+    assert "hardware: a100-40gb, a100-80gb, b200-sxm, b300-sxm, gb200, gb300, h100-sxm, h200, h200-sxm" in page
+    assert "allocator:" not in page  # its one group
     assert "block_sizes:" in proc.stdout  # the config it overrides
     assert max(map(len, proc.stdout.splitlines())) <= 100
     typo = kvbench("bench-kernels", "hardware=h1", "--help", cwd=tmp_path)
