@@ -172,3 +172,14 @@ def test_a_short_sparse_prefill_reads_the_dense_path_sglang_runs_below_the_index
     rows = rows[(rows["kv_cache_dtype"] == "bfloat16") & (rows["step"] == 0) & (rows["batch_size"] == 1)]
     dense = rows[(rows["kernel_source"] == "sglang_dsa_dense_mha_fa3") & (rows["isl"] == 1024)]
     assert prefill.full_s(1024) == pytest.approx(float(dense["latency"].median()) * 1e-3, rel=1e-12)
+
+
+@pytest.mark.parametrize("hardware", ["h200", "b200-sxm"])
+def test_vllm_prices_block_fp8_gemms_by_their_work(hardware):
+    # vLLM's fp8_block rows are flat in the tokens (0.17 ms for 8 or 4,096 on B200): kvbench
+    # prices block-scaled FP8 weights from the per-tensor FP8 rows, which read the same bytes
+    cost = build(["model=minimax-m2.5", "model.tp=2", f"hardware={hardware}", "kernel=vllm_fa3"]).cost
+    assert "fp8 (pricing fp8_block)" in cost.source
+    gemm = cost.tables.gemm
+    # a GEMM with 512 times the tokens (and FLOPs) takes several times as long
+    assert gemm.latency_s(4096, 4096, 3072) > 4 * gemm.latency_s(8, 4096, 3072)
