@@ -152,6 +152,14 @@ def test_gpt_oss_on_trtllm_at_moe_tp_2_is_priced_by_its_moe_tp_1_rows():
     assert cost.extrapolated > before
 
 
+def test_gpt_oss_on_trtllm_runs_its_mxfp4_experts_on_mxfp8_activations_on_blackwell_only():
+    # TRT-LLM's gpt-oss deployment guide: MXFP8 activations on Blackwell, bf16 on Hopper
+    blackwell = build(["model=gpt-oss-120b", "hardware=b200-sxm", "kernel=trtllm"]).cost
+    hopper = build(["model=gpt-oss-120b", "hardware=h200", "kernel=trtllm"]).cost
+    assert "moe moe_torch_flow w4a8_mxfp4_mxfp8" in blackwell.source
+    assert "moe moe_torch_flow w4a16_mxfp4" in hopper.source
+
+
 def test_a_sparse_prefill_curve_is_of_whole_prompts_not_prompts_after_a_cached_prefix():
     cost = build(["model=glm-5", "hardware=h200", "kernel=sglang_fa3"]).cost
     prefill = cost.tables.arch.mla[1]
