@@ -304,13 +304,15 @@ def select_tables(kernel: MeasuredKernel, system: str, model, gemm_dtype: str, k
     gemms = profiles.read_table(system, "gemm", fw, gemm_version, "gemm_perf")
     gemm_where = f"{root} {system}/gemm/{fw}/{gemm_version}"
     measured_dtypes = sorted(gemms["gemm_dtype"].unique())
-    if gemm_dtype not in measured_dtypes:
+    rows_dtype = kernel.gemm_rows_dtypes.get(gemm_dtype, gemm_dtype)  # the rows that price gemm_dtype
+    if rows_dtype not in measured_dtypes:
         raise ConfigError(
-            f"{gemm_where} never measured {gemm_dtype} GEMMs (the weights' precision, model.dtype): measured "
+            f"{gemm_where} never measured {rows_dtype} GEMMs (the weights' precision, model.dtype): measured "
             f"{', '.join(measured_dtypes)}"
         )
-    gemm_source = _gemm_source(gemms, kernel, gemm_dtype)
-    gemm = _only(gemms, "GEMMs", gemm_where, kernel_source=gemm_source, gemm_dtype=gemm_dtype)
+    gemm_source = _gemm_source(gemms, kernel, rows_dtype)
+    gemm = _only(gemms, "GEMMs", gemm_where, kernel_source=gemm_source, gemm_dtype=rows_dtype)
+    gemm_label = gemm_dtype if rows_dtype == gemm_dtype else f"{rows_dtype} (pricing {gemm_dtype})"
     head_source = _gemm_source(gemms, kernel, "bfloat16")
     lm_head = _only(gemms, "GEMMs", gemm_where, kernel_source=head_source, gemm_dtype="bfloat16")
     allreduce, ar_label = None, ""
@@ -325,7 +327,7 @@ def select_tables(kernel: MeasuredKernel, system: str, model, gemm_dtype: str, k
     if kernel.prefill_source(system) != source:
         source = f"{source}/{kernel.prefill_source(system)}"  # decode/prefill
     label = (
-        f"{root}: {system} {fw} {attn_version} {source} (kv {kv_dtype}), gemm {gemm_source} {gemm_dtype} "
+        f"{root}: {system} {fw} {attn_version} {source} (kv {kv_dtype}), gemm {gemm_source} {gemm_label} "
         f"{gemm_version}{ar_label}"
     )
     return SelectedTables(label, gen, ctx, gemm, lm_head, allreduce)

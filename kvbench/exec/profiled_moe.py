@@ -28,7 +28,8 @@ less than the cutlass rows (0.060 against 0.154 ms per layer at 16 tokens).
 
 Precision (``model.moe_dtype``) maps onto the table's ``moe_dtype``: bfloat16, fp8, fp8_block and
 nvfp4 by name, mxfp4 -> ``w4a16_mxfp4`` (MXFP4 weights, bf16 activations, as gpt-oss is served),
-int4 -> ``int4_wo`` (weight-only int4, Kimi-K2.5). A precision the tables never measured for the
+int4 -> ``int4_wo`` (weight-only int4, Kimi-K2.5); on Blackwell TRT-LLM runs mxfp4 experts on
+MXFP8 activations (``w4a8_mxfp4_mxfp8``, :data:`BLACKWELL_MOE_TABLE_DTYPES`). A precision the tables never measured for the
 GPU and framework is one line naming what was measured.
 """
 
@@ -48,6 +49,12 @@ MOE_TABLE_DTYPES = {
     "mxfp4": "w4a16_mxfp4",
     "int4": "int4_wo",
 }
+#: where a framework runs a precision's experts on other activations by default: TRT-LLM's gpt-oss
+#: deployment guide (1.2.0rc2.post2 and later) names its TRTLLM MoE backend, the default on
+#: B200/GB200/B300/GB300, with MXFP8 activations on the MXFP4 experts (Hopper's TRITON backend keeps
+#: bf16 activations, w4a16_mxfp4). At 32 tokens on B200 w4a8 takes 0.136 ms a layer, w4a16 0.567.
+BLACKWELL_MOE_TABLE_DTYPES = {"trtllm": {"mxfp4": "w4a8_mxfp4_mxfp8"}}
+BLACKWELL_SYSTEMS = ("b200_sxm", "b300_sxm", "gb200", "gb300")
 #: TRT-LLM's low-latency MoE kernel, and the largest token count it serves (module docstring)
 MIN_LATENCY_SOURCE = "moe_torch_flow_min_latency"
 MIN_LATENCY_MAX_TOKENS = 128
@@ -179,6 +186,8 @@ def select_moe(
         hint = f" ({profiles.INSTALL_HINT} for the full tables)" if root.excerpt else ""
         raise ConfigError(f"{root.label} has no MoE table measured with {framework} on {system}{hint}")
     table_dtype = moe_table_dtype(moe_dtype)
+    if system in BLACKWELL_SYSTEMS:
+        table_dtype = BLACKWELL_MOE_TABLE_DTYPES.get(framework, {}).get(moe_dtype, table_dtype)
     shape = dict(hidden_size=hidden_size, inter_size=inter_size, topk=topk, num_experts=num_experts)
     layout = dict(moe_tp_size=moe_tp, moe_ep_size=moe_ep, distribution=distribution)
     dtypes_measured: set[str] = set()

@@ -73,6 +73,10 @@ class MeasuredKernel:
     #: ``vllm_flashinfer_trtllmprefill``, while ``vllm_flashinfer_trtllmdecode``'s prefill rows are
     #: one-token queries only); absent: the decode kernel's name
     prefill_sources: dict[str, str] = field(default_factory=dict)
+    #: weight dtype -> the GEMM table dtype whose rows price it, where the framework's rows for that
+    #: dtype did not time the GPU's work (vLLM's fp8_block: ``kvbench_plugins.kernels.measured``);
+    #: absent: the dtype's own rows
+    gemm_rows_dtypes: dict[str, str] = field(default_factory=dict)
 
     def prefill_source(self, system: str) -> str:
         """The kernel_source of the prefill (``context_attention_perf``) rows on ``system``."""

@@ -34,6 +34,15 @@ VLLM_GEMMS = {
     "fp8_block": ("DeepGemmFp8BlockScaledMMKernel",),
     "nvfp4": ("FlashInferCuteDslNvFp4LinearKernel",),
 }
+#: vLLM's block-scaled FP8 GEMMs are priced from its per-tensor FP8 rows (CUTLASS): the tables'
+#: fp8_block rows time the host, not the GPU. DeepGemmFp8BlockScaledMMKernel takes 0.172 ms for an
+#: 8 x 4096 x 3072 GEMM on B200 and 0.175 ms for 4096 x 4096 x 3072 (512 times the FLOPs; the
+#: per-tensor kernel 0.008 and 0.078 ms), 0.28-0.33 ms flat on GB200/GB300, and on H100/H200 the
+#: FlashInfer lane (m <= 8) and DeepGEMM lane (m >= 64) sit at 0.06-0.09 ms flat: a launch cost that
+#: vLLM's CUDA-graph decode does not pay. Both read the same FP8 weights (the block scales add 4
+#: bytes per 128 x 128 tile) and do the same FLOPs. MiniMax-M2.5's silicon rows (fp8_block, vLLM
+#: 0.19, B200 TP2 batch 8) measure 10.8 ms a step; the fp8_block rows price 29.7 ms, the per-tensor 9.0.
+VLLM_GEMM_ROWS = {"fp8_block": "fp8"}
 SGLANG_GEMMS = {
     "bfloat16": ("sglang_torch_linear", "sglang"),
     "fp8": ("sglang_sgl_kernel_fp8_scaled_mm", "sglang"),
@@ -82,8 +91,9 @@ def _kernel(
     gemms: dict,
     allreduce: str,
     prefill_sources: dict | None = None,
+    gemm_rows: dict | None = None,
 ) -> type:
-    measured = MeasuredKernel(framework, sources, gemms, allreduce, prefill_sources or {})
+    measured = MeasuredKernel(framework, sources, gemms, allreduce, prefill_sources or {}, gemm_rows or {})
     return type(
         f"Measured_{name}",
         (MeasuredAttention,),
@@ -111,6 +121,7 @@ MEASURED_KERNELS = [
         "vLLM_custom_graph",
         # the tables split FlashInfer's lane on Blackwell: its decode name's prefill rows are isl=1 only
         dict.fromkeys(BLACKWELL, "vllm_flashinfer_trtllmprefill"),
+        VLLM_GEMM_ROWS,
     ),
     _kernel(
         "vllm_fa2",
@@ -119,6 +130,7 @@ MEASURED_KERNELS = [
         {"a100_sxm": "vllm_flash_attn"},
         VLLM_GEMMS,
         "vLLM_custom_graph",
+        gemm_rows=VLLM_GEMM_ROWS,
     ),
     _kernel(
         "sglang_fa3",

@@ -152,6 +152,14 @@ def test_gpt_oss_on_trtllm_at_moe_tp_2_is_priced_by_its_moe_tp_1_rows():
     assert cost.extrapolated > before
 
 
+def test_gpt_oss_on_trtllm_runs_its_mxfp4_experts_on_mxfp8_activations_on_blackwell_only():
+    # TRT-LLM's gpt-oss deployment guide: MXFP8 activations on Blackwell, bf16 on Hopper
+    blackwell = build(["model=gpt-oss-120b", "hardware=b200-sxm", "kernel=trtllm"]).cost
+    hopper = build(["model=gpt-oss-120b", "hardware=h200", "kernel=trtllm"]).cost
+    assert "moe moe_torch_flow w4a8_mxfp4_mxfp8" in blackwell.source
+    assert "moe moe_torch_flow w4a16_mxfp4" in hopper.source
+
+
 def test_a_sparse_prefill_curve_is_of_whole_prompts_not_prompts_after_a_cached_prefix():
     cost = build(["model=glm-5", "hardware=h200", "kernel=sglang_fa3"]).cost
     prefill = cost.tables.arch.mla[1]
@@ -172,3 +180,14 @@ def test_a_short_sparse_prefill_reads_the_dense_path_sglang_runs_below_the_index
     rows = rows[(rows["kv_cache_dtype"] == "bfloat16") & (rows["step"] == 0) & (rows["batch_size"] == 1)]
     dense = rows[(rows["kernel_source"] == "sglang_dsa_dense_mha_fa3") & (rows["isl"] == 1024)]
     assert prefill.full_s(1024) == pytest.approx(float(dense["latency"].median()) * 1e-3, rel=1e-12)
+
+
+@pytest.mark.parametrize("hardware", ["h200", "b200-sxm"])
+def test_vllm_prices_block_fp8_gemms_by_their_work(hardware):
+    # vLLM's fp8_block rows are flat in the tokens (0.17 ms for 8 or 4,096 on B200): kvbench
+    # prices block-scaled FP8 weights from the per-tensor FP8 rows, which read the same bytes
+    cost = build(["model=minimax-m2.5", "model.tp=2", f"hardware={hardware}", "kernel=vllm_fa3"]).cost
+    assert "fp8 (pricing fp8_block)" in cost.source
+    gemm = cost.tables.gemm
+    # a GEMM with 512 times the tokens (and FLOPs) takes several times as long
+    assert gemm.latency_s(4096, 4096, 3072) > 4 * gemm.latency_s(8, 4096, 3072)
