@@ -183,8 +183,9 @@ def _main(argv: list[str]) -> int:
         "kvbench validate",
         "Replay public end-to-end TTFT/TPOT measurements of real vLLM, SGLang and TRT-LLM deployments "
         "(aiconfigurator-core's silicon sample) on kvbench's profiled clock and its roofline, and report the errors. "
-        "Runs on what kvbench ships; the profiles extra (pip install -e '.[profiles]' in a clone) adds "
-        "aiconfigurator's own estimate beside them.",
+        "Runs on what kvbench ships (the dense rows on H100/H200, the MoE rows at the layouts its excerpt "
+        "holds; any other row is refused in one line, counted); the profiles extra (pip install -e "
+        "'.[profiles]' in a clone) prices every row and adds aiconfigurator's own estimate beside them.",
     )
     parser.add_argument("--model", action="append", help="only this model_path (repeatable), e.g. Qwen/Qwen3-32B")
     parser.add_argument(
