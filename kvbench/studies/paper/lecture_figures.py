@@ -164,8 +164,9 @@ def allocator_timeline_figure(results: dict, path: Path) -> Path:
 
 def memory_breakdown_figure(summaries: dict[str, dict], budget_bytes: float, path: Path) -> Path:
     """Stacked shares of the KV budget while memory binds, per allocator."""
-    # the ledger's parts in the catalogue's words and colours (the lecture's workload caches no prefix)
-    parts = [(m.key, m.legend, m.colour) for m in ledger_parts() if m.key != "frac_cached"]
+    # the ledger's parts in the catalogue's words and colours (the lecture's workload caches no
+    # prefix and its model keeps no per-request state)
+    parts = [(m.key, m.legend, m.colour) for m in ledger_parts() if m.key not in ("frac_cached", "frac_state")]
     names = list(summaries)
     fig, ax = new_figure(7.0, 3.6)
     bottom = np.zeros(len(names))

@@ -87,8 +87,8 @@ class Numbers:
         self.output = int(cfg.workload.output_tokens)  # 128
         self.seq = self.prompt + self.output  # 640: the lecture's sequence
         self.s_max = int(cfg.workload.s_max_tokens)  # 4,096
-        self.block = int(cfg.allocator.block_size_tokens)  # 16
         s = built([])
+        self.block = int(s.allocator.block_size_tokens)  # 16: the allocator's (null in the config: the model's)
         self.model, self.hw, self.cost, self.budget = s.model, s.hardware, s.cost, s.budget_bytes
         self.kv = self.model.kv_bytes_per_token
         self.weights = self.model.weight_bytes

@@ -24,7 +24,7 @@ def fig15(runs: Runs, ref: dict) -> Section:
     """Fig. 15: sampling and beam-search savings on Alpaca, §3's prompt share, §6.3's ShareGPT ranges."""
     paper = ref["fig15_memory_saving_pct_opt13b_alpaca"]
     rows, records = [], []
-    block = int(configs.composed(["allocator=paged"]).allocator.block_size_tokens)
+    block = int(configs.built(["allocator=paged"]).allocator.block_size_tokens)  # null in the config: the model's
     fork = float(vm.workload("alpaca_like")["beam_fork_probability"])  # kvbench's default assumption
 
     def fan(workload: str, n: int, kind: str, probability: float | None = None, num_requests: int = 300) -> list[str]:
