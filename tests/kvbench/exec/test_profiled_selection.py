@@ -186,7 +186,7 @@ def test_a_short_sparse_prefill_reads_the_dense_path_sglang_runs_below_the_index
 def test_vllm_prices_block_fp8_gemms_by_their_work(hardware):
     # vLLM's fp8_block rows are flat in the tokens (0.17 ms for 8 or 4,096 on B200): kvbench
     # prices block-scaled FP8 weights from the per-tensor FP8 rows, which read the same bytes
-    cost = build(["model=minimax-m2.5", "model.tp=2", f"hardware={hardware}", "kernel=vllm_fa3"]).cost
+    cost = build(["model=minimax-m2.5", f"hardware={hardware}", "kernel=vllm_fa3"]).cost  # its tp 4: in the excerpt
     assert "fp8 (pricing fp8_block)" in cost.source
     gemm = cost.tables.gemm
     # a GEMM with 512 times the tokens (and FLOPs) takes several times as long
