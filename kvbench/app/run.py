@@ -301,24 +301,30 @@ def needs_measured_clock(model: ModelSpec) -> bool:
 
 
 def _measured_stand_in(model: ModelSpec, model_config, hardware):
-    """The first of :data:`STAND_IN_KERNELS` whose tables price ``model`` on ``hardware``, or None
-    (a GPU without tables keeps the roofline, as a dense model's run does)."""
+    """The first of :data:`STAND_IN_KERNELS` whose tables price ``model`` on ``hardware``; None
+    for a GPU without tables (it keeps the roofline, as a dense model's run does). A GPU with
+    tables none of which price the model (a precision or layout never measured) is one line."""
     from kvbench.exec.profiled import load_tables, table_kv_dtype
     from kvbench.specs.profiles import SYSTEMS
 
     system = SYSTEMS.get(hardware.name)
     if system is None:
         return None
+    refusals = []
     for name in STAND_IN_KERNELS:
         stand_in = _instantiate("kernel", {"name": name})
         try:
             load_tables(
                 type(stand_in).measured, system, model, stand_in.gemm_dtype(model_config.dtype), table_kv_dtype(model)
             )
-        except ConfigError:
+        except ConfigError as exc:
+            refusals.append(f"kernel={name}: {str(exc).splitlines()[0]}")
             continue
         return stand_in
-    return None
+    raise ConfigError(
+        f"model={model.name} needs measured tables on hardware={hardware.name} (the roofline has no expert, "
+        f"latent or state terms) and none prices it; {refusals[0]}"
+    )
 
 
 def labels(cfg: DictConfig, s: RunSetup, choices: dict | None = None) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kvbench.api import run
+from kvbench.errors import ConfigError
 
 SMALL = ["workload.num_requests=6", "progress=false", "output.write=false", "wandb.mode=disabled"]
 
@@ -30,5 +31,16 @@ def test_a_dense_model_keeps_the_roofline_under_an_unmeasured_kernel():
 
 
 def test_a_gpu_without_tables_keeps_the_roofline():
-    summary = run(["model=gpt-oss-20b", "hardware=a100-80gb", "kernel=triton", *SMALL]).summary
+    summary = run(["model=gpt-oss-20b", "hardware=a100-40gb", "kernel=triton", *SMALL]).summary
     assert summary["clock"] == "roofline"
+
+
+def test_a_gpu_whose_tables_price_none_of_it_is_one_line():
+    # H200's tables never measured NVFP4 experts: no stand-in prices the run, and it is refused
+    # (falling back to the roofline would print numbers without the terms the model needs)
+    with pytest.raises(ConfigError) as err:
+        run(["model=deepseek-v3", "model.moe_dtype=nvfp4", "hardware=h200-sxm", "kernel=triton", *SMALL])
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("model=deepseek-v3 needs measured tables on hardware=h200-sxm")
+    assert "kernel=vllm_fa3:" in message and "moe_dtype=nvfp4" in message
