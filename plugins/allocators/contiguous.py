@@ -275,18 +275,9 @@ class ContiguousAllocator(Allocator):
 
     def ledger(self, next_shape: SeqShape | None = None) -> MemoryLedger:
         free_bytes, external_bytes = self._free_and_external_bytes(next_shape)
-        if not self.state_slots:
-            return MemoryLedger.from_slots(
-                budget_bytes=self.budget_bytes,
-                kv_bytes_per_token=self.kv_bytes_per_token,
-                allocated_slots=self._num_allocated_slots,
-                token_slots=self._num_token_slots,
-                future_slots=self._num_future_slots,
-                external_bytes=external_bytes,
-                free_bytes=free_bytes,
-            )
         # live states are the state part, spare ones reserved future, the rounding of both internal
-        one_state = self.state_bytes_per_request
+        # (all zero for a model without per-request state)
+        one_state = self.state_bytes_per_request if self.state_slots else 0
         return MemoryLedger.from_slots(
             budget_bytes=self.budget_bytes,
             kv_bytes_per_token=self.kv_bytes_per_token,
@@ -297,7 +288,7 @@ class ContiguousAllocator(Allocator):
             free_bytes=free_bytes,
             state_bytes=self._num_states * one_state,
             state_future_bytes=self._num_spare_states * one_state,
-            state_held_bytes=(self._num_states + self._num_spare_states) * self.state_slots * self.kv_bytes_per_token,
+            state_held_bytes=self.state_held_bytes(),
         )
 
     def state_held_bytes(self) -> int:
