@@ -13,8 +13,9 @@ Lifetime, as the scheduler sees it: a sequence's state is taken at admission wit
 rebuilds it), a swap moves it to the host with the KV and back. A fan-out reserves one state per
 branch at admission (a fork never needs memory): a fork copies the parent's state into a reserved
 one (a :class:`~kvbench.core.kv.KVCopy` of the state's bytes, priced like any copy); a fork over an
-existing branch (beam search) overwrites that branch's state in place. The family's unforked
-spares go with its first sequence.
+existing branch (beam search) overwrites that branch's state in place. A branch freed while the
+family's first sequence lives leaves its state to the family as a spare (it may be forked again);
+the family's spares go with its first sequence.
 """
 
 from __future__ import annotations
@@ -81,13 +82,21 @@ class StateBlocks:
             self._spares[seq_id] = [self.pool.take(self.blocks_per_state) for _ in range(num_branches - 1)]
             self._num_spares += num_branches - 1
 
-    def release(self, seq_id: int) -> None:
-        """A freed sequence gives its state back (and, the family's first, its unforked spares)."""
-        self._give(self._held.pop(seq_id))
-        del self._root[seq_id]
-        for blocks in reversed(self._spares.pop(seq_id, [])):
-            self._num_spares -= 1
+    def release(self, seq_id: int, keep_for_refork: bool = True) -> None:
+        """A freed sequence gives its state back (and, the family's first, its unforked spares).
+        A branch freed while its family's first sequence lives (a branch preempted alone, which the
+        scheduler forks again from it, or one that finished) leaves its state to the family as a
+        spare: a fork never needs memory, and the family's spares go when its first sequence does."""
+        blocks = self._held.pop(seq_id)
+        root = self._root.pop(seq_id)
+        if keep_for_refork and root != seq_id and root in self._held:
+            self._spares.setdefault(root, []).append(blocks)
+            self._num_spares += 1
+        else:
             self._give(blocks)
+        for spare in reversed(self._spares.pop(seq_id, [])):
+            self._num_spares -= 1
+            self._give(spare)
 
     def fork(self, parent_id: int, child_id: int) -> tuple[int, int]:
         """The child's state becomes a copy of the parent's: a spare of the family for a new child
@@ -120,7 +129,7 @@ class StateBlocks:
         to the host (the live states: the spares hold nothing yet)."""
         for seq_id in seq_ids:
             self._swapped[seq_id] = (self._root[seq_id], len(self._spares.get(seq_id, ())))
-            self.release(seq_id)
+            self.release(seq_id, keep_for_refork=False)  # the whole family moves
         return len(seq_ids) * self.state_bytes
 
     def swap_in(self, seq_ids: Sequence[int]) -> int:

@@ -61,3 +61,36 @@ def test_the_states_add_to_the_kv_ledger():
     )
     assert led.total_bytes == 2_000 and led.state_bytes == 300 and led.internal_bytes == 100
     assert dict(led.group_bytes) == {"full_group_bytes": 100, "state_group_bytes": 400}
+
+
+def test_a_branch_freed_while_its_family_lives_is_forked_again_from_its_spare():
+    # a fan-out's branches preempted alone (recompute) are forked again from the first sequence:
+    # their states wait in the family's spares, so the fork needs no memory (found by the
+    # scheduling conformance suite: prefill_first, length_aware, three branches)
+    pool, states = make()
+    states.admit(3, num_branches=3)
+    states.fork(3, 4)
+    states.fork(3, 5)
+    free_before = pool.num_free()
+    states.release(4)
+    states.release(5)
+    assert pool.num_free() == free_before and states.num_blocks_held == 12  # two spares again
+    states.fork(3, 4)
+    states.fork(3, 5)
+    states.release(3)  # the first sequence goes last but one: its family's spares with it
+    states.release(4)
+    states.release(5)
+    assert pool.num_free() == 20 and states.num_blocks_held == 0
+
+
+def test_a_swapped_family_takes_back_exactly_what_it_held():
+    pool, states = make()
+    states.admit(1, num_branches=2)
+    states.fork(1, 2)
+    states.swap_out([2, 1])  # a branch before its first sequence: nothing becomes a spare
+    assert pool.num_free() == 20
+    states.swap_in([1, 2])
+    assert states.num_blocks_held == 8
+    states.release(1)
+    states.release(2)
+    assert pool.num_free() == 20
