@@ -261,22 +261,26 @@ def _clock(cfg, model, model_config, hardware, allocator, kernel) -> tuple[Decod
     """The run's cost model: the profiled one for a measured kernel (its tables price every
     step), else the roofline with the kernel's calibration file, if any."""
     measured = getattr(type(kernel), "measured", None)
-    priced_by = kernel
-    if measured is None and cfg.mode == "sim" and needs_measured_clock(model):
-        priced_by = _measured_stand_in(model, model_config, hardware)
-        measured = None if priced_by is None else type(priced_by).measured
+    tables = None
     if measured is not None:
-        from kvbench.exec.profiled import ProfiledCostModel, load_tables, table_kv_dtype  # a measured kernel's only
+        from kvbench.exec.profiled import load_tables, table_kv_dtype  # a measured kernel's only
         from kvbench.specs.profiles import hardware_system
 
         system = hardware_system(hardware.name)
-        kv_dtype = table_kv_dtype(model)
         try:
-            tables = load_tables(measured, system, model, priced_by.gemm_dtype(model_config.dtype), kv_dtype)
+            tables = load_tables(measured, system, model, kernel.gemm_dtype(model_config.dtype), table_kv_dtype(model))
         except ConfigError as exc:
-            raise ConfigError(f"kernel={priced_by.name}: {exc}") from None
+            raise ConfigError(f"kernel={kernel.name}: {exc}") from None
+        label = tables.label
+    elif cfg.mode == "sim" and needs_measured_clock(model):
+        found = _measured_stand_in(model, model_config, hardware)
+        if found is not None:
+            stand_in, tables = found
+            label = f"kernel={stand_in.name}'s tables (stand-in): {tables.label}"
+    if tables is not None:
+        from kvbench.exec.profiled import ProfiledCostModel
+
         cost = ProfiledCostModel(model, hardware, tables=tables)
-        label = tables.label if priced_by is kernel else f"kernel={priced_by.name}'s tables (stand-in): {tables.label}"
         return DecodeEfficiency(cost.decode_bandwidth_fraction, label), cost
     calibration_dir = calibration_dir_path(cfg.get("calibration_dir"))
     where = {} if calibration_dir is None else {"calibration_dir": calibration_dir}  # older plugins: no keyword
@@ -301,7 +305,8 @@ def needs_measured_clock(model: ModelSpec) -> bool:
 
 
 def _measured_stand_in(model: ModelSpec, model_config, hardware):
-    """The first of :data:`STAND_IN_KERNELS` whose tables price ``model`` on ``hardware``; None
+    """The first of :data:`STAND_IN_KERNELS` whose tables price ``model`` on ``hardware``, with
+    those tables (loaded once: the run prices from them); None
     for a GPU without tables (it keeps the roofline, as a dense model's run does). A GPU with
     tables none of which price the model (a precision or layout never measured) is one line."""
     from kvbench.exec.profiled import load_tables, table_kv_dtype
@@ -314,13 +319,13 @@ def _measured_stand_in(model: ModelSpec, model_config, hardware):
     for name in STAND_IN_KERNELS:
         stand_in = _instantiate("kernel", {"name": name})
         try:
-            load_tables(
+            tables = load_tables(
                 type(stand_in).measured, system, model, stand_in.gemm_dtype(model_config.dtype), table_kv_dtype(model)
             )
         except ConfigError as exc:
             refusals.append(f"kernel={name}: {str(exc).splitlines()[0]}")
             continue
-        return stand_in
+        return stand_in, tables
     raise ConfigError(
         f"model={model.name} needs measured tables on hardware={hardware.name} (the roofline has no expert, "
         f"latent or state terms) and none prices it; {refusals[0]}"
