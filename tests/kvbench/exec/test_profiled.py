@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from recording_collective import RecordingCollective
 
 from kvbench.api import build, run
 from kvbench.errors import ConfigError
@@ -159,24 +160,13 @@ def test_profiled_prices_all_reduces_under_tensor_parallelism():
     assert alone.cost.tables.allreduce is None
 
 
-class _RecordingCollective:
-    """A collective curve that records the message sizes it is asked for (and costs nothing)."""
-
-    def __init__(self) -> None:
-        self.sizes: list[float] = []
-
-    def latency_s(self, size: float) -> float:
-        self.sizes.append(size)
-        return 0.0
-
-
 def test_an_all_reduce_is_looked_up_at_its_message_in_elements():
     # the comm tables' message_size counts bf16 values (aiconfigurator's estimator reads it so):
     # a layer's all-reduce of m tokens moves m x hidden of them, not m x hidden x 2 bytes
     import dataclasses
 
     s = build(["kernel=vllm_fa3", "model=llama3.1-8b", "model.tp=2", "hardware=h200"])
-    recorder = _RecordingCollective()
+    recorder = RecordingCollective()
     tables = dataclasses.replace(s.cost.tables, allreduce=recorder)
     cost = profiled.ProfiledCostModel(s.cost.model, s.cost.hardware, tables=tables)
     cost._per_token_layer_s(1000)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from recording_collective import RecordingCollective
 
 from kvbench.api import build
 from kvbench.errors import ConfigError
@@ -136,23 +137,12 @@ def test_attention_dp_prices_the_experts_at_every_ranks_tokens():
     assert dp._arch.per_token_s(b) > 58 * before  # the experts saw 8 ranks' tokens, plus the rest
 
 
-class _RecordingCollective:
-    """A collective curve that records the message sizes it is asked for (and costs nothing)."""
-
-    def __init__(self) -> None:
-        self.sizes: list[float] = []
-
-    def latency_s(self, size: float) -> float:
-        self.sizes.append(size)
-        return 0.0
-
-
 def test_collectives_are_looked_up_at_their_message_in_elements():
     # all-reduces (TP) and the attention-DP all-gather/reduce-scatter: tokens x hidden values,
     # the comm tables' message_size unit (not bytes)
     cost = _cost([*DEEPSEEK_H200, "model.tp=4", "model.attention_dp=2", "model.ep=8"])
     arch, pricer = cost.tables.arch, cost._arch
-    allreduce, gather, scatter = _RecordingCollective(), _RecordingCollective(), _RecordingCollective()
+    allreduce, gather, scatter = RecordingCollective(), RecordingCollective(), RecordingCollective()
     object.__setattr__(cost.tables, "allreduce", allreduce)
     arch.gather, arch.scatter = gather, scatter
     pricer._cache.clear()
