@@ -362,6 +362,10 @@ def execute(cfg: DictConfig, choices: dict | None = None, steps_dir: Path | None
     goes, and add up its summary as the rows pass, instead of holding it (a long run's table is most
     of its memory); the result's ``steps`` is then None and its ``steps_file`` the Parquet file."""
     check_engine_choice(cfg, choices)
+    if (cfg.get("deployment") or {}).get("name") == "disagg":  # several workers, each its own engine
+        from kvbench.deploy.app import execute_disagg
+
+        return execute_disagg(cfg, choices)
     s = setup(cfg)
     # under attention data parallelism the run is one rank's: its share of the requests (round robin)
     workload = rank_share(s.workload_source.generate(np.random.default_rng(int(cfg.seed))), s.model.attention_dp)

@@ -33,7 +33,7 @@ Summary = dict[str, float | int | str]
 
 def summarize(
     requests: Table,
-    steps: Table | StepTotals,
+    steps: Table | StepTotals | None,
     *,
     budget_bytes: int,
     kv_bytes_per_token: int,
@@ -101,7 +101,8 @@ def summarize(
         :class:`~kvbench.io.table.ColumnTable` or a DataFrame).
     :param steps: one row per span of steps, the recorder's step table (either kind), or its
         :class:`~kvbench.metrics.step_totals.StepTotals` (a run that streamed the table to its
-        files): the same numbers, to the last bit.
+        files): the same numbers, to the last bit. None: the requests' keys only (a disaggregated
+        deployment, whose workers' memories are summarized one by one).
     :param budget_bytes: the KV-cache budget the ledgers are fractions of.
     :param kv_bytes_per_token: KV bytes of one token, to express tail waste in bytes.
     :param slo: latency objectives; ``None`` fields are not applied.
@@ -114,11 +115,13 @@ def summarize(
     """
     summary: Summary = {}
     summary.update(_request_summary(requests, slo))
-    if not isinstance(steps, StepTotals):  # a held table: added up in one batch
+    # (None: a deployment's several memories, each worker's ledger summarized on its own)
+    if steps is not None and not isinstance(steps, StepTotals):  # a held table: added up in one batch
         totals = StepTotals(budget_bytes, kv_bytes_per_token, kv_kinds)
         totals.add({name: np.asarray(steps[name]) for name in steps.columns})
         steps = totals
-    summary.update(steps.summary())
+    if steps is not None:
+        summary.update(steps.summary())
     if max_concurrency is not None:
         # only a closed loop has a concurrency to hold (and open-loop summaries keep their keys)
         done = requests[_col(requests, "finish_s") >= 0]

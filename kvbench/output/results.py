@@ -55,6 +55,7 @@ RESULT_FILES = (
     "config.json",
     "memory.png",
     "prefix_cache.png",
+    "deployment.png",  # a disaggregated run's figure (deployment=disagg), in place of the two above
     FAILED,
     COMPLETE,
 )
@@ -218,7 +219,13 @@ def write_run(
         write_json(out_dir / "config.json", result.config)
         written += [SUMMARY_JSON, "config.json"]
         advance(2)
-        if plotted:
+        if plotted and result.summary.get("deployment") == "disagg":  # several workers: their own figure
+            from kvbench.deploy.figures import plot_deployment
+
+            plot_deployment(result.step_table(), result.request_columns, result.summary, out_dir / "deployment.png")
+            written.append("deployment.png")
+            advance(2)
+        elif plotted:
             from kvbench.output.figures import (
                 CACHE_STEP_COLUMNS,
                 TIMELINE_STEP_COLUMNS,
