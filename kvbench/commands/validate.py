@@ -205,16 +205,18 @@ def _main(argv: list[str]) -> int:
     check_writable(out_dir, "--out", named=bool(args.out))
     check_folder_files(out_dir, FILES)
     _refuse_finished(out_dir)
-    from kvbench.validation.silicon import MODELS, admitted, architecture, read_silicon, select
+    from kvbench.validation.silicon import MODELS, admitted, architecture, config_exists, read_silicon, select
 
     frame, _ = read_silicon()
     rows, _ = admitted(frame)
-    # the replays (two clocks for a dense row, the profiled one for the others), and
-    # aiconfigurator's estimate of each row where the package is installed
+    # the replays (two clocks for a dense row, the profiled one for the others; a disaggregated row
+    # only where deployment=disagg exists), and aiconfigurator's estimate of each row where the
+    # package is installed
     picked = select(rows, args.model, args.system, args.backend, args.limit)
-    dense = sum(architecture(MODELS[m]) == "dense" for m in picked["model_path"])
+    runnable = picked if config_exists("deployment", "disagg") else picked[picked["mode"] != "disagg"]
+    dense = sum(architecture(MODELS[m]) == "dense" for m in runnable["model_path"])
     with_aic = not args.no_aic and importlib.util.find_spec("aiconfigurator_core") is not None
-    total = len(picked) + dense + (len(picked) if with_aic else 0)
+    total = len(runnable) + dense + (len(picked) if with_aic else 0)
     with progress_bar(total, "replaying", enabled=True, unit="runs") as advance:
         v = run_validation(
             models=args.model,
@@ -239,7 +241,9 @@ def _main(argv: list[str]) -> int:
     for line in goal_lines(v):
         console.print(line)
     for (arch, model), groups in v.groups.groupby(["architecture", "model_path"], sort=False):
-        console.print(_table(f"{model} ({arch}): by GPU and engine", groups, clocks, ["system", "backend", "rows"]))
+        console.print(
+            _table(f"{model} ({arch}): by GPU and engine", groups, clocks, ["system", "backend", "mode", "rows"])
+        )
     for metric, frame_worst in worst(v.rows).items():
         console.print(_worst_table(metric, frame_worst))
     command = shlex.join(["kvbench", "validate", *argv])

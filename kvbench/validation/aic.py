@@ -114,6 +114,16 @@ GEMM_FROM_CHECKPOINT = frozenset({"int4_wo"})
 #: the columns estimate_rows returns, in order
 OUTPUT_COLUMNS = ("aic_ttft_ms", "aic_tpot_ms", "aic_status", "aic_backend_version", "aic_quant", "aic_note")
 
+#: the aiconfigurator CLI's disagg estimate (the ``aiconfigurator`` package 0.12.0, which this module
+#: does not import): the latency correction scales its ``cli/api.py`` sets on the session
+#: (DEFAULT_PREFILL/DECODE_LATENCY_CORRECTION_SCALE) and the TTFT factor its run_disagg applies
+#: for "concurrent prefill queueing" (``sdk/picking.py`` _AUTOSCALE_TTFT_CORRECTION_FACTOR). They
+#: are aiconfigurator's own constants, reproduced so its estimate is shown as it gives it; kvbench's
+#: replays use none of them
+DISAGG_PREFILL_SCALE = 1.1
+DISAGG_DECODE_SCALE = 1.08
+DISAGG_TTFT_QUEUEING = 1.8
+
 _LOGGER_NAME = "aiconfigurator_core"
 #: (model, system, backend, version, gemm, moe, tp, pp, dp, moe_tp, moe_ep) -> what the estimate needs,
 #: or why it could not be built (so a failing configuration is not rebuilt for each of its rows)
@@ -218,8 +228,8 @@ def _estimate_one(sdk: _Sdk, workers: dict, row: pd.Series, ctx_tokens: int | No
     if not model_path or not system or not backend_name:
         return {"aic_status": "row lacks model_path, system or backend"}
     mode = _text(row.get("mode"))
-    if mode is not None and mode != "agg":
-        return {"aic_status": f"mode {mode} is not estimated (agg only)"}
+    if mode is not None and mode not in ("agg", "disagg"):
+        return {"aic_status": f"mode {mode} is not estimated (agg and disagg only)"}
     aic_model = _cached_model(sdk, model_path, _text(row.get("precision")))
     if aic_model is None:
         return {"aic_status": f"no cached model config for {model_path} (offline; nothing is downloaded)"}
@@ -231,7 +241,8 @@ def _estimate_one(sdk: _Sdk, workers: dict, row: pd.Series, ctx_tokens: int | No
     if version is None:
         return {"aic_status": why}
 
-    isl, osl, batch = _int(row.get("isl")), _int(row.get("osl")), _int(row.get("batch_size"))
+    isl, osl = _int(row.get("isl")), _int(row.get("osl"))
+    batch = _int(row.get("batch_size")) if mode != "disagg" else 1
     if not isl or not osl or not batch or isl <= 0 or osl <= 0 or batch <= 0:
         return {"aic_status": "isl, osl and batch_size must be positive integers", "aic_backend_version": version}
 
@@ -243,22 +254,25 @@ def _estimate_one(sdk: _Sdk, workers: dict, row: pd.Series, ctx_tokens: int | No
         gemm_mode = None
     gemm = _quant_name(gemm_mode, sdk.gemm_modes, "gemm_quant_mode")
     moe = _quant_name(moe_mode, sdk.moe_modes, "moe_quant_mode") if is_moe else None
-    tp = _int(row.get("tp_size")) or 1
-    pp = _int(row.get("pp_size")) or 1
-    dp = _int(row.get("attention_dp_size")) or 1
-    moe_tp = (_int(row.get("moe_tp_size")) or None) if is_moe else None
-    moe_ep = (_int(row.get("moe_ep_size")) or None) if is_moe else None
 
-    key = (aic_model, system, backend_name, version, gemm, moe, tp, pp, dp, moe_tp, moe_ep)
-    worker = workers.get(key)
-    if worker is None:
-        try:
-            worker = _build_worker(sdk, aic_model, system, backend_name, version, gemm, moe, tp, pp, dp, moe_tp, moe_ep)
-        except Exception as exc:  # remembered, so the same config is not rebuilt per row
-            worker = _one_line(f"{type(exc).__name__}: {exc}")
-        workers[key] = worker
+    def worker_of(prefix: str) -> _Worker | str:
+        layout = _layout(row, prefix, is_moe)
+        key = (aic_model, system, backend_name, version, gemm, moe, *layout)
+        worker = workers.get(key)
+        if worker is None:
+            try:
+                worker = _build_worker(sdk, aic_model, system, backend_name, version, gemm, moe, *layout)
+            except Exception as exc:  # remembered, so the same config is not rebuilt per row
+                worker = _one_line(f"{type(exc).__name__}: {exc}")
+            workers[key] = worker
+        return worker
+
+    if mode == "disagg":
+        return _estimate_disagg(sdk, row, worker_of, isl, osl, version)
+    worker = worker_of("")
     if isinstance(worker, str):
         return {"aic_status": worker, "aic_backend_version": version}
+    tp, pp = _layout(row, "", is_moe)[:2]
 
     runtime = sdk.RuntimeConfig(isl=isl, osl=osl, batch_size=batch)
     summary = worker.backend.run_agg(
@@ -278,6 +292,54 @@ def _estimate_one(sdk: _Sdk, workers: dict, row: pd.Series, ctx_tokens: int | No
     note = ""
     if summary.check_kv_cache_oom():
         note = f"batch {batch} exceeds the estimated KV-cache capacity: the runtime would queue requests"
+    return {**base, "aic_ttft_ms": ttft, "aic_tpot_ms": tpot, "aic_status": "ok", "aic_note": note}
+
+
+def _layout(row: pd.Series, prefix: str, is_moe: bool) -> tuple[int, int, int, int | None, int | None]:
+    """(tp, pp, attention_dp, moe_tp, moe_ep) of the row, or of its ``prefill_``/``decode_`` role."""
+    tp = _int(row.get(f"{prefix}tp_size")) or 1
+    pp = _int(row.get(f"{prefix}pp_size")) or 1
+    dp = _int(row.get(f"{prefix}attention_dp_size")) or 1
+    moe_tp = (_int(row.get(f"{prefix}moe_tp_size")) or None) if is_moe else None
+    moe_ep = (_int(row.get(f"{prefix}moe_ep_size")) or None) if is_moe else None
+    return tp, pp, dp, moe_tp, moe_ep
+
+
+def _estimate_disagg(sdk: _Sdk, row: pd.Series, worker_of, isl: int, osl: int, version: str) -> dict[str, Any]:
+    """A disaggregated row, as the aiconfigurator CLI's disagg estimate computes it (its
+    ``DisaggInferenceSession.run_disagg``): TTFT is the prefill worker's ``static_ctx`` TTFT at
+    ``prefill_batch_size`` times DISAGG_PREFILL_SCALE and DISAGG_TTFT_QUEUEING; TPOT the decode
+    worker's ``static_gen`` TPOT at ``decode_batch_size`` times DISAGG_DECODE_SCALE. The worker
+    counts and the KV transfer do not enter either."""
+    base: dict[str, Any] = {"aic_backend_version": version}
+    results = {}
+    for prefix, mode, scale in (
+        ("prefill_", "static_ctx", DISAGG_PREFILL_SCALE),
+        ("decode_", "static_gen", DISAGG_DECODE_SCALE),
+    ):
+        batch = _int(row.get(f"{prefix}batch_size"))
+        if not batch or batch <= 0:
+            return {**base, "aic_status": f"{prefix}batch_size must be a positive integer"}
+        worker = worker_of(prefix)
+        if isinstance(worker, str):
+            return {**base, "aic_status": f"{prefix.rstrip('_')}: {worker}"}
+        runtime = sdk.RuntimeConfig(isl=isl, osl=osl, batch_size=batch)
+        summary = worker.backend.run_static(
+            worker.model, worker.database, runtime, mode=mode, latency_correction_scale=scale
+        )
+        result = summary.get_result_dict()
+        if result is None:
+            return {**base, "aic_status": f"{prefix.rstrip('_')}: estimator returned no result"}
+        if summary.check_oom():
+            memory = summary.get_memory().get("total", math.nan)
+            return {**base, "aic_status": _one_line(f"oom: {prefix.rstrip('_')} worker needs {memory:.1f} GiB per GPU")}
+        results[prefix] = (result, summary.check_kv_cache_oom())
+    (ctx, ctx_kv_oom), (gen, gen_kv_oom) = results["prefill_"], results["decode_"]
+    base["aic_quant"] = f"gemm={gen['gemm']} kv={gen['kvcache']} fmha={ctx['fmha']}"
+    ttft, tpot = float(ctx["ttft"]) * DISAGG_TTFT_QUEUEING, float(gen["tpot"])
+    if not (math.isfinite(ttft) and math.isfinite(tpot) and ttft > 0 and tpot > 0):
+        return {**base, "aic_status": "estimator returned a non-finite or zero TTFT or TPOT"}
+    note = "the decode batch exceeds the estimated KV-cache capacity" if gen_kv_oom or ctx_kv_oom else ""
     return {**base, "aic_ttft_ms": ttft, "aic_tpot_ms": tpot, "aic_status": "ok", "aic_note": note}
 
 

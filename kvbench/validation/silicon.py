@@ -39,6 +39,51 @@ serve`` counts them (no warm-up): the sample does not record how many requests e
 sent, and the mean TTFT depends on it (the first wave arrives at once and queues behind its own
 prompts; later requests join a running batch).
 
+Disaggregated rows (``mode == disagg``, 1,602 of the 5,221 rows of aiconfigurator-core 0.12.0).
+Prefill and decode run on separate workers; the aggregated layout columns are empty and each role
+has its own: ``{prefill,decode}_{tp,pp,attention_dp,moe_tp,moe_ep}_size`` (all 1,602 rows),
+``{prefill,decode}_num_workers`` and ``{prefill,decode}_batch_size`` (274 rows). The meaning is
+aiconfigurator's (``DisaggInferenceSession.run_disagg`` of the ``aiconfigurator`` package, over
+``run_static`` of aiconfigurator-core): a role's batch size is per attention-DP rank of one of
+its workers (``run_static``: ``global_bs = batch_size x attention_dp_size``), a deployment holds
+``prefill_num_workers`` prefill workers and ``decode_num_workers`` decode workers, each worker
+``tp x attention_dp`` GPUs, and its concurrency is ``decode_batch_size x decode_attention_dp_size
+x decode_num_workers`` (the decode side holds every request in flight). The sample agrees: its
+``silicon_concurrency`` equals that product on 267 of the 274 rows that give the workers; the
+other 7 (Qwen3 on H100, 4000/1000 tokens) give no ``silicon_concurrency``, and the product is
+their client's concurrency. ``prefill_batch_size`` is 1 on all 274. The other 1,328 rows
+(the 2026-03-25 and 2026-04-06 source files: DeepSeek-R1, GLM-5, gpt-oss-120b, part of
+Kimi-K2.5) give each role's layout and the client's concurrency but no worker counts and no batch
+sizes: how many decode workers share the concurrency, so how large a decode batch each runs, is
+not recorded, and those rows are refused (``unknown-workers``) rather than guessed.
+
+aiconfigurator's own disagg TTFT is the prefill worker's ``static_ctx`` TTFT at
+``prefill_batch_size`` times 1.1 (the CLI's ``DEFAULT_PREFILL_LATENCY_CORRECTION_SCALE``) times
+1.8 (``_AUTOSCALE_TTFT_CORRECTION_FACTOR``, "concurrent prefill queueing"); its TPOT is the
+decode worker's ``static_gen`` TPOT at ``decode_batch_size`` times 1.08
+(``DEFAULT_DECODE_LATENCY_CORRECTION_SCALE``). The KV transfer is not priced, and the worker
+counts enter only its throughput (rate matching with 0.9 and 0.92 degradation factors), never
+its TTFT or TPOT (:mod:`kvbench.validation.aic` reproduces this with the core's ``run_static``).
+
+A disaggregated row becomes one kvbench run of ``deployment=disagg`` (:func:`disagg_replay`):
+the same model, precision, hardware and kernel as an aggregated row, each role's layout
+(``deployment.{prefill,decode}.{tp,attention_dp,ep}``), ``deployment.prefill.max_num_seqs =
+prefill_batch_size`` with ``max_num_batched_tokens = prefill_batch_size x isl`` (a prefill worker
+computes its batch of whole prompts in one step, as aiconfigurator's ``static_ctx`` prices it),
+``deployment.decode.max_num_seqs = decode_batch_size``, the KV moved after the prefill over the
+link the loop picks (``auto``), requests routed round-robin, and the closed-loop client at the
+row's concurrency. Both batch sizes are per attention-DP rank, as ``max_num_seqs`` is in the
+engines: a worker with ``attention_dp = n`` stands for n ranks that each take a round-robin
+n-th of the worker's requests, and kvbench simulates one rank of it, as for an aggregated row
+(the MoE layers priced at the tokens of all n). The simulated deployment is the row's divided by
+``g = gcd(prefill_num_workers, decode_num_workers, concurrency)``: with identical requests and
+round-robin routing every worker of a role takes the same share, so g copies of a
+``P/g``-prefill, ``D/g``-decode deployment at concurrency ``C/g`` are the row's deployment, and one
+copy costs g times less to simulate. A worker is refused (``multinode``) when its ``tp x
+attention_dp`` exceeds its system's NVLink domain (:func:`nvlink_domain_gpus`: a GB200/GB300
+NVL72 rack's 72 GPUs, whose compute trays of 4 the package's ``num_gpus_per_node`` counts;
+8 GPUs on the HGX systems).
+
 Nothing here is fitted to the rows: every number a replay prints comes from the model's config,
 the hardware config and the measured kernel tables (:data:`FITTED`).
 """
@@ -47,6 +92,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass
 from importlib import resources
 
@@ -108,6 +154,11 @@ CSV_NAME = "silicon_sample.csv"
 #: the columns of the layout and the experts' precision, read where present (an excerpt written
 #: before they were needed lacks them; missing means unset: 1, or the checkpoint's own precision)
 LAYOUT_COLUMNS = ("moe_quant_mode", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+#: a disaggregated row's layout per role (ROLES), and the client's concurrency inside
+#: silicon_data_source; read where present (missing: the row is an aggregated one's excerpt)
+ROLES = ("prefill", "decode")
+ROLE_FIELDS = ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+DISAGG_COLUMNS = ("silicon_data_source", *(f"{role}_{field}" for role in ROLES for field in ROLE_FIELDS))
 #: the columns a replay reads (the excerpt kvbench ships keeps only these)
 COLUMNS = (
     "id",
@@ -126,17 +177,24 @@ COLUMNS = (
     "silicon_ttft_ms",
     "silicon_tpot_ms",
     *LAYOUT_COLUMNS,
+    *DISAGG_COLUMNS,
 )
+#: how a disaggregated replay moves the KV and routes requests: after the prefill (TRT-LLM's KV
+#: cache transceiver and SGLang's PD transfer send a request's KV once its prefill is done) and
+#: round-robin (every request is alike, so no router has anything to choose by)
+DISAGG_TRANSFER = "after_prefill"
+DISAGG_ROUTER = "round_robin"
 #: every reason a row is not replayed, one word each, in the order they are checked
 REASONS = {
-    "disaggregated": "prefill and decode on separate workers (mode disagg): the next issue",
     "unmodelled-model": "the checkpoint has no kvbench model config (MODELS, conf/model/)",
     "unmodelled-gpu": "the GPU has no kvbench hardware config or no measured tables (profiles.SYSTEMS)",
     "unmeasured-engine": "the engine's kernel is not measured on this GPU (KERNELS, the kernel's tables)",
-    "incomplete": "a measurement, the concurrency, a length or the TP size is missing",
-    "pipeline": "pipeline parallelism (pp_size > 1)",
-    "multinode": "more GPUs (tp x attention_dp) than one node of the system holds, beyond what the comm tables measure",
-    "layout": "tp x attention_dp differs from moe_tp x moe_ep, or a dense model with attention DP",
+    "incomplete": "a measurement, the concurrency, a length or the TP size (of each role, if disaggregated) is missing",
+    "unknown-workers": "a disaggregated row without its worker counts and batch sizes: the deployment is not recorded",
+    "pipeline": "pipeline parallelism (pp_size > 1, of either role)",
+    "multinode": "more GPUs (tp x attention_dp) than one node of the system holds, beyond what the comm tables "
+    "measure; for a disaggregated worker, more than its NVLink domain",
+    "layout": "tp x attention_dp differs from moe_tp x moe_ep (of either role), or a dense model with attention DP",
     "precision": "a quant mode kvbench does not map, or a gpt-oss row not in its checkpoint's MXFP4",
 }
 #: what was learned from the silicon rows: nothing (the report prints this statement)
@@ -232,7 +290,7 @@ def precision(row, moe: bool) -> Precision | None:
 
 
 @functools.cache
-def _config_exists(group: str, name: str) -> bool:
+def config_exists(group: str, name: str) -> bool:
     return resources.files("kvbench.conf").joinpath(group, f"{name}.yaml").is_file()
 
 
@@ -286,27 +344,124 @@ def read_silicon():
         frame = pd.read_csv(path)
     except (OSError, pd.errors.ParserError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
-    missing = [c for c in COLUMNS if c not in frame.columns and c not in LAYOUT_COLUMNS]
+    optional = (*LAYOUT_COLUMNS, *DISAGG_COLUMNS)
+    missing = [c for c in COLUMNS if c not in frame.columns and c not in optional]
     if missing:
         raise ConfigError(f"{path} lacks the columns {', '.join(missing)}: is {root.label} the version kvbench reads?")
-    for column in LAYOUT_COLUMNS:
+    for column in optional:
         if column not in frame.columns:
             frame[column] = math.nan
     return frame, f"{root.label} {CSV_NAME}"
 
 
+@functools.cache
+def nvlink_domain_gpus(system: str) -> int | None:
+    """The GPUs one NVLink domain of the package's ``<system>.yaml`` joins: ``num_gpus_per_rack``
+    where the nodes of a rack are joined by NVLink (``inter_node_bw`` as fast as
+    ``intra_node_bw``: GB200 and GB300 NVL72, 72), else ``num_gpus_per_node`` (None without the
+    file)."""
+    path = profiles.table_root().systems_dir / f"{system}.yaml"
+    if not path.is_file():
+        return None
+    node = yaml.safe_load(path.read_text()).get("node") or {}
+    rack = int(node.get("num_gpus_per_rack", 0))
+    if rack and float(node.get("inter_node_bw", 0)) >= float(node.get("intra_node_bw", math.inf)):
+        return rack
+    return gpus_per_node(system)
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(float(value)) and float(value) > 0
+
+
+def silicon_concurrency(row) -> int | None:
+    """The client's concurrency that ``silicon_data_source`` records, or None."""
+    match = re.search(r"silicon_concurrency=(\d+)", _text(row.get("silicon_data_source")) or "")
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class Role:
+    """One role of a disaggregated row, as the sample gives it (see the module's docstring)."""
+
+    workers: int  #: {role}_num_workers
+    batch: int  #: {role}_batch_size: requests per attention-DP rank of one worker
+    tp: int
+    attention_dp: int
+    moe_tp: int | None  #: None: unset (whatever tp x attention_dp / ep leaves)
+    ep: int
+    pp: int
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.attention_dp
+
+
+def role(row, name: str) -> Role:
+    """The ``prefill`` or ``decode`` role of a disaggregated row (missing sizes read as 1)."""
+    column = lambda field: row.get(f"{name}_{field}")  # noqa: E731
+    return Role(
+        workers=_size(column("num_workers")),
+        batch=_size(column("batch_size")),
+        tp=_size(column("tp_size")),
+        attention_dp=_size(column("attention_dp_size")),
+        moe_tp=_size(column("moe_tp_size")) if _is_set(column("moe_tp_size")) else None,
+        ep=_size(column("moe_ep_size")),
+        pp=_size(column("pp_size")),
+    )
+
+
+def disagg_concurrency(row) -> int:
+    """The deployment's concurrency: the sample's ``silicon_concurrency``, else aiconfigurator's
+    ``decode_batch_size x decode_attention_dp_size x decode_num_workers`` (equal on every row that
+    gives both)."""
+    given = silicon_concurrency(row)
+    if given is not None:
+        return given
+    decode = role(row, "decode")
+    return decode.batch * decode.attention_dp * decode.workers
+
+
+def _disagg_refusal(row, model: str) -> str | None:
+    """The reason a disaggregated row is not replayed (after its model, GPU and engine), or None."""
+    if not all(_positive(row[c]) for c in ("silicon_ttft_ms", "silicon_tpot_ms", "isl", "osl")) or not all(
+        _positive(row.get(f"{name}_tp_size")) for name in ROLES
+    ):
+        return "incomplete"
+    counts = [f"{name}_{field}" for name in ROLES for field in ("num_workers", "batch_size")]
+    if not all(_positive(row.get(c)) for c in counts):
+        return "unknown-workers"
+    roles = [role(row, name) for name in ROLES]
+    if any(r.pp != 1 for r in roles):
+        return "pipeline"
+    domain = nvlink_domain_gpus(row["system"])
+    if domain is not None and any(r.gpus > domain for r in roles):
+        return "multinode"
+    moe = is_moe(model)
+    for r in roles:
+        if moe and r.gpus != (r.moe_tp if r.moe_tp is not None else r.gpus // r.ep) * r.ep:
+            return "layout"
+        if not moe and r.attention_dp > 1:
+            return "layout"
+    if precision(row, moe) is None:
+        return "precision"
+    return None
+
+
 def _refusal(row) -> str | None:
     """The one word (a key of REASONS) that says why kvbench cannot replay ``row``, or None."""
-    if row["mode"] != "agg":
-        return "disaggregated"
+    if row["mode"] not in ("agg", "disagg"):
+        return "incomplete"
     model = MODELS.get(row["model_path"])
-    if model is None or not _config_exists("model", model):
+    if model is None or not config_exists("model", model):
         return "unmodelled-model"
     hardware = HARDWARE.get(row["system"])
-    if hardware is None or not _config_exists("hardware", hardware) or profiles.SYSTEMS.get(hardware) != row["system"]:
+    if hardware is None or not config_exists("hardware", hardware) or profiles.SYSTEMS.get(hardware) != row["system"]:
         return "unmodelled-gpu"
     if kernel_for(row["backend"], row["system"]) is None:
         return "unmeasured-engine"
+    if row["mode"] == "disagg":
+        return _disagg_refusal(row, model)
     needed = ("silicon_ttft_ms", "silicon_tpot_ms", "batch_size", "isl", "osl", "tp_size")
     if any(
         not (isinstance(row[c], (int, float)) and math.isfinite(float(row[c])) and float(row[c]) > 0) for c in needed
@@ -379,6 +534,8 @@ def layout_overrides(row, model: str) -> list[str]:
 def replay(row, clock: str) -> Replay:
     """The run that replays an admitted row: the deployment's client (``batch_size`` per
     attention-DP rank, so ``batch_size x attention_dp`` in all; see the module's docstring)."""
+    if row["mode"] == "disagg":
+        return disagg_replay(row, clock)
     per_rank, isl, osl = int(row["batch_size"]), int(row["isl"]), int(row["osl"])
     model = MODELS[row["model_path"]]
     moe = is_moe(model)
@@ -402,6 +559,64 @@ def replay(row, clock: str) -> Replay:
         "workload=closed_loop",
         f"workload.max_concurrency={concurrency}",
         f"workload.num_requests={WAVES * concurrency}",
+        f"workload.prompt_tokens={isl}",
+        f"workload.output_tokens={osl}",
+        f"workload.s_max_tokens={isl + osl}",
+        "progress=false",
+        "output.write=false",
+        "wandb.mode=disabled",
+    ]
+    if clock == "profiled":
+        overrides.append(f"kernel.gemm={part.gemm}")
+    return Replay(str(row["id"]), clock, tuple(overrides))
+
+
+def _role_overrides(name: str, r: Role, moe: bool) -> list[str]:
+    """``deployment.<role>.*``: the layout (attention DP and EP for a MoE model only, as for an
+    aggregated row) and the per-rank sequence cap."""
+    out = [f"deployment.{name}.tp={r.tp}"]
+    if moe:
+        out += [f"deployment.{name}.attention_dp={r.attention_dp}", f"deployment.{name}.ep={r.ep}"]
+    return [*out, f"deployment.{name}.max_num_seqs={r.batch}"]
+
+
+def disagg_replay(row, clock: str) -> Replay:
+    """The ``deployment=disagg`` run that replays an admitted disaggregated row: its workers, each
+    role's layout and batch, and its client, divided by the gcd of the worker counts and the
+    concurrency (see the module's docstring)."""
+    isl, osl = int(row["isl"]), int(row["osl"])
+    model = MODELS[row["model_path"]]
+    moe = is_moe(model)
+    prefill, decode = role(row, "prefill"), role(row, "decode")
+    concurrency = disagg_concurrency(row)
+    copies = math.gcd(prefill.workers, decode.workers, concurrency)
+    part = precision(row, moe)
+    if part is None:
+        raise ConfigError(f"silicon row {row['id']}: its quant modes are not mapped (see silicon.REASONS)")
+    kernel = kernel_for(row["backend"], row["system"]) if clock == "profiled" else "torch"
+    overrides = [
+        f"model={model}",
+        f"model.dtype={part.dtype}",
+        f"model.kv_dtype={part.kv_dtype}",
+        *([f"model.moe_dtype={part.moe_dtype}"] if moe else []),
+        f"hardware={HARDWARE[row['system']]}",
+        "hardware.kv_budget_bytes=null",
+        f"kernel={kernel}",
+        "scheduler=chunked",
+        f"scheduler.max_num_batched_tokens={MAX_NUM_BATCHED_TOKENS}",
+        "deployment=disagg",
+        f"deployment.prefill_workers={prefill.workers // copies}",
+        f"deployment.decode_workers={decode.workers // copies}",
+        f"deployment.transfer={DISAGG_TRANSFER}",
+        "deployment.link=auto",
+        *_role_overrides("prefill", prefill, moe),
+        # the prefill worker's batch of whole prompts is one step (aiconfigurator's static_ctx)
+        f"deployment.prefill.max_num_batched_tokens={prefill.batch * isl}",
+        *_role_overrides("decode", decode, moe),
+        f"router={DISAGG_ROUTER}",
+        "workload=closed_loop",
+        f"workload.max_concurrency={concurrency // copies}",
+        f"workload.num_requests={WAVES * concurrency // copies}",
         f"workload.prompt_tokens={isl}",
         f"workload.output_tokens={osl}",
         f"workload.s_max_tokens={isl + osl}",

@@ -8,6 +8,10 @@ prediction for the same rows stands beside them. Errors are absolute percentage 
 run's mean TTFT and mean TPOT (vllm bench serve's definitions: TPOT per request is
 ``(E2E - TTFT) / (output tokens - 1)``, averaged over requests) against the measured ones.
 
+A disaggregated row (``mode == disagg``) is replayed as a ``deployment=disagg`` run
+(:func:`kvbench.validation.silicon.disagg_replay`) and aiconfigurator's disagg estimate stands
+beside it; its group is its own (``mode`` is part of GROUP) and the headline has a ``disagg`` line.
+
 Each row carries its model's ``architecture`` (:func:`kvbench.validation.silicon.architecture`:
 dense, moe, mla-moe, mla-sparse-moe, window-sinks-moe, linear-hybrid-moe): the headline is one
 line per architecture, and the parity figure gives each its own colour. Nothing is fitted to the
@@ -23,7 +27,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvbench.errors import ConfigError
-from kvbench.validation.silicon import MODELS, Replay, admitted, architecture, read_silicon, replay, select
+from kvbench.validation.silicon import (
+    MODELS,
+    Replay,
+    admitted,
+    architecture,
+    config_exists,
+    read_silicon,
+    replay,
+    select,
+)
 
 CLOCKS = ("profiled", "roofline")
 #: the goals (median absolute percentage error of the profiled clock): TPOT and TTFT on the dense
@@ -32,8 +45,8 @@ CLOCKS = ("profiled", "roofline")
 GOALS = {"tpot": 0.10, "ttft": 0.20}
 MOE_TPOT_GOAL = 0.10
 GROUP_TPOT_LIMIT = 0.25
-#: a group: one model on one GPU under one engine (every TP and layout of it)
-GROUP = ["architecture", "model_path", "system", "backend"]
+#: a group: one model on one GPU under one engine, aggregated or disaggregated (every TP and layout of it)
+GROUP = ["architecture", "model_path", "system", "backend", "mode"]
 #: the architectures in the order the report and the figure list them, with the figure's colours
 ARCHITECTURES = {
     "dense": "tab:gray",
@@ -64,14 +77,19 @@ math_nan = float("nan")
 NO_ROOFLINE = "not run: the roofline has no expert, latent or state terms"
 
 
+#: the status of a disaggregated row where this kvbench has no ``deployment=disagg`` config yet
+NO_DEPLOYMENT = "not run: this kvbench has no deployment=disagg (conf/deployment/disagg.yaml)"
+
+
 def replay_jobs(rows) -> list[tuple[int, str, Replay]]:
     """(row position, clock, replay) for each replay to run: the profiled clock for every row, the
-    roofline for the dense ones."""
+    roofline for the dense ones; a disaggregated row only where ``deployment=disagg`` exists."""
+    disagg = config_exists("deployment", "disagg")
     return [
         (i, clock, replay(row, clock))
         for i, (_, row) in enumerate(rows.iterrows())
         for clock in CLOCKS
-        if clock == "profiled" or row["architecture"] == "dense"
+        if (clock == "profiled" or row["architecture"] == "dense") and (disagg or row["mode"] != "disagg")
     ]
 
 
@@ -117,7 +135,12 @@ def run_validation(
                 advance(1)
     done = {(i, clock): result for (i, clock, _), result in zip(jobs, results)}
     for clock in CLOCKS:
-        part = [done.get((i, clock), (math_nan, math_nan, 0, NO_ROOFLINE)) for i in range(len(rows))]
+        no_disagg = not config_exists("deployment", "disagg")
+        skipped = [
+            (math_nan, math_nan, 0, NO_DEPLOYMENT if mode == "disagg" and no_disagg else NO_ROOFLINE)
+            for mode in rows["mode"]
+        ]
+        part = [done.get((i, clock), skipped[i]) for i in range(len(rows))]
         rows[f"{clock}_ttft_ms"] = [r[0] for r in part]
         rows[f"{clock}_tpot_ms"] = [r[1] for r in part]
         rows[f"{clock}_status"] = [r[3] for r in part]
@@ -192,12 +215,14 @@ def _groups(rows, clocks):
 
 def headline(rows, clocks):
     """One line per architecture present, then all MoE rows (every architecture but dense), the
-    TP1 and TP>1 rows, and all rows."""
+    disaggregated rows, the TP1 and TP>1 rows (aggregated: a disaggregated row's TP is per role),
+    and all rows."""
     import pandas as pd
 
     subsets = [(name, rows[rows["architecture"] == name]) for name in ARCHITECTURES]
     subsets += [
         ("all MoE", rows[rows["architecture"] != "dense"]),
+        ("disagg", rows[rows["mode"] == "disagg"]),
         ("TP1", rows[rows["tp_size"] == 1]),
         ("TP>1", rows[rows["tp_size"] > 1]),
         ("all", rows),

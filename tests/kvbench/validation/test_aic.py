@@ -137,3 +137,21 @@ def test_moe_rows_run_with_the_precision_their_checkpoint_is_served_in(sample):
     assert quant[2].startswith("gemm=fp8 kv=fp8")
     ratio = out["aic_tpot_ms"] / rows["silicon_tpot_ms"]
     assert ratio.between(0.2, 5.0).all(), ratio.to_dict()
+
+
+def test_a_disaggregated_row_is_estimated_from_its_prefill_and_decode_workers(sample):
+    from kvbench.validation.silicon import admitted
+
+    rows, _ = admitted(sample[sample["mode"] == "disagg"])
+    row = rows[(rows["system"] == "h200_sxm") & (rows["backend"] == "trtllm")].iloc[[0]]
+    out = aic.estimate_rows(row).iloc[0]
+    assert out["aic_status"] == "ok" and out["aic_ttft_ms"] > 0 and out["aic_tpot_ms"] > 0
+    # aiconfigurator's disagg TTFT and TPOT do not read the worker counts (they enter its throughput)
+    more = row.assign(prefill_num_workers=7.0, decode_num_workers=9.0)
+    again = aic.estimate_rows(more).iloc[0]
+    assert math.isclose(again["aic_ttft_ms"], out["aic_ttft_ms"], rel_tol=1e-9)
+    assert math.isclose(again["aic_tpot_ms"], out["aic_tpot_ms"], rel_tol=1e-9)
+    # a larger decode batch per rank costs more per token
+    bigger = aic.estimate_rows(row.assign(decode_batch_size=row["decode_batch_size"] * 8)).iloc[0]
+    assert bigger["aic_tpot_ms"] > out["aic_tpot_ms"] * 1.01
+    assert math.isclose(bigger["aic_ttft_ms"], out["aic_ttft_ms"], rel_tol=1e-9)

@@ -53,7 +53,7 @@ def test_each_refused_row_is_counted_by_its_one_word_reason():
         _row(id="ok-dense"),
         _row(id="ok-dep", **DEEPSEEK, tp_size=1.0, attention_dp_size=8.0, moe_tp_size=1.0, moe_ep_size=8.0),
         _row(id="ok-unset-moe-tp", **DEEPSEEK, tp_size=8.0, moe_tp_size=0.0, moe_ep_size=8.0),
-        _row(mode="disagg"),
+        _row(mode="disagg"),  # no layout per role
         _row(mode="disagg", model_path="nobody/else"),  # the first reason wins
         _row(model_path="nobody/else"),
         _row(system="l40s"),
@@ -70,11 +70,10 @@ def test_each_refused_row_is_counted_by_its_one_word_reason():
     kept, refused = admitted(pd.DataFrame(rows))
     assert list(kept["id"]) == ["ok-dense", "ok-dep", "ok-unset-moe-tp"]
     assert refused.to_dict() == {
-        "disaggregated": 2,
-        "unmodelled-model": 1,
+        "unmodelled-model": 2,
         "unmodelled-gpu": 1,
         "unmeasured-engine": 1,
-        "incomplete": 2,
+        "incomplete": 3,
         "pipeline": 1,
         "multinode": 1,
         "layout": 2,
@@ -154,3 +153,106 @@ def test_an_attention_dp_and_expert_parallel_row_replays_one_rank():
 )
 def test_the_precision_of_each_part(changes, moe, expected):
     assert precision(_row(**changes), moe) == expected
+
+
+def _disagg(**changes) -> dict:
+    """An admissible disaggregated DeepSeek-R1 row on H200 under TRT-LLM: 2 prefill workers of
+    TP1 x ADP8 x EP8 at batch 1, 4 decode workers of TP8 x EP8 at batch 8, concurrency 32."""
+    base = _row(**DEEPSEEK, mode="disagg", isl=8192, osl=1024, batch_size=NAN, tp_size=NAN, pp_size=NAN)
+    base["silicon_data_source"] = "source_file=x.csv; silicon_concurrency=32; measured=2026-01-01"
+    for name, layout in (
+        ("prefill", dict(batch_size=1.0, num_workers=2.0, tp_size=1.0, attention_dp_size=8.0, moe_ep_size=8.0)),
+        ("decode", dict(batch_size=8.0, num_workers=4.0, tp_size=8.0, attention_dp_size=1.0, moe_ep_size=8.0)),
+    ):
+        base.update({f"{name}_{field}": value for field, value in layout.items()})
+        base.update({f"{name}_pp_size": 1.0, f"{name}_moe_tp_size": 1.0})
+    return {**base, **changes}
+
+
+def test_each_refused_disaggregated_row_is_counted_by_its_one_word_reason():
+    rows = [
+        _disagg(id="ok"),
+        _disagg(id="ok-nvl72", system="gb200", decode_tp_size=16.0, decode_moe_ep_size=16.0),  # one NVL72 rack
+        _disagg(prefill_num_workers=NAN, decode_num_workers=NAN, prefill_batch_size=NAN, decode_batch_size=NAN),
+        _disagg(decode_tp_size=NAN),
+        _disagg(decode_pp_size=2.0),
+        _disagg(decode_tp_size=16.0, decode_moe_ep_size=16.0),  # 16 GPUs: two HGX nodes
+        _disagg(prefill_moe_ep_size=4.0),  # 8 GPUs but 1 x 4 for the MoE
+        _disagg(gemm_quant_mode="int3_magic"),
+    ]
+    kept, refused = admitted(pd.DataFrame(rows))
+    assert list(kept["id"]) == ["ok", "ok-nvl72"]
+    assert refused.to_dict() == {
+        "incomplete": 1,
+        "unknown-workers": 1,
+        "pipeline": 1,
+        "multinode": 1,
+        "layout": 1,
+        "precision": 1,
+    }
+
+
+def test_the_nvlink_domain_is_a_rack_where_nvlink_joins_its_nodes():
+    assert silicon.nvlink_domain_gpus("gb200") == silicon.nvlink_domain_gpus("gb300") == 72
+    assert silicon.nvlink_domain_gpus("h200_sxm") == silicon.nvlink_domain_gpus("b200_sxm") == 8
+    assert silicon.gpus_per_node("gb200") == 4  # a compute tray, what the aggregated rows are held to
+
+
+def test_the_concurrency_is_the_samples_else_the_decode_sides_requests():
+    assert silicon.disagg_concurrency(pd.Series(_disagg())) == 32
+    # no silicon_concurrency: decode_batch_size x decode_attention_dp_size x decode_num_workers
+    row = pd.Series(_disagg(silicon_data_source=NAN, decode_attention_dp_size=2.0, decode_tp_size=4.0))
+    assert silicon.disagg_concurrency(row) == 8 * 2 * 4
+
+
+def test_a_disaggregated_row_replays_its_workers_layouts_and_client_divided_by_their_gcd():
+    job = replay(pd.Series(_disagg()), "profiled")
+    assert job.overrides == (
+        "model=deepseek-r1",
+        "model.dtype=fp8_block",
+        "model.kv_dtype=bfloat16",
+        "model.moe_dtype=fp8_block",
+        "hardware=h200",
+        "hardware.kv_budget_bytes=null",
+        "kernel=trtllm",
+        "scheduler=chunked",
+        "scheduler.max_num_batched_tokens=8192",
+        "deployment=disagg",
+        # 2 prefill + 4 decode workers at 32 in flight: two copies of 1 + 2 at 16
+        "deployment.prefill_workers=1",
+        "deployment.decode_workers=2",
+        "deployment.transfer=after_prefill",
+        "deployment.link=auto",
+        "deployment.prefill.tp=1",
+        "deployment.prefill.attention_dp=8",
+        "deployment.prefill.ep=8",
+        "deployment.prefill.max_num_seqs=1",
+        "deployment.prefill.max_num_batched_tokens=8192",
+        "deployment.decode.tp=8",
+        "deployment.decode.attention_dp=1",
+        "deployment.decode.ep=8",
+        "deployment.decode.max_num_seqs=8",
+        "router=round_robin",
+        "workload=closed_loop",
+        "workload.max_concurrency=16",
+        f"workload.num_requests={silicon.WAVES * 16}",
+        "workload.prompt_tokens=8192",
+        "workload.output_tokens=1024",
+        "workload.s_max_tokens=9216",
+        "progress=false",
+        "output.write=false",
+        "wandb.mode=disabled",
+        "kernel.gemm=fp8_block",
+    )
+    # coprime worker counts: the deployment as it ran
+    odd = replay(pd.Series(_disagg(prefill_num_workers=3.0, silicon_data_source=NAN)), "profiled").overrides
+    assert {"deployment.prefill_workers=3", "deployment.decode_workers=4", "workload.max_concurrency=32"} <= set(odd)
+
+
+def test_a_dense_disaggregated_row_names_no_attention_dp_or_experts():
+    row = _disagg(model_path="Qwen/Qwen3-32B", system="h100_sxm", backend="vllm", precision=NAN)
+    row.update(gemm_quant_mode=NAN, moe_quant_mode=NAN, prefill_attention_dp_size=1.0, prefill_tp_size=2.0)
+    kept, _ = admitted(pd.DataFrame([row]))
+    job = replay(kept.iloc[0], "roofline")
+    assert "deployment.prefill.tp=2" in job.overrides and "kernel=torch" in job.overrides
+    assert not any(".attention_dp=" in o or ".ep=" in o or "moe_dtype" in o for o in job.overrides)

@@ -21,12 +21,24 @@ def test_the_admitted_rows_are_aggregated_and_modelled():
     frame, source = read_silicon()
     rows, refused = admitted(frame)
     assert len(rows) >= 700 and "silicon_sample.csv" in source
-    assert set(rows["mode"]) == {"agg"} and set(rows["model_path"]) <= set(MODELS)
-    gpus = rows["tp_size"] * rows["attention_dp_size"].fillna(1).clip(lower=1)
+    assert set(rows["mode"]) <= {"agg", "disagg"} and set(rows["model_path"]) <= set(MODELS)
+    agg = rows[rows["mode"] == "agg"]
+    gpus = agg["tp_size"] * agg["attention_dp_size"].fillna(1).clip(lower=1)
     assert gpus.between(1, 8).all()
     assert len(rows) + refused.sum() == len(frame)  # every row is replayed or counted
-    if len(refused):  # the package's full sample: MoE and disaggregated rows are counted, not replayed
-        assert "disaggregated" in refused.index
+    if len(refused):  # the package's full sample: disaggregated rows without their workers are counted
+        assert "unknown-workers" in refused.index
+
+
+def test_the_disaggregated_rows_wait_for_the_deployment_loop_in_one_line():
+    import kvbench.validation.validate as validate
+
+    v = run_validation(models=["nvidia/Qwen3-32B-NVFP4"], limit=1, workers=1, with_aic=False)
+    assert list(v.rows["mode"]) == ["disagg"]
+    if not validate.config_exists("deployment", "disagg"):
+        assert v.rows["profiled_status"].iloc[0] == validate.NO_DEPLOYMENT
+        assert v.failed.sum() == 2  # a dense row: the profiled clock and the roofline
+    assert "disagg" in set(v.headline["subset"]) and list(v.groups["mode"]) == ["disagg"]
 
 
 def test_a_row_replays_its_precision_parallelism_and_client():
@@ -146,6 +158,7 @@ def _scored(architectures: dict[str, list[float]]):
             records.append(
                 {
                     "architecture": arch,
+                    "mode": "agg",
                     "tp_size": 1 + i % 2,
                     "silicon_ttft_ms": 100.0,
                     "silicon_tpot_ms": 10.0,
