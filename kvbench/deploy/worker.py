@@ -133,7 +133,8 @@ class Worker:
         self._next_seq_id = 0
         #: KV releases not applied yet (prefill role): (at_s, request id), in time order
         self._releases: list[tuple[float, int]] = []
-        #: the last plan was empty (nothing could run): the worker waits for something to change
+        #: the last plan was empty (nothing could run): the worker waits for the next push, landing,
+        #: release or reload (each is in next_event_s' times: nothing changes before one of them)
         self._blocked = False
 
     # --- what the loop tells it ------------------------------------------------------------------
@@ -154,13 +155,11 @@ class Worker:
             self.scheduler.expect_kv(request.request_id)
         self.scheduler.check_fits([request])
         self._pushed.add(request, at_s)
-        self._blocked = False
 
     def land(self, request_id: int, at_s: float) -> None:
         """Decode role: the request's KV has landed at ``at_s``; it runs from the first step
         boundary at or after it (its blocks must be reserved: an :class:`Admitted` came first)."""
         self.scheduler.set_landing(request_id, at_s)
-        self._blocked = False
 
     def release(self, request_id: int, at_s: float) -> None:
         """Prefill role: the request's KV has left at ``at_s``; its blocks are freed before any
@@ -168,7 +167,6 @@ class Worker:
         if request_id not in self.scheduler.held_kv:
             raise ValueError(f"request {request_id} holds no KV on this worker: nothing to release")
         bisect.insort(self._releases, (at_s, request_id))
-        self._blocked = False
 
     # --- stepping --------------------------------------------------------------------------------
 

@@ -119,6 +119,7 @@ class RolesMixin:
         seq.num_computed_tokens = seq.prompt_tokens
         group.status = Status.RUNNING
         group.admitted_s = plan.start_s
+        plan.num_admitted += 1
         self._reserved[group.request_id] = group
         self.num_running_seqs += 1
         self.admitted_kv.append((group.request_id, plan.start_s))
