@@ -175,13 +175,13 @@ class Scheduler(
     def schedule(self, clock_s: float) -> StepPlan:
         """Decide the next step."""
         plan = StepPlan(self._step, clock_s)
+        if self._landing_s:  # a decode worker: requests whose KV has landed join the running ones
+            self._land_due(clock_s)
         self._num_eligible = len(self.running) + len(self.waiting)
         if self.host_reloads is not None:
             self.host_reloads.start_step(clock_s, self.waiting.peek() if self.waiting else None)
         if self._frees_during_decode:
             self._note_available_at_start()
-        if self._landing_s:  # a decode worker: requests whose KV has landed join the running ones
-            self._land_due(clock_s)
         self.schedule_step(plan)
         plan.copies.extend(self.allocator.drain_copies())
         if self.allocator.capabilities.maps_pages:  # vAttention: the pages this step mapped, to be priced

@@ -302,3 +302,28 @@ def test_random_deployments_lose_nothing_and_leak_nothing(
     for a, b in zip(*tables):
         for name in ("requests", "steps", "refusals"):
             pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), check_exact=True)
+
+
+def test_no_step_starts_after_the_horizon():
+    request = Request(0, 0.0, 6, 80, (60,))
+    boundaries = []  # every step boundary, from a worker that takes every step on its own
+    one_by_one = worker("decode", paged(32), event_driven=False)
+    one_by_one.push(request, 0.0)
+    one_by_one.advance(math.inf)
+    one_by_one.land(0, 0.0)
+    while one_by_one.next_event_s() is not None:
+        one_by_one.advance(math.inf)
+        boundaries.append(one_by_one.clock_s)
+    w = worker("decode", paged(32))
+    w.push(request, 0.0)
+    w.advance(math.inf)
+    w.land(0, 0.0)
+    horizon_s, num_turns = 0.0, 0
+    while w.next_event_s() is not None:
+        horizon_s = max(horizon_s, w.next_event_s()) + 0.1  # some five steps
+        w.advance(horizon_s)
+        k = boundaries.index(w.clock_s)
+        assert k == 0 or boundaries[k - 1] <= horizon_s, "a step started after the horizon"
+        num_turns += 1
+    assert 1 < num_turns < len(boundaries)  # runs of steps, cut at each horizon
+    assert w.finish().requests["num_generated"].tolist() == [60]
