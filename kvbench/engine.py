@@ -90,7 +90,7 @@ class Engine:
                 clock_s = max(clock_s, scheduler.wake_s())
                 continue
             result = self._advance(plan, arrivals.next_s())
-            self._arrivals_within(arrivals, result)
+            join_within(arrivals, scheduler, result)
             outcome = scheduler.update(plan, result)
             recorder.record(plan, result, outcome.any_seq_finished)
             if scheduler.finished:
@@ -105,51 +105,71 @@ class Engine:
 
     def _advance(self, plan: StepPlan, next_arrival_s: float | None) -> StepResult:
         """Execute the plan, first stretching a quiet one over as many decode steps as nothing interrupts."""
-        if not (self.event_driven and plan.is_quiet):
+        if not (self.event_driven and plan.is_quiet):  # (the common turn: asks nothing of the scheduler)
             return self.executor.execute(plan)
-        scheduler = self.scheduler
-        limit = scheduler.decode_span_limit(plan, MAX_SPAN_STEPS)  # steps before the first finish
-        if limit <= 0:
-            return self.executor.execute(plan)
-        first = None
-        may_join = next_arrival_s is not None and scheduler.arrival_may_join()
-        wake_s = scheduler.wake_s()
-        if wake_s is not None and not (may_join and next_arrival_s <= wake_s):
-            # a host-tier reload lands: the request waiting for it joins as an arrival would
-            next_arrival_s, may_join = wake_s, True
-        if may_join:
-            # an arrival that may be admitted ends the run before its step. Every step of the run
-            # takes at least as long as its first (contexts only grow), which bounds the run's
-            # length before memory is projected: a short run costs a short projection
-            first = self.executor.execute(plan)
-            if next_arrival_s <= first.end_s:
-                return first
-            # (+ 1: a bound, never a cut: the exact cut below comes from the run's own clock)
-            limit = min(limit, math.ceil((next_arrival_s - plan.start_s) / first.durations_s[0]) + 1)
-        projection = scheduler.project_span(plan, limit)
-        if projection.num_steps:
-            plan.num_steps = 1 + projection.num_steps
-            plan.span_pages_mapped = projection.pages_mapped  # (allocators that map pages)
-            result = self.executor.execute(plan)
-            plan.num_steps, plan.span_pages_mapped = 1, None
-            num_extra = projection.num_steps
-            if may_join:  # stop before the step in which the arrival joins
-                starts_s = result.step_starts_s()
-                num_extra = min(num_extra, bisect.bisect_left(starts_s, next_arrival_s) - 1)
-            if num_extra > 0:
-                scheduler.extend(plan, projection, num_extra)
-                return _truncate(result, plan.num_steps)
-        return first if first is not None else self.executor.execute(plan)
+        return advance_span(self.scheduler, self.executor, plan, self._stop_s(next_arrival_s), self.event_driven)
 
-    def _arrivals_within(self, arrivals: _Arrivals, result: StepResult) -> None:
-        """Requests that arrived during a run of steps (behind a blocked queue) join at the first
-        step boundary at or after their arrival, as they would have step by step."""
-        if len(result.durations_s) == 1:
-            return
-        starts_s = result.step_starts_s()
-        while (next_s := arrivals.next_s()) is not None and next_s <= starts_s[-1]:
-            boundary_s = float(starts_s[bisect.bisect_left(starts_s, next_s)])
-            arrivals.join(self.scheduler, boundary_s, boundary_s)
+    def _stop_s(self, next_arrival_s: float | None) -> float | None:
+        """Where a run of quiet steps must stop (no step of it starts at or after it): the next
+        arrival when it may be admitted, or a host-tier reload landing, whichever comes first."""
+        scheduler = self.scheduler
+        stop_s = next_arrival_s if next_arrival_s is not None and scheduler.arrival_may_join() else None
+        wake_s = scheduler.wake_s()
+        if wake_s is not None and (stop_s is None or wake_s < stop_s):
+            # a host-tier reload lands: the request waiting for it joins as an arrival would
+            stop_s = wake_s
+        return stop_s
+
+
+def advance_span(
+    scheduler: Scheduler, executor: Executor, plan: StepPlan, stop_s: float | None, event_driven: bool
+) -> StepResult:
+    """Execute the plan, first stretching a quiet one over as many decode steps as nothing
+    interrupts: no step of the run starts at or after ``stop_s`` (an arrival that may be admitted,
+    a reload or a KV transfer landing, memory given back: None when nothing will), but the first,
+    which is the plan's own. The engine and a deployment's workers (:mod:`kvbench.deploy.worker`)
+    advance alike."""
+    if not (event_driven and plan.is_quiet):
+        return executor.execute(plan)
+    limit = scheduler.decode_span_limit(plan, MAX_SPAN_STEPS)  # steps before the first finish
+    if limit <= 0:
+        return executor.execute(plan)
+    first = None
+    if stop_s is not None:
+        # an arrival that may be admitted ends the run before its step. Every step of the run
+        # takes at least as long as its first (contexts only grow), which bounds the run's
+        # length before memory is projected: a short run costs a short projection
+        first = executor.execute(plan)
+        if stop_s <= first.end_s:
+            return first
+        # (+ 1: a bound, never a cut: the exact cut below comes from the run's own clock)
+        limit = min(limit, math.ceil((stop_s - plan.start_s) / first.durations_s[0]) + 1)
+    projection = scheduler.project_span(plan, limit)
+    if projection.num_steps:
+        plan.num_steps = 1 + projection.num_steps
+        plan.span_pages_mapped = projection.pages_mapped  # (allocators that map pages)
+        result = executor.execute(plan)
+        plan.num_steps, plan.span_pages_mapped = 1, None
+        num_extra = projection.num_steps
+        if stop_s is not None:  # stop before the step in which the arrival joins
+            starts_s = result.step_starts_s()
+            num_extra = min(num_extra, bisect.bisect_left(starts_s, stop_s) - 1)
+        if num_extra > 0:
+            scheduler.extend(plan, projection, num_extra)
+            return _truncate(result, plan.num_steps)
+    return first if first is not None else executor.execute(plan)
+
+
+def join_within(arrivals, scheduler: Scheduler, result: StepResult) -> None:
+    """Requests that arrived during a run of steps (behind a blocked queue) join at the first
+    step boundary at or after their arrival, as they would have step by step (``arrivals``: what
+    has ``next_s()`` and ``join(scheduler, until_s, boundary_s)``)."""
+    if len(result.durations_s) == 1:
+        return
+    starts_s = result.step_starts_s()
+    while (next_s := arrivals.next_s()) is not None and next_s <= starts_s[-1]:
+        boundary_s = float(starts_s[bisect.bisect_left(starts_s, next_s)])
+        arrivals.join(scheduler, boundary_s, boundary_s)
 
 
 class _Arrivals:

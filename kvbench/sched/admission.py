@@ -87,6 +87,13 @@ class AdmissionMixin:
             group = self.waiting.peek()
             if self._seqs_counted(plan) + group.num_live > cfg.max_num_seqs:
                 break
+            if self._prefilled and group.request_id in self._prefilled:
+                # a decode worker: its prompt was computed elsewhere; it reserves its blocks, and
+                # computes nothing in this step (kvbench.sched.roles)
+                if not self._reserve_for_kv(plan, group):
+                    break
+                self.waiting.pop()
+                continue
             if chunked or (chunk_head and not plan.prefills):
                 budget = token_budget - used
                 if budget <= 0:

@@ -23,7 +23,7 @@ class FinishingMixin:
         self.num_running_seqs -= 1
         if self.holds_finished:
             self._held_seq_ids.append(seq.seq_id)
-        else:
+        elif self.role != "prefill":  # a prefill worker holds the KV until it is transferred
             self.allocator.free(seq.seq_id)
         if group.num_live:
             return 0
@@ -32,6 +32,8 @@ class FinishingMixin:
             return 0
         group.status = Status.FINISHED
         group.finish_s = end_s
+        if self.role == "prefill":
+            self._hold_for_transfer(group)
         self.finished.append(group)
         return 1
 

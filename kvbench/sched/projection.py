@@ -102,6 +102,8 @@ class ProjectionMixin:
             seq.num_computed_tokens += num_extra_steps
         plan.num_steps += num_extra_steps
         plan.span_ledgers = {name: values[:num_extra_steps] for name, values in projection.ledgers.items()}
+        if self._in_flight_bytes:  # a decode worker's reserved slots (kvbench.sched.roles)
+            plan.span_ledgers = self._span_ledgers_in_flight(plan.span_ledgers)
         if plan.page_mapping is not None:  # the steps' pages were projected; the appends mapped them at once
             plan.span_pages_mapped = projection.pages_mapped[:num_extra_steps]
             num_pages = self.allocator.drain_page_mapping().num_pages

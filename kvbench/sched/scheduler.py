@@ -24,7 +24,9 @@ and the engine's hot loop pays no indirection for the split):
 - :mod:`kvbench.sched.victims`: preemption and victims (recompute, the step a victim gives back);
 - :mod:`kvbench.sched.swapping`: swap out and in, and reloads from the host tier;
 - :mod:`kvbench.sched.projection`: runs of quiet decode steps, projected and taken at once;
-- :mod:`kvbench.sched.finishing`: finished branches and requests, and request-level batches.
+- :mod:`kvbench.sched.finishing`: finished branches and requests, and request-level batches;
+- :mod:`kvbench.sched.roles`: a prefill or decode worker's part in a disaggregated deployment
+  (KV held until its transfer ends, KV reserved before it lands); nothing without a role.
 
 The options every scheduler has are :class:`kvbench.sched.options.SchedulerConfig` (importable
 from here too).
@@ -50,6 +52,7 @@ from kvbench.sched.options import SchedulerConfig
 from kvbench.sched.preemption import PreemptionContext, PreemptionPolicy
 from kvbench.sched.projection import ProjectionMixin
 from kvbench.sched.queue import FcfsQueue, RequestQueue
+from kvbench.sched.roles import RolesMixin
 from kvbench.sched.swapping import SwappingMixin, host_reloads_for
 from kvbench.sched.victims import VictimsMixin
 
@@ -71,6 +74,7 @@ class Scheduler(
     SwappingMixin,
     ProjectionMixin,
     FinishingMixin,
+    RolesMixin,
 ):
     """A scheduling-policy plugin: ``name`` matches ``conf/scheduler/<name>.yaml``.
 
@@ -171,6 +175,8 @@ class Scheduler(
     def schedule(self, clock_s: float) -> StepPlan:
         """Decide the next step."""
         plan = StepPlan(self._step, clock_s)
+        if self._landing_s:  # a decode worker: requests whose KV has landed join the running ones
+            self._land_due(clock_s)
         self._num_eligible = len(self.running) + len(self.waiting)
         if self.host_reloads is not None:
             self.host_reloads.start_step(clock_s, self.waiting.peek() if self.waiting else None)
@@ -181,12 +187,15 @@ class Scheduler(
         if self.allocator.capabilities.maps_pages:  # vAttention: the pages this step mapped, to be priced
             plan.page_mapping = self.allocator.drain_page_mapping()
         plan.ledger = self.allocator.ledger(self._head_shape())
+        if self._in_flight_bytes:  # a decode worker: reserved slots hold no token until the KV lands
+            plan.ledger = self._ledger_in_flight(plan.ledger)
         plan.num_shared_blocks = self.allocator.num_shared_blocks()
         plan.shared_bytes_saved = self.allocator.shared_bytes_saved()
         plan.num_running = self.num_running_seqs
         plan.num_waiting = len(self.waiting)
         plan.num_swapped = len(self.swapped)
-        if not plan.has_work and not self._reload_lands_after(clock_s):
+        # (a worker with a role may wait with nothing to compute: for a KV transfer to land, or to end)
+        if not plan.has_work and not self._reload_lands_after(clock_s) and self.role is None:
             raise RuntimeError(  # check_fits makes this unreachable; a broken plugin would loop forever
                 f"scheduler {self.name!r} made no progress at step {self._step} "
                 f"({len(self.running)} running, {len(self.waiting)} waiting, {len(self.swapped)} swapped)"

@@ -39,6 +39,7 @@ ORDER = [
     "sched",
     "metrics",
     "engine",
+    "deploy",
     "output",
     "slo",
     "registry",
