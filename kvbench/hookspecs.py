@@ -105,6 +105,20 @@ def kvbench_register_workloads() -> list[type]:
 
 
 @hookspec
+def kvbench_register_routers() -> list[type]:
+    """Return router classes to add to the ``router`` config group (``deployment=disagg``).
+
+    Each class sets ``name`` (selected with ``router=<name>``) and ``Config`` (its options'
+    dataclass, or None), and implements :class:`kvbench.deploy.interfaces.Router`:
+    ``route(request, role, workers)`` returns the ``index`` of one of ``workers``, the snapshots
+    (:class:`kvbench.deploy.interfaces.WorkerView`) of the prefill or decode workers it may pick.
+    :class:`kvbench.deploy.routers.RouterPlugin` is a base to subclass.
+
+    :return: a list of router classes (may be empty).
+    """
+
+
+@hookspec
 def kvbench_config_searchpath() -> str | None:
     """Return a Hydra search-path entry holding this plugin's config files, or ``None``.
 

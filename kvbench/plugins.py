@@ -22,6 +22,7 @@ GROUP_HOOKS = {
     # not a config folder: scheduler.queue=<name> picks one
     "queue": "kvbench_register_queues",
     "workload": "kvbench_register_workloads",
+    "router": "kvbench_register_routers",
 }
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from kvbench.deploy.config import DeploymentConfig  # pandas-free, for --help
 from kvbench.errors import ConfigError, require
 from kvbench.errors.extras import install_hint
 from kvbench.metrics.slo_config import SloConfig  # pandas-free, for --help
@@ -149,6 +150,8 @@ class KvbenchConfig:
     preemption: Any = _group()
     scheduler: Any = _group()
     workload: Any = _group()
+    #: which worker a request goes to in a disaggregated deployment (a ``router`` plugin)
+    router: Any = _group()
     #: sim: a cost model of the GPU executes each step; real: a CUDA GPU does
     mode: str = "sim"
     seed: int = 0
@@ -165,6 +168,8 @@ class KvbenchConfig:
     check_memory: bool = True
     #: the engine whose conventions the run follows (a preset from conf/engine/ sets it)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    #: one engine (aggregated) or prefill and decode workers (disagg): conf/deployment/
+    deployment: DeploymentConfig = field(default_factory=DeploymentConfig, metadata={"group": True})
     slo: SloConfig = field(default_factory=SloConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)

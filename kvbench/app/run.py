@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,8 @@ from kvbench.app.config import (
 from kvbench.app.progress import current_job, phase_progress, progress_bar
 from kvbench.core.request import Request, requests_from_workload
 from kvbench.core.step import Executor
+from kvbench.deploy.config import DeploymentConfig
+from kvbench.deploy.routers import build_router
 from kvbench.engine import Engine
 from kvbench.errors import ConfigError, require
 from kvbench.errors.extras import install_hint
@@ -80,6 +82,8 @@ class RunSetup:
     wandb: WandbConfig
     #: the engine whose conventions the run follows (engine=<preset>)
     engine: EngineConfig
+    #: one engine (aggregated) or prefill and decode workers (deployment=disagg)
+    deployment: DeploymentConfig = field(default_factory=DeploymentConfig)
 
 
 def _instantiate(group: str, node, **kwargs):
@@ -197,6 +201,8 @@ def setup(cfg: DictConfig) -> RunSetup:
     model = model_spec(model_config)
     hardware = to_dataclass(HardwareSpec, cfg.hardware, "hardware")
     engine = to_dataclass(EngineConfig, cfg.get("engine") or {}, "engine")
+    deployment = to_dataclass(DeploymentConfig, cfg.get("deployment") or {}, "deployment")
+    build_router(cfg.get("router") or {"name": "round_robin"})  # a misspelled router fails every run alike
     budget_bytes = hardware.kv_budget(model.weight_bytes)
     _check_allocator_layers(cfg.allocator, model)
     allocator = _allocator(cfg, model, budget_bytes, engine)
@@ -254,6 +260,7 @@ def setup(cfg: DictConfig) -> RunSetup:
         output=to_dataclass(OutputConfig, cfg.output, "output"),
         wandb=to_dataclass(WandbConfig, cfg.wandb, "wandb"),
         engine=engine,
+        deployment=deployment,
     )
 
 
@@ -367,6 +374,10 @@ def execute(cfg: DictConfig, choices: dict | None = None, steps_dir: Path | None
 
         return execute_disagg(cfg, choices)
     s = setup(cfg)
+    if s.deployment.disaggregated:  # until the deployment loop runs it: refused, not run as one engine
+        raise ConfigError(
+            "deployment=disagg is not built yet: its workers' loop is still to come; use deployment=aggregated"
+        )
     # under attention data parallelism the run is one rank's: its share of the requests (round robin)
     workload = rank_share(s.workload_source.generate(np.random.default_rng(int(cfg.seed))), s.model.attention_dp)
     check_arrival_span(workload.arrival_s, "raise workload.rate_per_s or workload.rate_scale, or replay fewer requests")

@@ -31,7 +31,29 @@ ADDED_KEY_DEFAULTS: dict[str, Any] = {
     # the paged allocator's host tier for evicted prefix blocks: off
     "allocator.host_cache_bytes": 0,
     "allocator.host_reload": "overlapped",
+    # one engine, as every run was before deployment=disagg
+    "deployment.name": "aggregated",
 }
+
+#: keys only a disaggregated run reads (its workers, router and KV link): an aggregated run's
+#: numbers cannot depend on them, so they are left out of its comparison (and a folder written
+#: before they existed still matches a fresh run)
+DISAGG_ONLY_KEYS = (
+    "router",
+    "deployment.prefill_workers",
+    "deployment.decode_workers",
+    "deployment.transfer",
+    "deployment.link",
+    "deployment.link_bytes_per_s",
+    "deployment.link_latency_s",
+    "deployment.prefill",
+    "deployment.decode",
+    "hardware.nvlink_bytes_per_s",
+    "hardware.nvlink_latency_s",
+    "hardware.nvlink_domain_gpus",
+    "hardware.network_bytes_per_s",
+    "hardware.network_latency_s",
+)
 
 
 def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -56,6 +78,8 @@ def comparable(config: dict[str, Any], ignored: tuple[str, ...] = IGNORED_KEYS) 
     if any(key.startswith("scheduler.") for key in flat):  # a run's config
         for key, value in ADDED_KEY_DEFAULTS.items():
             flat.setdefault(key, value)
+        if flat["deployment.name"] == "aggregated":
+            flat = {k: v for k, v in flat.items() if not is_ignored(k, DISAGG_ONLY_KEYS)}
     return {k: v for k, v in flat.items() if not is_ignored(k, ignored)}
 
 

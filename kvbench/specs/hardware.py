@@ -30,13 +30,34 @@ class HardwareSpec:
     kv_budget_bytes: float | None = None
     #: vLLM's gpu_memory_utilization, used only when kv_budget_bytes is null
     memory_fraction: float = 0.9
+    #: the links a disaggregated run (deployment=disagg) moves KV over, per GPU and one direction:
+    #: NVLink to a GPU of the same NVLink domain, the network (InfiniBand/RoCE, a NIC per GPU)
+    #: beyond it. The defaults are an H100 SXM node's (aiconfigurator-core's systems/h100_sxm.yaml:
+    #: intra_node_bw, inter_node_bw, p2p_latency, num_gpus_per_node)
+    nvlink_bytes_per_s: float = 450e9
+    #: one transfer's fixed cost over NVLink (set-up and the last byte's flight)
+    nvlink_latency_s: float = 10e-6
+    #: GPUs one NVLink domain joins: an HGX node's 8, a GB200 NVL72 rack's 72
+    nvlink_domain_gpus: int = 8
+    network_bytes_per_s: float = 50e9
+    #: one transfer's fixed cost over the network
+    network_latency_s: float = 10e-6
 
     def validate(self) -> None:
         require_name("hardware.name", self.name)  # a folder name: calibrations/<name>/
         require(self.hbm_bytes > 0, "hardware.hbm_bytes", self.hbm_bytes, "use a positive number")
         # at least one byte (FLOP) per second: slower rates overflow the simulated times to inf
-        for key in ("hbm_bandwidth_bytes_per_s", "dense_flops_per_s", "host_link_bytes_per_s"):
+        rates = ("hbm_bandwidth_bytes_per_s", "dense_flops_per_s", "host_link_bytes_per_s")
+        for key in (*rates, "nvlink_bytes_per_s", "network_bytes_per_s"):
             require(getattr(self, key) >= 1, f"hardware.{key}", getattr(self, key), "use a rate >= 1 per second")
+        for key in ("nvlink_latency_s", "network_latency_s"):
+            require(0 <= getattr(self, key) <= 1, f"hardware.{key}", getattr(self, key), "use seconds in [0, 1]")
+        require(
+            self.nvlink_domain_gpus >= 1,
+            "hardware.nvlink_domain_gpus",
+            self.nvlink_domain_gpus,
+            "use a positive number of GPUs (1: no NVLink between GPUs)",
+        )
         require(self.host_swap_bytes >= 0, "hardware.host_swap_bytes", self.host_swap_bytes, "use a number >= 0")
         # PCIe's is ~10 us; a second per copy is no host link, and a swap pays it once per block
         require(

@@ -9,6 +9,7 @@ import pytest
 
 import kvbench.plugins as plugins
 from kvbench import hookimpl
+from kvbench.deploy.routers import RouterPlugin
 from kvbench.errors import ConfigError
 from kvbench.kernels.kernel import Kernel
 from kvbench.memory.allocator import Allocator
@@ -25,6 +26,7 @@ def test_builtins_register_through_entry_points():
     assert {"recompute", "swap", "length_aware"} <= set(registry("preemption", pm))
     assert {"mixed", "prefill_first", "chunked", "static"} <= set(registry("scheduler", pm))
     assert "synthetic" in registry("workload", pm)
+    assert {"round_robin", "least_loaded", "prefix_aware"} <= set(registry("router", pm))
     # every built-in came in as a named entry point, exactly like an outside plugin
     assert pm.get_plugin("paged") is not None and pm.get_plugin("wandb") is not None
 
@@ -85,6 +87,7 @@ def test_kvbench_config_searchpath_is_collected():
         pytest.param("preemption", PreemptionPolicy, id="kvbench_register_preemption_policies"),
         pytest.param("scheduler", Scheduler, id="kvbench_register_schedulers"),
         pytest.param("workload", WorkloadSource, id="kvbench_register_workloads"),
+        pytest.param("router", RouterPlugin, id="kvbench_register_routers"),
     ],
 )
 def test_registered_classes_follow_the_interface(kind, interface):

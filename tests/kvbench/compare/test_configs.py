@@ -33,9 +33,26 @@ def test_every_added_key_is_a_real_option_at_its_default():
     from kvbench_plugins.allocators.paged import PagedConfig
 
     from kvbench.app.config import EngineConfig
+    from kvbench.deploy.config import DeploymentConfig
     from kvbench.sched.scheduler import SchedulerConfig
 
-    defaults = {"engine": EngineConfig(), "scheduler": SchedulerConfig(), "allocator": PagedConfig()}
+    defaults = {
+        "engine": EngineConfig(),
+        "scheduler": SchedulerConfig(),
+        "allocator": PagedConfig(),
+        "deployment": DeploymentConfig(),
+    }
     for key, value in ADDED_KEY_DEFAULTS.items():
         section, name = key.split(".")
         assert getattr(defaults[section], name) == value, key
+
+
+def test_an_aggregated_run_is_matched_without_the_keys_only_a_disaggregated_run_reads():
+    deployed = new()
+    deployed["deployment"] = {"name": "aggregated", "decode_workers": 3, "link": "network"}
+    deployed["router"] = {"name": "least_loaded"}
+    assert config_differences(OLD, deployed) == []
+    # a disaggregated run's worker counts and router are compared: they change its numbers
+    one, two = ({**deployed, "deployment": {"name": "disagg", "decode_workers": n}} for n in (1, 2))
+    assert config_differences(one, two) == ["deployment.decode_workers: 1 -> 2"]
+    assert config_differences(OLD, one)[0] == "deployment.decode_workers: - -> 1"
