@@ -374,10 +374,6 @@ def execute(cfg: DictConfig, choices: dict | None = None, steps_dir: Path | None
 
         return execute_disagg(cfg, choices)
     s = setup(cfg)
-    if s.deployment.disaggregated:  # until the deployment loop runs it: refused, not run as one engine
-        raise ConfigError(
-            "deployment=disagg is not built yet: its workers' loop is still to come; use deployment=aggregated"
-        )
     # under attention data parallelism the run is one rank's: its share of the requests (round robin)
     workload = rank_share(s.workload_source.generate(np.random.default_rng(int(cfg.seed))), s.model.attention_dp)
     check_arrival_span(workload.arrival_s, "raise workload.rate_per_s or workload.rate_scale, or replay fewer requests")

@@ -192,6 +192,7 @@ def _main(argv: list[str]) -> int:
         "--system", action="append", help="only this GPU (repeatable): h100_sxm, h200_sxm, b200_sxm, b300_sxm, gb200"
     )
     parser.add_argument("--backend", action="append", help="only this engine (repeatable): vllm, sglang, trtllm")
+    parser.add_argument("--mode", action="append", help="only these rows (repeatable): agg (aggregated), disagg")
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N admitted rows")
     parser.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU)")
     parser.add_argument("--no-aic", action="store_true", help="leave out aiconfigurator's own estimate")
@@ -212,7 +213,7 @@ def _main(argv: list[str]) -> int:
     # the replays (two clocks for a dense row, the profiled one for the others; a disaggregated row
     # only where deployment=disagg exists), and aiconfigurator's estimate of each row where the
     # package is installed
-    picked = select(rows, args.model, args.system, args.backend, args.limit)
+    picked = select(rows, args.model, args.system, args.backend, args.limit, args.mode)
     runnable = picked if config_exists("deployment", "disagg") else picked[picked["mode"] != "disagg"]
     dense = sum(architecture(MODELS[m]) == "dense" for m in runnable["model_path"])
     with_aic = not args.no_aic and importlib.util.find_spec("aiconfigurator_core") is not None
@@ -220,6 +221,7 @@ def _main(argv: list[str]) -> int:
     with progress_bar(total, "replaying", enabled=True, unit="runs") as advance:
         v = run_validation(
             models=args.model,
+            modes=args.mode,
             systems=args.system,
             backends=args.backend,
             limit=args.limit,

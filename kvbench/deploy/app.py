@@ -17,12 +17,14 @@ from collections.abc import Sequence
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from kvbench.app.config import to_dataclass
 from kvbench.app.progress import progress_bar
 from kvbench.app.run import RunSetup, labels, setup
 from kvbench.core.request import requests_from_workload
-from kvbench.deploy.config import DeploymentConfig, deployment_config, role_overrides
+from kvbench.deploy.config import DeploymentConfig, role_config
 from kvbench.deploy.links import link_for
 from kvbench.deploy.loop import PATH_COLUMNS, Deployment, DeploymentRecord
+from kvbench.deploy.routers import build_router
 from kvbench.deploy.worker import Worker
 from kvbench.errors import ConfigError
 from kvbench.exec.sim import SimExecutor
@@ -32,7 +34,6 @@ from kvbench.metrics.step_totals import StepTotals
 from kvbench.metrics.summary import summarize
 from kvbench.output.provenance import provenance
 from kvbench.output.results import RunResult
-from kvbench.plugins import lookup
 from kvbench.workload.arrivals import check_arrival_span
 
 ROLES = ("prefill", "decode")
@@ -56,26 +57,18 @@ TTFT_PARTS = (
 )
 
 
-def role_config(cfg: DictConfig, role: str) -> DictConfig:
-    """The run's config as one worker of ``role`` runs it: its layout and scheduler limits."""
-    role_cfg = cfg.copy()
-    overrides = role_overrides(cfg, role)
-    if overrides:
-        role_cfg = OmegaConf.merge(role_cfg, OmegaConf.from_dotlist(overrides))
-    return role_cfg
-
-
 def execute_disagg(cfg: DictConfig, choices: dict | None = None) -> RunResult:
     """Run ``cfg`` as a disaggregated deployment and summarize it (see the module docstring)."""
-    config = deployment_config(cfg)
+    config = to_dataclass(DeploymentConfig, cfg.deployment, "deployment")
+    config.validate()
     if cfg.mode != "sim":
         raise ConfigError("deployment=disagg runs in mode=sim only: real mode runs one engine on one GPU")
-    setups = {role: [setup(role_config(cfg, role))] for role in ROLES}
+    setups = {role: [setup(role_config(cfg, config, role))] for role in ROLES}
     ranks = {role: setups[role][0].model.attention_dp for role in ROLES}
     counts = {"prefill": config.prefill_workers, "decode": config.decode_workers}
     num_engines = {role: counts[role] * ranks[role] for role in ROLES}
     for role in ROLES:  # one engine per attention-DP rank of every worker, each its own memory
-        setups[role] += [setup(role_config(cfg, role)) for _ in range(num_engines[role] - 1)]
+        setups[role] += [setup(role_config(cfg, config, role)) for _ in range(num_engines[role] - 1)]
     first = setups["prefill"][0]
     workload = first.workload_source.generate(np.random.default_rng(int(cfg.seed)))
     check_arrival_span(workload.arrival_s, "raise workload.rate_per_s or workload.rate_scale, or replay fewer requests")
@@ -84,18 +77,22 @@ def execute_disagg(cfg: DictConfig, choices: dict | None = None) -> RunResult:
         setups[role][0].scheduler.check_fits(requests)
     gpus = {role: setups[role][0].model.tp for role in ROLES}  # per engine: one rank's TP group
     links = [
-        link_for(cfg, setups["prefill"][k].hardware, gpus["prefill"], gpus["decode"], config)
-        for k in range(num_engines["prefill"])
+        link_for(
+            first.hardware,
+            config,
+            prefill_gpus=gpus["prefill"] * ranks["prefill"],  # a whole worker: its ranks' GPUs
+            decode_gpus=gpus["decode"] * ranks["decode"],
+            prefill_tp=gpus["prefill"],
+            decode_tp=gpus["decode"],
+        )
+        for _ in range(num_engines["prefill"])
     ]
     event_driven = bool(cfg.event_driven)
     workers = {
         role: [Worker(s.scheduler, SimExecutor(s.cost), role=role, event_driven=event_driven) for s in setups[role]]
         for role in ROLES
     }
-    router_cls = lookup("router", cfg.router["name"])
-    from kvbench.app.config import plugin_config
-
-    router = router_cls(plugin_config(router_cls, cfg.router, "router"))
+    router = build_router(cfg.router)
     with progress_bar(workload.num_requests, "simulating", enabled=bool(cfg.progress), unit="requests") as advance:
         record = Deployment(
             workers["prefill"],
@@ -228,7 +225,10 @@ def _result(cfg, config: DeploymentConfig, choices, setups, gpus, ranks, links, 
         num_gpus=num_gpus,
         router=cfg.router["name"],
         transfer=config.transfer,
-        link=links[0].source,
+        link=links[0].kind,
+        link_bytes_per_s=links[0].bytes_per_s,
+        link_latency_s=links[0].latency_s,
+        link_source=links[0].source,
         goodput_requests_per_s_per_gpu=summary["goodput_requests_per_s"] / num_gpus,
         throughput_tokens_per_s_per_gpu=summary["throughput_tokens_per_s"] / num_gpus,
     )

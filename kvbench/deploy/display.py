@@ -19,6 +19,10 @@ def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 1e3:,.1f}"
 
 
+def _us(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 1e6:,.1f}"
+
+
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:.1f}"
 
@@ -41,19 +45,22 @@ def deployment_rows(s: Summary) -> list[tuple[str, str]]:
     if s.get("deployment") != "disagg":
         return []
     layout = (
-        f"{s.get('prefill_workers')}P{s.get('decode_workers')}D: {s.get('prefill_engines')} prefill x "
-        f"{s.get('prefill_gpus_per_engine')} GPU + {s.get('decode_engines')} decode x "
-        f"{s.get('decode_gpus_per_engine')} GPU = {s.get('num_gpus')} GPUs"
+        f"{s.get('prefill_workers')}P{s.get('decode_workers')}D, {s.get('num_gpus')} GPUs "
+        f"(prefill {s.get('prefill_engines')}x{s.get('prefill_gpus_per_engine')}, "
+        f"decode {s.get('decode_engines')}x{s.get('decode_gpus_per_engine')})"
     )
     parts = ("ttft_prefill_queue_mean_s", "ttft_prefill_mean_s", "ttft_transfer_mean_s", "ttft_first_decode_mean_s")
     split = " + ".join(_ms(_num(s, key)) for key in parts)
     rows = [
+        (
+            "TTFT mean = prefill queue + prefill + KV + 1st decode (ms)",
+            f"{_ms(_num(s, 'ttft_mean_s'))} = {split}",
+        ),
         ("deployment (engines x GPUs each)", layout),
         ("router / KV transfer", f"{s.get('router')} / {s.get('transfer')}"),
-        ("KV link", str(s.get("link"))),
         (
-            "  TTFT mean = prefill queue + prefill + KV transfer + first decode (ms)",
-            f"{_ms(_num(s, 'ttft_mean_s'))} = {split}",
+            "KV link: per GPU one way (GB/s), latency (us)",
+            f"{s.get('link')} {_gb(_num(s, 'link_bytes_per_s'))}, {_us(_num(s, 'link_latency_s'))}",
         ),
         (
             "KV in flight: peak / mean (GB)",
@@ -70,8 +77,8 @@ def deployment_rows(s: Summary) -> list[tuple[str, str]]:
         peak, running = _num(s, f"{name}_peak_allocated_bytes"), _num(s, f"{name}_mean_concurrency")
         rows.append(
             (
-                f"{name}: busy / KV util. (%), peak alloc. (GB), mean seqs",
-                f"{_pct(busy)} / {_pct(util)}, {_gb(peak)}, {'n/a' if running is None else f'{running:,.1f}'}",
+                f"{name}: busy, KV used (%), peak (GB), seqs",
+                f"{_pct(busy)}, {_pct(util)}, {_gb(peak)}, {'n/a' if running is None else f'{running:,.1f}'}",
             )
         )
     return rows

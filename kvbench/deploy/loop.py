@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from kvbench.core.request import Request
 from kvbench.deploy.interfaces import KvLink, Role, Router, Transfer
@@ -107,14 +107,6 @@ class DeploymentRecord:
     extra: dict = field(default_factory=dict)
 
 
-def prefill_request(request: Request) -> Request:
-    """The request as the prefill worker runs it: its prompt and the one token the step that
-    computes the prompt's end samples (the decode side makes the first token the client gets)."""
-    return replace(
-        request, branch_output_tokens=(1,), s_max_tokens=request.prompt_tokens + 1, beam_fork_probability=0.0
-    )
-
-
 def check_single_branch(requests: Sequence[Request]) -> None:
     for r in requests:
         if r.num_branches != 1 or r.beam_fork_probability:
@@ -164,11 +156,12 @@ class Deployment:
         self._sends: list[tuple[float, int, Request]] = []  # (send_s, order, request): the client's heap
         self._num_sent = 0
         self._requests = requests
-        self._ready: dict[int, int] = {}  # layerwise: 2 once both prefilled and admitted
         num_open = len(requests) if self.max_in_flight is None else min(self.max_in_flight, len(requests))
         for _ in range(num_open):
             self._send_next(None)
-        workers = self.prefill + self.decode
+        # decode workers first: on a tie, a decode worker's reservation (and a zero-cost transfer's
+        # landing and release) is taken before a prefill worker's step at the same instant
+        workers = self.decode + self.prefill
         num_finished = 0
         while num_finished < len(requests):
             send_s = self._sends[0][0] if self._sends else math.inf
@@ -223,7 +216,7 @@ class Deployment:
 
     def _to_prefill(self, path: _Path, at_s: float) -> None:
         path.prefill_worker = self._route(path.request, "prefill")
-        self.prefill[path.prefill_worker].push(prefill_request(path.request), at_s)
+        self.prefill[path.prefill_worker].push(path.request, at_s)  # (the worker runs it with one output token)
 
     def _to_decode(self, path: _Path, at_s: float) -> None:
         path.decode_worker = self._route(path.request, "decode")

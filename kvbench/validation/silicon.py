@@ -498,8 +498,15 @@ def admitted(frame):
     return frame[reasons.isna()].copy(), counts
 
 
-def select(frame, models: list[str] | None, systems: list[str] | None, backends: list[str] | None, limit: int | None):
-    for column, wanted in (("model_path", models), ("system", systems), ("backend", backends)):
+def select(
+    frame,
+    models: list[str] | None,
+    systems: list[str] | None,
+    backends: list[str] | None,
+    limit: int | None,
+    modes: list[str] | None = None,
+):
+    for column, wanted in (("model_path", models), ("system", systems), ("backend", backends), ("mode", modes)):
         if wanted:
             unknown = sorted(set(wanted) - set(frame[column]))
             if unknown:

@@ -107,6 +107,7 @@ class Validation:
 def run_validation(
     *,
     models=None,
+    modes=None,
     systems=None,
     backends=None,
     limit: int | None = None,
@@ -116,7 +117,7 @@ def run_validation(
 ) -> Validation:
     frame, source = read_silicon()
     rows, refused = admitted(frame)
-    rows = select(rows, models, systems, backends, limit).reset_index(drop=True)
+    rows = select(rows, models, systems, backends, limit, modes).reset_index(drop=True)
     if rows.empty:
         raise ConfigError("no silicon row is left to replay: widen --model, --system or --backend")
     rows.insert(0, "architecture", [architecture(MODELS[m]) for m in rows["model_path"]])
