@@ -25,11 +25,11 @@ from kvbench.app.config import (
     plugin_config,
     to_dataclass,
 )
+from kvbench.app.disagg import build_router, execute_disagg
 from kvbench.app.progress import current_job, phase_progress, progress_bar
 from kvbench.core.request import Request, requests_from_workload
 from kvbench.core.step import Executor
 from kvbench.deploy.config import DeploymentConfig
-from kvbench.deploy.routers import build_router
 from kvbench.engine import Engine
 from kvbench.errors import ConfigError, require
 from kvbench.errors.extras import install_hint
@@ -370,9 +370,7 @@ def execute(cfg: DictConfig, choices: dict | None = None, steps_dir: Path | None
     of its memory); the result's ``steps`` is then None and its ``steps_file`` the Parquet file."""
     check_engine_choice(cfg, choices)
     if (cfg.get("deployment") or {}).get("name") == "disagg":  # several workers, each its own engine
-        from kvbench.deploy.app import execute_disagg
-
-        return execute_disagg(cfg, choices)
+        return execute_disagg(cfg, choices, setup, labels)
     s = setup(cfg)
     # under attention data parallelism the run is one rank's: its share of the requests (round robin)
     workload = rank_share(s.workload_source.generate(np.random.default_rng(int(cfg.seed))), s.model.attention_dp)

@@ -33,6 +33,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from kvbench.core.request import Request
 from kvbench.deploy.interfaces import KvLink, Role, Router, Transfer
 from kvbench.deploy.routers import checked_route
@@ -262,3 +264,15 @@ class Deployment:
         request_id = path.request.request_id
         self.decode[path.decode_worker].land(request_id, transfer.end_s)
         self.prefill[path.prefill_worker].release(request_id, transfer.end_s)
+
+
+def kv_in_flight(paths: ColumnTable) -> tuple[np.ndarray, np.ndarray]:
+    """KV bytes on the links over time: the times it changes and the bytes in flight from each."""
+    start = np.asarray(paths["transfer_start_s"], dtype=np.float64)
+    end = np.asarray(paths["transfer_end_s"], dtype=np.float64)
+    size = np.asarray(paths["kv_transfer_bytes"], dtype=np.float64)
+    moved = end >= 0
+    times = np.concatenate([start[moved], end[moved]])
+    deltas = np.concatenate([size[moved], -size[moved]])
+    order = np.lexsort((deltas, times))  # at one instant a landing is counted before a start
+    return times[order], np.cumsum(deltas[order])

@@ -34,17 +34,6 @@ def least_loaded_key(view: WorkerView) -> tuple[int, int, int]:
     return (view.num_waiting + view.num_running, -view.free_kv_bytes, view.index)
 
 
-def build_router(node: Any) -> Router:
-    """The router ``node`` (the composed ``router`` group) names, with its options checked."""
-    from kvbench.app.config import plugin_config
-    from kvbench.plugins import lookup
-
-    if node is None or "name" not in node:
-        raise ConfigError("router.name is missing: pick one with router=<name>")
-    cls = lookup("router", node["name"])
-    return cls(plugin_config(cls, node, "router"))
-
-
 def checked_route(router: Router, request: Request, role: Role, workers: Sequence[WorkerView]) -> int:
     """The index ``router`` picks among ``workers`` (the views of one role), or a one-line
     ConfigError when it names a worker the deployment does not have."""

@@ -127,7 +127,7 @@ def headline_rows(summary: Summary, *, slo_given: bool | None = None) -> list[tu
     ``slo_given=None`` (not known) shows goodput when some finished request missed an SLO.
     """
     if summary.get("deployment") == "disagg":  # several workers, each its own memory: rows per worker
-        from kvbench.deploy.display import deployment_rows
+        from kvbench.metrics.deployment_rows import deployment_rows
 
         return [*_request_rows(summary, slo_given), *deployment_rows(summary), *_preemption_rows(summary)]
     return [

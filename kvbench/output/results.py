@@ -220,7 +220,7 @@ def write_run(
         written += [SUMMARY_JSON, "config.json"]
         advance(2)
         if plotted and result.summary.get("deployment") == "disagg":  # several workers: their own figure
-            from kvbench.deploy.figures import plot_deployment
+            from kvbench.output.deployment_figure import plot_deployment
 
             plot_deployment(result.step_table(), result.request_columns, result.summary, out_dir / "deployment.png")
             written.append("deployment.png")

@@ -75,8 +75,6 @@ def test_bad_deployment_values_are_one_line(override, fragment):
         (["deployment.link_bytes_per_s=0"], ["deployment.link_bytes_per_s=0", "zero bandwidth"]),
         (["router.name=nearest"], ["router.name='nearest'", "least_loaded, prefix_aware, round_robin"]),
         (["deployment.prefill.tp=two"], ["deployment.prefill.tp=two"]),
-        # until the deployment's loop runs it, a disaggregated run is refused rather than run as one engine
-        ([], ["deployment=disagg is not built yet"]),
     ],
 )
 def test_the_cli_refuses_bad_deployments_in_one_line_with_exit_2(tmp_path, args, fragments):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from kvbench.app.disagg import build_router
 from kvbench.core.request import Request
 from kvbench.deploy.interfaces import WorkerView
-from kvbench.deploy.routers import build_router, checked_route
+from kvbench.deploy.routers import checked_route
 from kvbench.errors import ConfigError
 
 REQUEST = Request(request_id=0, arrival_s=0.0, prompt_tokens=64, s_max_tokens=80, branch_output_tokens=(16,))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kvbench.deploy.loop import kv_in_flight
 from kvbench.io.atomic import write_file
 from kvbench.io.table import ColumnTable, as_table
 from kvbench.output.figures import agg_figure
@@ -23,8 +24,6 @@ TTFT_BARS = (
 def plot_deployment(steps, requests, summary: dict, path: Path) -> Path:
     """Three panels: allocated KV per worker (% of its budget) over time, KV bytes in flight on the
     links over time, and the mean TTFT split into its four parts."""
-    from kvbench.deploy.app import kv_in_flight
-
     steps, requests = as_table(steps), as_table(requests)
     fig = agg_figure(figsize=(12, 4.2), layout="constrained")
     memory, links, ttft = fig.subplots(1, 3, width_ratios=(2.2, 1.6, 0.8))

@@ -12,19 +12,17 @@ controller does, and the MoE layers are priced at D ranks' tokens as for an aggr
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from kvbench.app.config import to_dataclass
+from kvbench.app.config import plugin_config, to_dataclass
 from kvbench.app.progress import progress_bar
-from kvbench.app.run import RunSetup, labels, setup
 from kvbench.core.request import requests_from_workload
 from kvbench.deploy.config import DeploymentConfig, role_config
+from kvbench.deploy.interfaces import Router
 from kvbench.deploy.links import link_for
-from kvbench.deploy.loop import PATH_COLUMNS, Deployment, DeploymentRecord
-from kvbench.deploy.routers import build_router
+from kvbench.deploy.loop import PATH_COLUMNS, Deployment, DeploymentRecord, kv_in_flight
 from kvbench.deploy.worker import Worker
 from kvbench.errors import ConfigError
 from kvbench.exec.sim import SimExecutor
@@ -34,6 +32,7 @@ from kvbench.metrics.step_totals import StepTotals
 from kvbench.metrics.summary import summarize
 from kvbench.output.provenance import provenance
 from kvbench.output.results import RunResult
+from kvbench.plugins import lookup
 from kvbench.workload.arrivals import check_arrival_span
 
 ROLES = ("prefill", "decode")
@@ -57,8 +56,10 @@ TTFT_PARTS = (
 )
 
 
-def execute_disagg(cfg: DictConfig, choices: dict | None = None) -> RunResult:
-    """Run ``cfg`` as a disaggregated deployment and summarize it (see the module docstring)."""
+def execute_disagg(cfg: DictConfig, choices: dict | None, setup, labels) -> RunResult:
+    """Run ``cfg`` as a disaggregated deployment and summarize it (see the module docstring).
+    ``setup`` and ``labels`` are :mod:`kvbench.app.run`'s, which builds each worker as it builds a
+    run (handed in: that module calls this one, and two modules never import each other)."""
     config = to_dataclass(DeploymentConfig, cfg.deployment, "deployment")
     config.validate()
     if cfg.mode != "sim":
@@ -104,7 +105,7 @@ def execute_disagg(cfg: DictConfig, choices: dict | None = None) -> RunResult:
             max_in_flight=workload.max_concurrency,
             on_finished=advance,
         ).run(requests)
-    return _result(cfg, config, choices, setups, gpus, ranks, links, record, workload.max_concurrency)
+    return _result(cfg, config, labels(cfg, first, choices), setups, gpus, links, record, workload.max_concurrency)
 
 
 def merged_requests(record: DeploymentRecord) -> ColumnTable:
@@ -148,18 +149,6 @@ def _stacked(records) -> ColumnTable:
     return ColumnTable({name: values[order] for name, values in joined.items()})
 
 
-def kv_in_flight(paths: ColumnTable) -> tuple[np.ndarray, np.ndarray]:
-    """KV bytes on the links over time: the times it changes and the bytes in flight from each."""
-    start = np.asarray(paths["transfer_start_s"], dtype=np.float64)
-    end = np.asarray(paths["transfer_end_s"], dtype=np.float64)
-    size = np.asarray(paths["kv_transfer_bytes"], dtype=np.float64)
-    moved = end >= 0
-    times = np.concatenate([start[moved], end[moved]])
-    deltas = np.concatenate([size[moved], -size[moved]])
-    order = np.lexsort((deltas, times))  # at one instant a landing is counted before a start
-    return times[order], np.cumsum(deltas[order])
-
-
 def _in_flight_summary(paths: ColumnTable, duration_s: float) -> dict:
     times, in_flight = kv_in_flight(paths)
     if not len(times):
@@ -169,7 +158,7 @@ def _in_flight_summary(paths: ColumnTable, duration_s: float) -> dict:
     return {"kv_in_flight_peak_bytes": int(in_flight.max()), "kv_in_flight_mean_bytes": mean}
 
 
-def worker_rows(setups: dict[str, list[RunSetup]], record: DeploymentRecord, duration_s: float) -> list[dict]:
+def worker_rows(setups: dict[str, list], record: DeploymentRecord, duration_s: float) -> list[dict]:
     """One row per engine: its role and index, its memory over the run and how busy it was."""
     rows = []
     for role, records in (("prefill", record.prefill), ("decode", record.decode)):
@@ -198,10 +187,9 @@ def worker_rows(setups: dict[str, list[RunSetup]], record: DeploymentRecord, dur
     return rows
 
 
-def _result(cfg, config: DeploymentConfig, choices, setups, gpus, ranks, links, record, max_concurrency) -> RunResult:
+def _result(cfg, config: DeploymentConfig, summary: dict, setups, gpus, links, record, max_concurrency) -> RunResult:
     first = setups["prefill"][0]
     requests = merged_requests(record)
-    summary = labels(cfg, first, choices)
     summary.update(
         summarize(
             requests,
@@ -269,5 +257,9 @@ def _stacked_refusals(record: DeploymentRecord) -> ColumnTable:
     return ColumnTable({name: np.concatenate([np.asarray(t[name]) for t in tables]) for name in names})
 
 
-def engines_of(setups: dict[str, Sequence[RunSetup]]) -> int:
-    return sum(len(v) for v in setups.values())
+def build_router(node) -> Router:
+    """The router ``node`` (the composed ``router`` group) names, with its options checked."""
+    if node is None or "name" not in node:
+        raise ConfigError("router.name is missing: pick one with router=<name>")
+    cls = lookup("router", node["name"])
+    return cls(plugin_config(cls, node, "router"))
