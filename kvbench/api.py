@@ -34,6 +34,7 @@ from kvbench.output.figures import pyplot
 from kvbench.output.provenance import kvbench_version
 from kvbench.output.results import RunResult
 from kvbench.slo.batch import memory_ceiling, slo_batch
+from kvbench.slo.search import bisect
 from kvbench.specs.hardware import HardwareSpec
 from kvbench.specs.model import ModelConfig, ModelSpec, model_spec
 
@@ -46,6 +47,7 @@ __all__ = [
     "RunSetup",
     "SeqShape",
     "Transfer",
+    "bisect",
     "build",
     "compose",
     "hardware_spec",

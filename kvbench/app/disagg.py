@@ -11,6 +11,8 @@ controller does, and the MoE layers are priced at D ranks' tokens as for an aggr
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -69,7 +71,7 @@ def execute_disagg(cfg: DictConfig, choices: dict | None, setup, labels) -> RunR
     counts = {"prefill": config.prefill_workers, "decode": config.decode_workers}
     num_engines = {role: counts[role] * ranks[role] for role in ROLES}
     for role in ROLES:  # one engine per attention-DP rank of every worker, each its own memory
-        setups[role] += [setup(role_config(cfg, config, role)) for _ in range(num_engines[role] - 1)]
+        setups[role] += [another_engine(setups[role][0]) for _ in range(num_engines[role] - 1)]
     first = setups["prefill"][0]
     workload = first.workload_source.generate(np.random.default_rng(int(cfg.seed)))
     check_arrival_span(workload.arrival_s, "raise workload.rate_per_s or workload.rate_scale, or replay fewer requests")
@@ -106,6 +108,16 @@ def execute_disagg(cfg: DictConfig, choices: dict | None, setup, labels) -> RunR
             on_finished=advance,
         ).run(requests)
     return _result(cfg, config, labels(cfg, first, choices), setups, gpus, links, record, workload.max_concurrency)
+
+
+def another_engine(s):
+    """A second engine like ``s`` (a :class:`~kvbench.app.run.RunSetup` not run yet): its own
+    scheduler, allocator, queue and swap pool, the same clock, model and hardware. Copied, not built
+    again: building a profiled clock reads its tables (most of a second each), and the copy is the
+    same objects a second ``setup`` would build."""
+    shared = (s.cost, s.model, s.hardware, s.efficiency, s.kernel, s.workload_source, s.model_config)
+    scheduler = copy.deepcopy(s.scheduler, {id(obj): obj for obj in shared})
+    return dataclasses.replace(s, scheduler=scheduler, allocator=scheduler.allocator)
 
 
 def merged_requests(record: DeploymentRecord) -> ColumnTable:

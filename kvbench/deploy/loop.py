@@ -109,6 +109,11 @@ class DeploymentRecord:
     extra: dict = field(default_factory=dict)
 
 
+def _next_s(worker: Worker) -> float:
+    t = worker.next_event_s()
+    return math.inf if t is None else t
+
+
 def check_single_branch(requests: Sequence[Request]) -> None:
     for r in requests:
         if r.num_branches != 1 or r.beam_fork_probability:
@@ -164,28 +169,35 @@ class Deployment:
         # decode workers first: on a tie, a decode worker's reservation (and a zero-cost transfer's
         # landing and release) is taken before a prefill worker's step at the same instant
         workers = self.decode + self.prefill
+        slot = {id(w): k for k, w in enumerate(workers)}
+        # each worker's next event: recomputed only for the workers a turn touched (the one that
+        # advanced, and those it pushed a request to, landed KV on or released KV from)
+        times = [_next_s(w) for w in workers]
+        self._touched: list = []
         num_finished = 0
         while num_finished < len(requests):
             send_s = self._sends[0][0] if self._sends else math.inf
-            nexts = [w.next_event_s() for w in workers]
-            times = [math.inf if t is None else t for t in nexts]
             i = min(range(len(workers)), key=times.__getitem__)
             if send_s <= times[i]:
                 self._deliver(heapq.heappop(self._sends))
-                continue
-            if times[i] == math.inf:
-                stuck = len(requests) - num_finished
-                raise RuntimeError(
-                    f"the deployment stalled with {stuck} requests unfinished and no worker able to move"
-                )
-            others = min((t for j, t in enumerate(times) if j != i), default=math.inf)
-            events = workers[i].advance(min(send_s, others))
-            finished_now = 0
-            for event in events:
-                finished_now += self._handle(i, event)
-            if finished_now:
-                num_finished += finished_now
-                self.on_finished(finished_now)
+            else:
+                if times[i] == math.inf:
+                    stuck = len(requests) - num_finished
+                    raise RuntimeError(
+                        f"the deployment stalled with {stuck} requests unfinished and no worker able to move"
+                    )
+                others = min((t for j, t in enumerate(times) if j != i), default=math.inf)
+                events = workers[i].advance(min(send_s, others))
+                times[i] = _next_s(workers[i])
+                finished_now = 0
+                for event in events:
+                    finished_now += self._handle(i, event)
+                if finished_now:
+                    num_finished += finished_now
+                    self.on_finished(finished_now)
+            for w in self._touched:
+                times[slot[id(w)]] = _next_s(w)
+            self._touched.clear()
         rows = [self._paths[r].row() for r in sorted(self._paths)]
         paths = ColumnTable({name: [row[k] for row in rows] for k, name in enumerate(PATH_COLUMNS)})
         return DeploymentRecord(
@@ -218,11 +230,15 @@ class Deployment:
 
     def _to_prefill(self, path: _Path, at_s: float) -> None:
         path.prefill_worker = self._route(path.request, "prefill")
-        self.prefill[path.prefill_worker].push(path.request, at_s)  # (the worker runs it with one output token)
+        w = self.prefill[path.prefill_worker]
+        w.push(path.request, at_s)  # (the worker runs it with one output token)
+        self._touched.append(w)
 
     def _to_decode(self, path: _Path, at_s: float) -> None:
         path.decode_worker = self._route(path.request, "decode")
-        self.decode[path.decode_worker].push(path.request, at_s)
+        w = self.decode[path.decode_worker]
+        w.push(path.request, at_s)
+        self._touched.append(w)
 
     # -- the workers' events -------------------------------------------------------------------------
 
@@ -262,8 +278,10 @@ class Deployment:
             num_layers=self.num_layers,
         )
         request_id = path.request.request_id
-        self.decode[path.decode_worker].land(request_id, transfer.end_s)
-        self.prefill[path.prefill_worker].release(request_id, transfer.end_s)
+        decode, prefill = self.decode[path.decode_worker], self.prefill[path.prefill_worker]
+        decode.land(request_id, transfer.end_s)
+        prefill.release(request_id, transfer.end_s)
+        self._touched += (decode, prefill)
 
 
 def kv_in_flight(paths: ColumnTable) -> tuple[np.ndarray, np.ndarray]:
