@@ -253,13 +253,18 @@ def _result(cfg, config: DeploymentConfig, summary: dict, setups, gpus, links, r
 
 
 def _worker_steps(record: DeploymentRecord) -> ColumnTable:
-    """Every engine's step table, one after another, with the engine named in ``worker``."""
+    """Every engine's step table, one after another, with the engine named in ``worker`` and the
+    deployment's KV in flight on the links when the step starts (``kv_in_flight_bytes``)."""
     parts = [(f"prefill{k}", r.step_columns) for k, r in enumerate(record.prefill)]
     parts += [(f"decode{k}", r.step_columns) for k, r in enumerate(record.decode)]
     names = parts[0][1].columns
     columns = {"worker": np.concatenate([np.full(len(t[names[0]]), w, dtype=object) for w, t in parts])}
     for name in names:
         columns[name] = np.concatenate([np.asarray(t[name]) for _, t in parts])
+    # the KV on the links when each step (or run of steps) starts: the deployment's, on every row
+    times, in_flight = kv_in_flight(record.paths)
+    at = np.searchsorted(times, np.asarray(columns["start_s"], dtype=np.float64), side="right") - 1
+    columns["kv_in_flight_bytes"] = np.where(at >= 0, in_flight[np.maximum(at, 0)] if len(times) else 0, 0)
     return ColumnTable(columns)
 
 

@@ -73,9 +73,9 @@ computes its batch of whole prompts in one step, as aiconfigurator's ``static_ct
 ``deployment.decode.max_num_seqs = decode_batch_size``, the KV moved after the prefill over the
 link the loop picks (``auto``), requests routed round-robin, and the closed-loop client at the
 row's concurrency. Both batch sizes are per attention-DP rank, as ``max_num_seqs`` is in the
-engines: a worker with ``attention_dp = n`` stands for n ranks that each take a round-robin
-n-th of the worker's requests, and kvbench simulates one rank of it, as for an aggregated row
-(the MoE layers priced at the tokens of all n). The simulated deployment is the row's divided by
+engines: a worker with ``attention_dp = n`` is n engines in the deployment (:mod:`kvbench.app.disagg`),
+one per rank with its own KV cache and batch, among which the router spreads the requests (the
+MoE layers priced at the tokens of all n, as for an aggregated row). The simulated deployment is the row's divided by
 ``g = gcd(prefill_num_workers, decode_num_workers, concurrency)``: with identical requests and
 round-robin routing every worker of a role takes the same share, so g copies of a
 ``P/g``-prefill, ``D/g``-decode deployment at concurrency ``C/g`` are the row's deployment, and one
