@@ -200,6 +200,15 @@ def setup(cfg: DictConfig) -> RunSetup:
     model_config = to_dataclass(ModelConfig, cfg.model, "model")
     model = model_spec(model_config)
     hardware = to_dataclass(HardwareSpec, cfg.hardware, "hardware")
+    domain = hardware.nvlink_domain_gpus
+    # a tensor-parallel group all-reduces twice a layer: kvbench prices it inside one NVLink domain only
+    require(
+        model.tp <= domain,
+        "model.tp",
+        model.tp,
+        f"use 1 to {domain} GPUs: one tensor-parallel group spans at most one NVLink domain of "
+        f"hardware={hardware.name} (hardware.nvlink_domain_gpus={domain})",
+    )
     engine = to_dataclass(EngineConfig, cfg.get("engine") or {}, "engine")
     deployment = to_dataclass(DeploymentConfig, cfg.get("deployment") or {}, "deployment")
     build_router(cfg.get("router") or {"name": "round_robin"})  # a misspelled router fails every run alike

@@ -23,7 +23,9 @@ and TRT-LLM kernels), per GPU of the tensor-parallel group:
   causal prefill of ``p + c`` tokens times the share of its score matrix the chunk computes,
   ``c * (2p + c) / (p + c)^2``; beyond the longest measured prompt, quadratic in the length.
 - **All-reduces** under tensor parallelism: two per layer (after attention and after the MLP), of
-  ``m * hidden`` bf16 activations, from the framework's all-reduce table (linear in message size).
+  ``m * hidden`` bf16 activations, from the framework's all-reduce table (linear in message size;
+  a GPU count the table never measured, inside one NVLink domain, by the stated, counted stand-in
+  of :mod:`kvbench.exec.profiled_comm`).
   The tables' ``message_size`` counts elements, not bytes: aiconfigurator's estimator prices a
   layer's all-reduce at ``tokens x hidden`` from the same column (its comm ops carry an element
   count), and its measured latencies are NCCL's for that many bf16 values.
@@ -47,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvbench.errors import ConfigError
-from kvbench.exec import profiled_arch
+from kvbench.exec import profiled_arch, profiled_comm
 from kvbench.exec.costmodel import CostModel
 from kvbench.specs import profiles
 from kvbench.specs.profiles import MeasuredKernel
@@ -196,16 +198,19 @@ class GemmGrid:
 
 class AllReduceCurve:
     """One all-reduce's latency in seconds by its message size in elements (the table's
-    ``message_size`` unit: bf16 values, not bytes), for the group's GPU count."""
+    ``message_size`` unit: bf16 values, not bytes), for the group's GPU count. Rows standing in
+    for a GPU count the table never measured (:func:`kvbench.exec.profiled_comm.rows_at_gpus`)
+    count every lookup."""
 
     def __init__(self, frame, counter: _Counter) -> None:
+        self.stand_in = bool(frame.attrs.get(profiled_comm.STAND_IN))
         row = frame.groupby("message_size")["latency"].median().sort_index()
         self.size = row.index.to_numpy(np.float64)
         self.lat_s = row.to_numpy(np.float64) * 1e-3
         self.counter = counter
 
     def latency_s(self, num_elements: float) -> float:
-        if num_elements > self.size[-1]:
+        if num_elements > self.size[-1] or self.stand_in:
             self.counter.count += 1
         return float(_interp_extend(np.array([num_elements], dtype=np.float64), self.size, self.lat_s)[0])
 
@@ -322,8 +327,13 @@ def select_tables(kernel: MeasuredKernel, system: str, model, gemm_dtype: str, k
             raise ConfigError(f"{root} has no all-reduce table measured with {fw} on {system}")
         ar = profiles.read_table(system, "comm", fw, ar_versions[-1], "custom_allreduce_perf")
         ar_where = f"{root} {system}/comm/{fw}/{ar_versions[-1]}"
-        allreduce = _only(ar, "all-reduces", ar_where, kernel_source=kernel.allreduce_source, num_gpus=model.tp)
-        ar_label = f", all-reduce {kernel.allreduce_source} {ar_versions[-1]}"
+        ar = _only(ar, "all-reduces", ar_where, kernel_source=kernel.allreduce_source)
+        what = f"{ar_where} has no all-reduces of kernel_source={kernel.allreduce_source}"
+        # more GPUs than measured, inside one NVLink domain: a stated stand-in (profiled_comm)
+        allreduce, stand_in = profiled_comm.rows_at_gpus(
+            ar, profiled_comm.ALL_REDUCE, model.tp, system, what, "model.tp"
+        )
+        ar_label = f", all-reduce {kernel.allreduce_source} {ar_versions[-1]}{stand_in}"
     if kernel.prefill_source(system) != source:
         source = f"{source}/{kernel.prefill_source(system)}"  # decode/prefill
     label = (

@@ -31,9 +31,6 @@ LLAMA_LIKE = ("llama", "mistral", "qwen3")
 #: families counted with Gemma's formula: the gated MLP, four RMSNorms per layer (around attention
 #: and around the MLP), tied embeddings; Gemma-3 adds a q_norm and a k_norm over each head
 GEMMA_LIKE = ("gemma2", "gemma3_text")
-#: the most GPUs one tensor-parallel group spans here (one node of eight, as the public
-#: measurements kvbench prices steps with were taken)
-MAX_TENSOR_PARALLEL = 8
 #: the most GPUs one deployment (tp x attention_dp) spans: one NVL72 rack (GB200/GB300), the widest
 #: NVLink domain the public measurements were taken on
 MAX_GPUS = 72
@@ -189,8 +186,10 @@ class ModelConfig:
         require(ok, "model.moe_dtype", self.moe_dtype, f"choose null or one of {', '.join(MOE_DTYPES)}")
         ok = self.kv_dtype is None or self.kv_dtype in DTYPE_BYTES
         require(ok, "model.kv_dtype", self.kv_dtype, f"choose null or one of {', '.join(DTYPE_BYTES)}")
-        ok = isinstance(self.tp, int) and 1 <= self.tp <= MAX_TENSOR_PARALLEL
-        require(ok, "model.tp", self.tp, f"use 1 to {MAX_TENSOR_PARALLEL} GPUs")
+        # (a tensor-parallel group spans at most one NVLink domain: the run's setup checks it
+        # against hardware.nvlink_domain_gpus, which only the hardware config knows)
+        ok = isinstance(self.tp, int) and not isinstance(self.tp, bool) and 1 <= self.tp <= MAX_GPUS
+        require(ok, "model.tp", self.tp, f"use 1 to {MAX_GPUS} GPUs")
         for key in ("ep", "attention_dp"):
             value = getattr(self, key)
             ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_GPUS

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.util
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -137,6 +138,20 @@ def system_constants(system: str) -> dict:
     if not path.is_file():
         raise ConfigError(f"no {system}.yaml in {table_root().label}: {INSTALL_HINT}")
     return yaml.safe_load(path.read_text())["gpu"]
+
+
+def nvlink_domain_gpus(system: str) -> int | None:
+    """The GPUs one NVLink domain of ``<system>.yaml`` joins: ``num_gpus_per_rack`` where the nodes
+    of a rack are joined by NVLink (``inter_node_bw`` as fast as ``intra_node_bw``: GB200 and GB300
+    NVL72, 72), else ``num_gpus_per_node`` (None without the file or the count)."""
+    path = table_root().systems_dir / f"{system}.yaml"
+    if not path.is_file():
+        return None
+    node = yaml.safe_load(path.read_text()).get("node") or {}
+    rack = int(node.get("num_gpus_per_rack", 0))
+    if rack and float(node.get("inter_node_bw", 0)) >= float(node.get("intra_node_bw", math.inf)):
+        return rack
+    return int(node.get("num_gpus_per_node", 0)) or None
 
 
 def versions(system: str, op: str, framework: str, table: str) -> list[str]:

@@ -356,18 +356,10 @@ def read_silicon():
 
 @functools.cache
 def nvlink_domain_gpus(system: str) -> int | None:
-    """The GPUs one NVLink domain of the package's ``<system>.yaml`` joins: ``num_gpus_per_rack``
-    where the nodes of a rack are joined by NVLink (``inter_node_bw`` as fast as
-    ``intra_node_bw``: GB200 and GB300 NVL72, 72), else ``num_gpus_per_node`` (None without the
-    file)."""
-    path = profiles.table_root().systems_dir / f"{system}.yaml"
-    if not path.is_file():
-        return None
-    node = yaml.safe_load(path.read_text()).get("node") or {}
-    rack = int(node.get("num_gpus_per_rack", 0))
-    if rack and float(node.get("inter_node_bw", 0)) >= float(node.get("intra_node_bw", math.inf)):
-        return rack
-    return gpus_per_node(system)
+    """The GPUs one NVLink domain of the package's ``<system>.yaml`` joins
+    (:func:`kvbench.specs.profiles.nvlink_domain_gpus`: 72 for GB200/GB300 NVL72, else
+    ``num_gpus_per_node``; None without the file)."""
+    return profiles.nvlink_domain_gpus(system)
 
 
 def _positive(value) -> bool:
