@@ -32,8 +32,10 @@ from kvbench.validation.silicon import FITTED, REASONS
 from kvbench.validation.validate import (
     GOALS,
     GROUP_TPOT_LIMIT,
+    MAX_DISAGG_TOKENS,
     MOE_TPOT_GOAL,
     parity_figure,
+    replay_jobs,
     run_validation,
     worst,
 )
@@ -194,19 +196,27 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--backend", action="append", help="only this engine (repeatable): vllm, sglang, trtllm")
     parser.add_argument("--mode", action="append", help="only these rows (repeatable): agg (aggregated), disagg")
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N admitted rows")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="replay a disaggregated row only if it simulates at most this many output tokens "
+        "(default 4,000,000; 0: any)",
+    )
     parser.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU)")
     parser.add_argument("--no-aic", action="store_true", help="leave out aiconfigurator's own estimate")
     parser.add_argument("--out", default=None, help="output folder (default results/validate/<date>/<time>/)")
     args, overrides = parser.parse(argv)
     require(not overrides, "kvbench validate", overrides[0] if overrides else None, "takes no kvbench overrides")
     require(args.limit is None or args.limit >= 1, "--limit", args.limit, "use an integer >= 1")
+    require(args.max_tokens is None or args.max_tokens >= 0, "--max-tokens", args.max_tokens, "use an integer >= 0")
     require(args.workers is None or args.workers >= 1, "--workers", args.workers, "use an integer >= 1")
     now = datetime.now()
     out_dir = Path(args.out) if args.out else Path("results") / "validate" / f"{now:%Y-%m-%d}" / f"{now:%H-%M-%S-%f}"
     check_writable(out_dir, "--out", named=bool(args.out))
     check_folder_files(out_dir, FILES)
     _refuse_finished(out_dir)
-    from kvbench.validation.silicon import MODELS, admitted, architecture, config_exists, read_silicon, select
+    from kvbench.validation.silicon import MODELS, admitted, architecture, read_silicon, select
 
     frame, _ = read_silicon()
     rows, _ = admitted(frame)
@@ -214,14 +224,15 @@ def _main(argv: list[str]) -> int:
     # only where deployment=disagg exists), and aiconfigurator's estimate of each row where the
     # package is installed
     picked = select(rows, args.model, args.system, args.backend, args.limit, args.mode)
-    runnable = picked if config_exists("deployment", "disagg") else picked[picked["mode"] != "disagg"]
-    dense = sum(architecture(MODELS[m]) == "dense" for m in runnable["model_path"])
+    max_tokens = MAX_DISAGG_TOKENS if args.max_tokens is None else (args.max_tokens or None)
+    picked = picked.assign(architecture=[architecture(MODELS[m]) for m in picked["model_path"]])
     with_aic = not args.no_aic and importlib.util.find_spec("aiconfigurator_core") is not None
-    total = len(runnable) + dense + (len(picked) if with_aic else 0)
+    total = len(replay_jobs(picked, max_tokens)) + (len(picked) if with_aic else 0)
     with progress_bar(total, "replaying", enabled=True, unit="runs") as advance:
         v = run_validation(
             models=args.model,
             modes=args.mode,
+            max_tokens=max_tokens,
             systems=args.system,
             backends=args.backend,
             limit=args.limit,

@@ -81,16 +81,40 @@ NO_ROOFLINE = "not run: the roofline has no expert, latent or state terms"
 NO_DEPLOYMENT = "not run: this kvbench has no deployment=disagg (conf/deployment/disagg.yaml)"
 
 
-def replay_jobs(rows) -> list[tuple[int, str, Replay]]:
+#: the most output tokens a disaggregated replay simulates by default (``--max-tokens``): a
+#: deployment simulates every rank of every worker, and the largest rows (40,960 requests of 8,192
+#: output tokens over 32 decode ranks) would take an hour each on a laptop's core
+MAX_DISAGG_TOKENS = 4_000_000
+
+
+def replay_tokens(overrides) -> int:
+    """The output tokens a replay simulates: its requests times their output length."""
+    values = dict(o.split("=", 1) for o in overrides if "=" in o)
+    return int(values.get("workload.num_requests", 0)) * int(values.get("workload.output_tokens", 0))
+
+
+def too_large(tokens: int, max_tokens: int) -> str:
+    return (
+        f"not run: the replay simulates {tokens:,} output tokens, above --max-tokens {max_tokens:,} "
+        "(raise it to replay this row)"
+    )
+
+
+def replay_jobs(rows, max_tokens: int | None = MAX_DISAGG_TOKENS) -> list[tuple[int, str, Replay]]:
     """(row position, clock, replay) for each replay to run: the profiled clock for every row, the
-    roofline for the dense ones; a disaggregated row only where ``deployment=disagg`` exists."""
+    roofline for the dense ones; a disaggregated row only where ``deployment=disagg`` exists, and
+    only when it simulates at most ``max_tokens`` output tokens (None: any)."""
     disagg = config_exists("deployment", "disagg")
-    return [
-        (i, clock, replay(row, clock))
-        for i, (_, row) in enumerate(rows.iterrows())
-        for clock in CLOCKS
-        if (clock == "profiled" or row["architecture"] == "dense") and (disagg or row["mode"] != "disagg")
-    ]
+    jobs = []
+    for i, (_, row) in enumerate(rows.iterrows()):
+        for clock in CLOCKS:
+            if not ((clock == "profiled" or row["architecture"] == "dense") and (disagg or row["mode"] != "disagg")):
+                continue
+            job = replay(row, clock)
+            if row["mode"] == "disagg" and max_tokens is not None and replay_tokens(job.overrides) > max_tokens:
+                continue
+            jobs.append((i, clock, job))
+    return jobs
 
 
 @dataclass
@@ -113,6 +137,7 @@ def run_validation(
     limit: int | None = None,
     workers: int | None = None,
     with_aic: bool = True,
+    max_tokens: int | None = MAX_DISAGG_TOKENS,
     advance=lambda n: None,
 ) -> Validation:
     frame, source = read_silicon()
@@ -121,7 +146,7 @@ def run_validation(
     if rows.empty:
         raise ConfigError("no silicon row is left to replay: widen --model, --system or --backend")
     rows.insert(0, "architecture", [architecture(MODELS[m]) for m in rows["model_path"]])
-    jobs = replay_jobs(rows)
+    jobs = replay_jobs(rows, max_tokens)
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     if workers == 1:
         results = []
@@ -138,8 +163,7 @@ def run_validation(
     for clock in CLOCKS:
         no_disagg = not config_exists("deployment", "disagg")
         skipped = [
-            (math_nan, math_nan, 0, NO_DEPLOYMENT if mode == "disagg" and no_disagg else NO_ROOFLINE)
-            for mode in rows["mode"]
+            (math_nan, math_nan, 0, _skipped_status(row, clock, no_disagg, max_tokens)) for _, row in rows.iterrows()
         ]
         part = [done.get((i, clock), skipped[i]) for i in range(len(rows))]
         rows[f"{clock}_ttft_ms"] = [r[0] for r in part]
@@ -161,6 +185,16 @@ def run_validation(
             rows[f"{clock}_{metric}_ape"] = (rows[f"{clock}_{metric}_ms"] - measured).abs() / measured
     groups = _groups(rows, clocks)
     return Validation(rows, groups, headline(rows, clocks), refused, failed_replays(rows), source, aic_status)
+
+
+def _skipped_status(row, clock: str, no_disagg: bool, max_tokens: int | None) -> str:
+    """Why a row has no replay on ``clock``."""
+    if row["mode"] == "disagg":
+        if no_disagg:
+            return NO_DEPLOYMENT
+        if clock == "profiled" or row["architecture"] == "dense":
+            return too_large(replay_tokens(replay(row, clock).overrides), max_tokens)
+    return NO_ROOFLINE
 
 
 def _aic_estimates(rows, workers: int, advance):

@@ -41,6 +41,17 @@ def test_the_disaggregated_rows_wait_for_the_deployment_loop_in_one_line():
     assert "disagg" in set(v.headline["subset"]) and list(v.groups["mode"]) == ["disagg"]
 
 
+def test_a_disaggregated_replay_beyond_max_tokens_is_not_run_and_says_so():
+    import kvbench.validation.validate as validate
+
+    v = run_validation(models=["nvidia/Qwen3-32B-NVFP4"], limit=1, workers=1, with_aic=False, max_tokens=10)
+    status = v.rows["profiled_status"].iloc[0]
+    assert status.startswith("not run: the replay simulates") and "above --max-tokens 10 " in status
+    row = v.rows.iloc[0]
+    tokens = validate.replay_tokens(validate.replay(row, "profiled").overrides)
+    assert f"{tokens:,} output tokens" in status and tokens > 10
+
+
 def test_a_row_replays_its_precision_parallelism_and_client():
     rows, _ = admitted(read_silicon()[0])
     # a dense per-tensor FP8 row: its checkpoint declares an FP8 KV cache
@@ -117,7 +128,7 @@ def test_the_command_writes_tables_and_the_parity_figure(tmp_path):
     assert (out / "COMPLETE").read_text() == marker
 
 
-@pytest.mark.parametrize("args", [["--limit", "0"], ["--bogus"], ["model=llama3.1-8b"]])
+@pytest.mark.parametrize("args", [["--limit", "0"], ["--bogus"], ["model=llama3.1-8b"], ["--max-tokens", "-1"]])
 def test_bad_arguments_are_one_line_and_exit_2(args, tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "kvbench.commands.validate", *args, "--out", str(tmp_path / "x")],
