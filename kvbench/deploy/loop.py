@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -106,7 +106,6 @@ class DeploymentRecord:
     prefill: list[RunRecord]
     decode: list[RunRecord]
     num_layers: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 def _next_s(worker: Worker) -> float:
@@ -119,7 +118,7 @@ def check_single_branch(requests: Sequence[Request]) -> None:
         if r.num_branches != 1 or r.beam_fork_probability:
             raise ConfigError(
                 f"request {r.request_id} asks for {r.num_branches} completions or beams: deployment=disagg "
-                "runs one completion per request (set workload.n=1, or use deployment=aggregated)"
+                "runs one completion per request (set workload.num_branches=1, or use deployment=aggregated)"
             )
 
 
