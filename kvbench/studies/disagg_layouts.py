@@ -1,11 +1,11 @@
 """The comparison people ask of disaggregated serving: one model, one GPU, one SLO, the
 aggregated engine against 1P1D, 2P1D and 1P2D, by the goodput each layout gives per GPU.
 
-Each layout serves Poisson arrivals of identical requests; its *goodput per GPU* is the largest
-arrival rate per GPU at which 90 % of requests meet both SLOs (DistServe's measure), found by
-bisection over whole runs (``kvbench slo-search``'s, over ``rate per GPU x the layout's GPUs``).
-At that rate the table also gives the TTFT, the TPOT and, for a disaggregated layout, where the
-TTFT goes. Every number comes from runs of kvbench itself; the figure and the CSV are written
+Each layout serves Poisson arrivals of identical requests at the largest arrival rate per GPU at
+which 90 % of requests meet both SLOs (DistServe's measure), found by bisection over whole runs
+(``kvbench slo-search``'s, over ``rate per GPU x the layout's GPUs``); its *goodput per GPU* is the
+requests per second that met both SLOs at that rate, divided by its GPUs. At that rate the table
+also gives the TTFT, the TPOT and, for a disaggregated layout, where the TTFT goes. Every number comes from runs of kvbench itself; the figure and the CSV are written
 where ``--out`` says (the README shows the committed ones)::
 
     KVBENCH_PROFILE_TABLES=excerpt python -m kvbench.studies.disagg_layouts --out docs/disagg
