@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from kvbench.app.config import plugin_config, to_dataclass
 from kvbench.app.progress import progress_bar
 from kvbench.core.request import requests_from_workload
+from kvbench.core.sequence import EVENT_COLUMNS
 from kvbench.deploy.config import DeploymentConfig, role_config
 from kvbench.deploy.interfaces import Router
 from kvbench.deploy.links import link_for
@@ -39,16 +40,7 @@ from kvbench.workload.arrivals import check_arrival_span
 
 ROLES = ("prefill", "decode")
 #: the request-table columns that add up over the two workers a request went through
-ADDED_COLUMNS = (
-    "num_computed_tokens",
-    "num_recomputed_tokens",
-    "num_preemptions",
-    "num_recompute_preemptions",
-    "num_swap_preemptions",
-    "num_swap_fallbacks",
-    "swap_out_bytes",
-    "swap_in_bytes",
-)
+ADDED_COLUMNS = ("num_computed_tokens", "num_recomputed_tokens", *EVENT_COLUMNS)
 #: the TTFT's four parts, summing to it: (column, words)
 TTFT_PARTS = (
     ("ttft_prefill_queue_s", "prefill queue"),

@@ -539,25 +539,41 @@ def replay(row, clock: str) -> Replay:
     model = MODELS[row["model_path"]]
     moe = is_moe(model)
     concurrency = per_rank * (_size(row["attention_dp_size"]) if moe else 1)
+    overrides = [
+        *_engine_overrides(row, model, moe, clock, layout_overrides(row, model)),
+        f"scheduler.max_num_seqs={max(per_rank, 1)}",  # per engine: one rank's share is batch_size
+        *_client_overrides(concurrency, WAVES * concurrency, isl, osl),
+    ]
+    return Replay(str(row["id"]), clock, tuple(_with_gemm(overrides, row, moe, clock)))
+
+
+def _engine_overrides(row, model: str, moe: bool, clock: str, layout: list[str]) -> list[str]:
+    """The model, its precision per part (``layout`` between them), the GPU, the clock's kernel and
+    the engines' shared chunked-prefill defaults: what an aggregated and a disaggregated replay share."""
     part = precision(row, moe)
     if part is None:
         raise ConfigError(f"silicon row {row['id']}: its quant modes are not mapped (see silicon.REASONS)")
     kernel = kernel_for(row["backend"], row["system"]) if clock == "profiled" else "torch"
-    overrides = [
+    return [
         f"model={model}",
         f"model.dtype={part.dtype}",
         f"model.kv_dtype={part.kv_dtype}",
-        *layout_overrides(row, model),
+        *layout,
         *([f"model.moe_dtype={part.moe_dtype}"] if moe else []),
         f"hardware={HARDWARE[row['system']]}",
         "hardware.kv_budget_bytes=null",
         f"kernel={kernel}",
         "scheduler=chunked",
         f"scheduler.max_num_batched_tokens={MAX_NUM_BATCHED_TOKENS}",
-        f"scheduler.max_num_seqs={max(per_rank, 1)}",  # per engine: one rank's share is batch_size
+    ]
+
+
+def _client_overrides(concurrency: int, num_requests: int, isl: int, osl: int) -> list[str]:
+    """The closed-loop client of exactly ``isl`` + ``osl`` tokens, and a run that writes nothing."""
+    return [
         "workload=closed_loop",
         f"workload.max_concurrency={concurrency}",
-        f"workload.num_requests={WAVES * concurrency}",
+        f"workload.num_requests={num_requests}",
         f"workload.prompt_tokens={isl}",
         f"workload.output_tokens={osl}",
         f"workload.s_max_tokens={isl + osl}",
@@ -565,9 +581,11 @@ def replay(row, clock: str) -> Replay:
         "output.write=false",
         "wandb.mode=disabled",
     ]
-    if clock == "profiled":
-        overrides.append(f"kernel.gemm={part.gemm}")
-    return Replay(str(row["id"]), clock, tuple(overrides))
+
+
+def _with_gemm(overrides: list[str], row, moe: bool, clock: str) -> list[str]:
+    """The profiled clock's GEMM table in the dense weights' precision (last, as always)."""
+    return [*overrides, f"kernel.gemm={precision(row, moe).gemm}"] if clock == "profiled" else overrides
 
 
 def _role_overrides(name: str, r: Role, moe: bool) -> list[str]:
@@ -589,20 +607,8 @@ def disagg_replay(row, clock: str) -> Replay:
     prefill, decode = role(row, "prefill"), role(row, "decode")
     concurrency = disagg_concurrency(row)
     copies = math.gcd(prefill.workers, decode.workers, concurrency)
-    part = precision(row, moe)
-    if part is None:
-        raise ConfigError(f"silicon row {row['id']}: its quant modes are not mapped (see silicon.REASONS)")
-    kernel = kernel_for(row["backend"], row["system"]) if clock == "profiled" else "torch"
     overrides = [
-        f"model={model}",
-        f"model.dtype={part.dtype}",
-        f"model.kv_dtype={part.kv_dtype}",
-        *([f"model.moe_dtype={part.moe_dtype}"] if moe else []),
-        f"hardware={HARDWARE[row['system']]}",
-        "hardware.kv_budget_bytes=null",
-        f"kernel={kernel}",
-        "scheduler=chunked",
-        f"scheduler.max_num_batched_tokens={MAX_NUM_BATCHED_TOKENS}",
+        *_engine_overrides(row, model, moe, clock, []),
         "deployment=disagg",
         f"deployment.prefill_workers={prefill.workers // copies}",
         f"deployment.decode_workers={decode.workers // copies}",
@@ -613,16 +619,6 @@ def disagg_replay(row, clock: str) -> Replay:
         f"deployment.prefill.max_num_batched_tokens={prefill.batch * isl}",
         *_role_overrides("decode", decode, moe),
         f"router={DISAGG_ROUTER}",
-        "workload=closed_loop",
-        f"workload.max_concurrency={concurrency // copies}",
-        f"workload.num_requests={WAVES * concurrency // copies}",
-        f"workload.prompt_tokens={isl}",
-        f"workload.output_tokens={osl}",
-        f"workload.s_max_tokens={isl + osl}",
-        "progress=false",
-        "output.write=false",
-        "wandb.mode=disabled",
+        *_client_overrides(concurrency // copies, WAVES * concurrency // copies, isl, osl),
     ]
-    if clock == "profiled":
-        overrides.append(f"kernel.gemm={part.gemm}")
-    return Replay(str(row["id"]), clock, tuple(overrides))
+    return Replay(str(row["id"]), clock, tuple(_with_gemm(overrides, row, moe, clock)))
