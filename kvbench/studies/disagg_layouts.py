@@ -146,8 +146,16 @@ def main(argv: list[str] | None = None) -> int:
         print("disagg_layouts: error: --requests must be at least 10", file=sys.stderr)
         return 2
     out = Path(args.out)
+    targets = [out / name for name in ("layouts.csv", "layouts.parquet", "layouts.png")]
+    if (out.exists() and not out.is_dir()) or any(t.exists() and not t.is_file() for t in targets):
+        print(f"disagg_layouts: error: --out {out} must be a folder whose layouts.* are plain files", file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
-    frame = table(args.requests)
+    try:
+        frame = table(args.requests)
+    except ConfigError as exc:
+        print(f"disagg_layouts: error: {exc}", file=sys.stderr)
+        return 1
     write_frame(frame, out, "layouts", "%.6g")
     fig = figure(frame)
     fig.savefig(out / "layouts.png", dpi=110)
