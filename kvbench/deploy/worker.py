@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, replace
@@ -132,7 +133,7 @@ class Worker:
         self._pushed = _Pushed(self._make_group)
         self._next_seq_id = 0
         #: KV releases not applied yet (prefill role): (at_s, request id), in time order
-        self._releases: list[tuple[float, int]] = []
+        self._releases: list[tuple[float, int]] = []  # a heap of (release time, request id)
         #: the last plan was empty (nothing could run): the worker waits for the next push, landing,
         #: release or reload (each is in next_event_s' times: nothing changes before one of them)
         self._blocked = False
@@ -166,7 +167,7 @@ class Worker:
         step that starts at or after it."""
         if request_id not in self.scheduler.held_kv:
             raise ValueError(f"request {request_id} holds no KV on this worker: nothing to release")
-        bisect.insort(self._releases, (at_s, request_id))
+        heapq.heappush(self._releases, (at_s, request_id))
 
     # --- stepping --------------------------------------------------------------------------------
 
@@ -252,7 +253,7 @@ class Worker:
 
     def _release_due(self, clock_s: float) -> None:
         while self._releases and self._releases[0][0] <= clock_s:
-            _, request_id = self._releases.pop(0)
+            _, request_id = heapq.heappop(self._releases)
             self.scheduler.release_kv(request_id)
 
     def _make_group(self, request: Request) -> SequenceGroup:
@@ -293,20 +294,9 @@ class Worker:
         )
         return alloc.num_cached_tokens(shape)
 
-    def has_work(self) -> bool:
-        """Whether it has anything left: requests pushed, queued, running, awaiting or holding KV."""
-        scheduler = self.scheduler
-        return bool(
-            len(self._pushed)
-            or scheduler.has_work()
-            or scheduler.num_awaiting_kv()
-            or getattr(scheduler, "held_kv", None)
-            or self._releases
-        )
-
     def finish(self) -> RunRecord:
         """The worker's own request and step tables (every KV release told must have been applied
         or is applied now)."""
         if self._releases:
-            self._release_due(self._releases[-1][0])
+            self._release_due(max(self._releases)[0])
         return self._recorder.finish()
