@@ -121,9 +121,21 @@ class EngineConfig:
     #: holds is cached too (vLLM's BlockPool does not de-duplicate); turns on the allocator's
     #: ``cache_duplicate_blocks``, and changes nothing without prefix caching
     cache_duplicate_blocks: bool = False
+    #: sim mode: the engine's host work per step (scheduling, sampling, launches), in seconds, added
+    #: to every step's price; null: the kernel calibration's fitted ``step_overhead_s`` (0 without
+    #: one). ``kvbench validate`` fits one per framework from the silicon rows (kvbench.validation.overhead)
+    step_overhead_s: float | None = None
 
     def validate(self) -> None:
         require(isinstance(self.name, str) and bool(self.name), "engine.name", self.name, "name the engine")
+        overhead_s = self.step_overhead_s
+        require(
+            overhead_s is None
+            or (isinstance(overhead_s, (int, float)) and not isinstance(overhead_s, bool) and 0 <= overhead_s <= 1),
+            "engine.step_overhead_s",
+            overhead_s,
+            "use null or seconds in [0, 1]",
+        )
         require(isinstance(self.null_block, bool), "engine.null_block", self.null_block, "use true or false")
         require(
             isinstance(self.cache_duplicate_blocks, bool),

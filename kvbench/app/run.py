@@ -231,6 +231,8 @@ def setup(cfg: DictConfig) -> RunSetup:
             raise ConfigError(f"mode={cfg.mode!r} cannot run here: {reason}; pick kernel=torch")
         check_real_model_memory(model)
     efficiency, cost = _clock(cfg, model, model_config, hardware, allocator, kernel)
+    if engine.step_overhead_s is not None:  # the engine's own host work per step replaces a calibration's
+        object.__setattr__(cost, "step_overhead_s", float(engine.step_overhead_s))
     policy = _instantiate("preemption", cfg.preemption)
     host_pool = HostSwapPool(int(hardware.host_swap_bytes))
     scheduler = _instantiate(

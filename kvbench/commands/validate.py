@@ -28,6 +28,8 @@ from kvbench.io.atomic import COMPLETE
 from kvbench.io.textio import read_json_object
 from kvbench.output.report import wide_console
 from kvbench.slo.common import check_folder_files, folder_files, write_folder
+from kvbench.validation import client as client_shape
+from kvbench.validation.overhead import HELD_OUT, IN_SAMPLE, source_line
 from kvbench.validation.silicon import FITTED, REASONS
 from kvbench.validation.validate import (
     GOALS,
@@ -52,6 +54,15 @@ ERRORS = (
     ("tpot", "median", "TPOT\nmedian"),
     ("tpot", "p90", "TPOT\np90"),
 )
+#: how the tables name each clock: the profiled clock unfitted (h = 0), plus the per-step host
+#: overhead held out and in-sample (kvbench.validation.overhead)
+CLOCK_LABELS = {
+    "profiled": "profiled h=0",
+    HELD_OUT: "+h held-out",
+    IN_SAMPLE: "+h in-sample",
+    "roofline": "roofline",
+    "aic": "aic",
+}
 HEADERS = {"system": "GPU", "backend": "engine", "tp_size": "TP", "batch_size": "batch", "isl": "ISL", "osl": "OSL"}
 
 
@@ -86,7 +97,7 @@ def _table(title: str, frame, clocks, keys) -> Table:
         for i, clock in enumerate(clocks):
             table.add_row(
                 *(cells if i == 0 else [""] * len(cells)),
-                clock,
+                CLOCK_LABELS.get(clock, clock),
                 *(_pct(row[f"{clock}_{metric}_{stat}"]) for metric, stat, _ in ERRORS),
                 end_section=i == len(clocks) - 1,
             )
@@ -132,6 +143,16 @@ def _failed_table(failed) -> Table:
     return table
 
 
+def _overhead_lines(v) -> list[str]:
+    """Each framework's in-sample step overhead with its source and its held-out errors."""
+    lines = []
+    for backend, fit in (v.fits or {}).items():
+        part = v.rows[(v.rows["backend"] == backend) & (v.rows["mode"] == "agg")]
+        medians = [float(part[f"{HELD_OUT}_{m}_ape"].median()) for m in ("tpot", "ttft")]
+        lines.append(source_line(fit, *medians))
+    return lines
+
+
 def goal_lines(v) -> list[str]:
     """The goals, each with the profiled clock's number and whether it is met."""
     lines = []
@@ -141,11 +162,14 @@ def goal_lines(v) -> list[str]:
         ("all MoE", "tpot", MOE_TPOT_GOAL),
     ):
         pick = v.headline[v.headline["subset"] == subset]
-        if len(pick):
-            got = pick.iloc[0][f"profiled_{metric}_median"]
-            verdict = "no profiled prediction for" if math.isnan(got) else "meets" if got <= goal else "misses"
+        for clock in ("profiled", HELD_OUT):
+            if not len(pick) or f"{clock}_{metric}_median" not in pick:
+                continue
+            got = pick.iloc[0][f"{clock}_{metric}_median"]
+            verdict = "no prediction for" if math.isnan(got) else "meets" if got <= goal else "misses"
             lines.append(
-                f"{subset} profiled median {metric.upper()} error {_pct(got)}: {verdict} the goal of {_pct(goal)}"
+                f"{subset} {CLOCK_LABELS[clock]} median {metric.upper()} error {_pct(got)}: {verdict} the goal of "
+                f"{_pct(goal)}"
             )
     predicted = v.groups.dropna(subset=["profiled_tpot_median"])
     over = predicted[predicted["profiled_tpot_median"] > GROUP_TPOT_LIMIT]
@@ -195,7 +219,31 @@ def _main(argv: list[str]) -> int:
     )
     parser.add_argument("--backend", action="append", help="only this engine (repeatable): vllm, sglang, trtllm")
     parser.add_argument("--mode", action="append", help="only these rows (repeatable): agg (aggregated), disagg")
+    parser.add_argument(
+        "--tp", type=int, action="append", help="only aggregated rows of this TP size (repeatable), e.g. 1"
+    )
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N admitted rows")
+    parser.add_argument(
+        "--waves",
+        type=int,
+        default=client_shape.WAVES,
+        help=f"the client sends this many times its concurrency (default {client_shape.WAVES}: the sample does not "
+        "record how many requests each benchmark sent)",
+    )
+    parser.add_argument(
+        "--warmup-waves",
+        type=int,
+        default=client_shape.WARMUP_WAVES,
+        help="leave the requests of the first K waves out of the means (default 0: vllm bench serve counts "
+        "every request it sends)",
+    )
+    parser.add_argument(
+        "--desync",
+        type=float,
+        default=client_shape.DESYNC,
+        help="spread the first wave's sends over this fraction (0 to 1) of one request's unloaded latency "
+        "(default 0: all at t=0, as a benchmark client starts them)",
+    )
     parser.add_argument(
         "--max-tokens",
         type=int,
@@ -211,6 +259,10 @@ def _main(argv: list[str]) -> int:
     require(args.limit is None or args.limit >= 1, "--limit", args.limit, "use an integer >= 1")
     require(args.max_tokens is None or args.max_tokens >= 0, "--max-tokens", args.max_tokens, "use an integer >= 0")
     require(args.workers is None or args.workers >= 1, "--workers", args.workers, "use an integer >= 1")
+    for tp in args.tp or ():
+        require(tp >= 1, "--tp", tp, "use an integer >= 1")
+    client = client_shape.ClientShape(args.waves, args.warmup_waves, args.desync)
+    client.validate()
     now = datetime.now()
     out_dir = Path(args.out) if args.out else Path("results") / "validate" / f"{now:%Y-%m-%d}" / f"{now:%H-%M-%S-%f}"
     check_writable(out_dir, "--out", named=bool(args.out))
@@ -223,11 +275,11 @@ def _main(argv: list[str]) -> int:
     # the replays (two clocks for a dense row, the profiled one for the others; a disaggregated row
     # only where deployment=disagg exists), and aiconfigurator's estimate of each row where the
     # package is installed
-    picked = select(rows, args.model, args.system, args.backend, args.limit, args.mode)
+    picked = select(rows, args.model, args.system, args.backend, args.limit, args.mode, args.tp)
     max_tokens = MAX_DISAGG_TOKENS if args.max_tokens is None else (args.max_tokens or None)
     picked = picked.assign(architecture=[architecture(MODELS[m]) for m in picked["model_path"]])
     with_aic = not args.no_aic and importlib.util.find_spec("aiconfigurator_core") is not None
-    total = len(replay_jobs(picked, max_tokens)) + (len(picked) if with_aic else 0)
+    total = len(replay_jobs(picked, max_tokens, client.waves)) + (len(picked) if with_aic else 0)
     with progress_bar(total, "replaying", enabled=True, unit="runs") as advance:
         v = run_validation(
             models=args.model,
@@ -239,13 +291,19 @@ def _main(argv: list[str]) -> int:
             workers=args.workers,
             with_aic=not args.no_aic,
             advance=advance,
+            tps=args.tp,
+            client=client,
         )
-    clocks = [c for c in ("profiled", "roofline", "aic") if f"{c}_ttft_ape" in v.rows]
+    clocks = [c for c in ("profiled", HELD_OUT, IN_SAMPLE, "roofline", "aic") if f"{c}_ttft_ape" in v.rows]
     console = wide_console()
     console.print(f"{len(v.rows)} rows of {v.source} replayed")
     if len(v.refused):
         console.print(_refused_table(v.refused))
     console.print(FITTED)
+    console.print(client.describe())
+    overhead_lines = _overhead_lines(v)
+    for line in overhead_lines:
+        console.print(line)
     if v.aic_status:
         console.print(f"aiconfigurator's own estimate left out: {v.aic_status}")
     if len(v.failed):
@@ -270,6 +328,22 @@ def _main(argv: list[str]) -> int:
                 "source": v.source,
                 "aic": v.aic_status or "ran",
                 "fitted": FITTED,
+                "client": {
+                    "waves": client.waves,
+                    "warmup_waves": client.warmup_waves,
+                    "desync": client.desync,
+                    "text": client.describe(),
+                },
+                "step_overhead_s": {
+                    b: {
+                        "in_sample": f.step_overhead_s,
+                        "rows": f.rows,
+                        "groups": f.groups,
+                        "versions": list(f.versions),
+                    }
+                    for b, f in (v.fits or {}).items()
+                },
+                "step_overhead_sources": overhead_lines,
                 "not_replayed": {str(k): int(n) for k, n in v.refused.items()},
                 "replays_refused": {str(k): int(n) for k, n in v.failed.items()},
             }

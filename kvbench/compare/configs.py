@@ -18,6 +18,8 @@ ADDED_KEY_DEFAULTS: dict[str, Any] = {
     "engine.version": None,
     "engine.null_block": False,
     "engine.cache_duplicate_blocks": False,
+    # null: the calibration's per-step overhead, as every run before the key
+    "engine.step_overhead_s": None,
     "scheduler.queue": "fcfs",
     "scheduler.watermark_in_blocks": False,
     "scheduler.full_prompt_admission": False,
@@ -31,6 +33,8 @@ ADDED_KEY_DEFAULTS: dict[str, Any] = {
     # the paged allocator's host tier for evicted prefix blocks: off
     "allocator.host_cache_bytes": 0,
     "allocator.host_reload": "overlapped",
+    # the synthetic source's closed loop: the whole first wave at t=0
+    "workload.first_wave_window_s": 0.0,
     # one engine, as every run was before deployment=disagg
     "deployment.name": "aggregated",
 }

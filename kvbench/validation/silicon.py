@@ -85,7 +85,9 @@ NVL72 rack's 72 GPUs, whose compute trays of 4 the package's ``num_gpus_per_node
 8 GPUs on the HGX systems).
 
 Nothing here is fitted to the rows: every number a replay prints comes from the model's config,
-the hardware config and the measured kernel tables (:data:`FITTED`).
+the hardware config and the measured kernel tables; the one constant ``kvbench validate`` learns
+from them, a per-step host overhead per framework, is added after the replays, held out by group
+(:mod:`kvbench.validation.overhead`, :data:`FITTED`).
 """
 
 from __future__ import annotations
@@ -146,7 +148,8 @@ KERNELS = {
     "sglang": {"h100_sxm": "sglang_fa3", "h200_sxm": "sglang_fa3", **dict.fromkeys(BLACKWELL, "sglang_fa3")},
     "trtllm": {"a100_sxm": "trtllm", "h100_sxm": "trtllm", "h200_sxm": "trtllm", **dict.fromkeys(BLACKWELL, "trtllm")},
 }
-#: requests the closed-loop client sends, in multiples of its concurrency
+#: requests the closed-loop client sends by default, in multiples of its concurrency (``kvbench
+#: validate --waves``; :mod:`kvbench.validation.client` says what the client's defaults assume)
 WAVES = 5
 #: the token budget per step of chunked prefill in the three engines' serving defaults
 MAX_NUM_BATCHED_TOKENS = 8192
@@ -197,10 +200,13 @@ REASONS = {
     "layout": "tp x attention_dp differs from moe_tp x moe_ep (of either role), or a dense model with attention DP",
     "precision": "a quant mode kvbench does not map, or a gpt-oss row not in its checkpoint's MXFP4",
 }
-#: what was learned from the silicon rows: nothing (the report prints this statement)
+#: what was learned from the silicon rows (the report prints this statement)
 FITTED = (
-    "fitted: nothing. No constant in kvbench's clocks is learned from the silicon rows; each "
-    "replay is priced from the model and hardware configs and the measured kernel tables alone."
+    "fitted: one per-step host overhead h per framework (vllm, sglang, trtllm), minimising the median "
+    "TPOT error of its aggregated rows, clamped at 0 (kvbench.validation.overhead). Held-out: each group "
+    "(model, GPU, framework) is priced with the h fitted on the other groups of its framework; in-sample: "
+    "one h from all. 'profiled h=0' is the replay itself: priced from the model and hardware configs and "
+    "the measured kernel tables alone, nothing learned from the rows."
 )
 
 #: the row's gemm_quant_mode -> model.dtype (the weights outside the routed experts) and the GEMM
@@ -497,7 +503,11 @@ def select(
     backends: list[str] | None,
     limit: int | None,
     modes: list[str] | None = None,
+    tps: list[int] | None = None,
 ):
+    if tps:
+        # an aggregated row's TP; a disaggregated row's TP is per role, and it has no tp_size
+        frame = frame[frame["tp_size"].isin(tps)]
     for column, wanted in (("model_path", models), ("system", systems), ("backend", backends), ("mode", modes)):
         if wanted:
             unknown = sorted(set(wanted) - set(frame[column]))
@@ -530,11 +540,12 @@ def layout_overrides(row, model: str) -> list[str]:
     return out
 
 
-def replay(row, clock: str) -> Replay:
+def replay(row, clock: str, waves: int = WAVES) -> Replay:
     """The run that replays an admitted row: the deployment's client (``batch_size`` per
-    attention-DP rank, so ``batch_size x attention_dp`` in all; see the module's docstring)."""
+    attention-DP rank, so ``batch_size x attention_dp`` in all; see the module's docstring),
+    sending ``waves`` times its concurrency."""
     if row["mode"] == "disagg":
-        return disagg_replay(row, clock)
+        return disagg_replay(row, clock, waves)
     per_rank, isl, osl = int(row["batch_size"]), int(row["isl"]), int(row["osl"])
     model = MODELS[row["model_path"]]
     moe = is_moe(model)
@@ -542,7 +553,7 @@ def replay(row, clock: str) -> Replay:
     overrides = [
         *_engine_overrides(row, model, moe, clock, layout_overrides(row, model)),
         f"scheduler.max_num_seqs={max(per_rank, 1)}",  # per engine: one rank's share is batch_size
-        *_client_overrides(concurrency, WAVES * concurrency, isl, osl),
+        *_client_overrides(concurrency, waves * concurrency, isl, osl),
     ]
     return Replay(str(row["id"]), clock, tuple(_with_gemm(overrides, row, moe, clock)))
 
@@ -597,7 +608,7 @@ def _role_overrides(name: str, r: Role, moe: bool) -> list[str]:
     return [*out, f"deployment.{name}.max_num_seqs={r.batch}"]
 
 
-def disagg_replay(row, clock: str) -> Replay:
+def disagg_replay(row, clock: str, waves: int = WAVES) -> Replay:
     """The ``deployment=disagg`` run that replays an admitted disaggregated row: its workers, each
     role's layout and batch, and its client, divided by the gcd of the worker counts and the
     concurrency (see the module's docstring)."""
@@ -619,6 +630,6 @@ def disagg_replay(row, clock: str) -> Replay:
         f"deployment.prefill.max_num_batched_tokens={prefill.batch * isl}",
         *_role_overrides("decode", decode, moe),
         f"router={DISAGG_ROUTER}",
-        *_client_overrides(concurrency // copies, WAVES * concurrency // copies, isl, osl),
+        *_client_overrides(concurrency // copies, waves * concurrency // copies, isl, osl),
     ]
     return Replay(str(row["id"]), clock, tuple(_with_gemm(overrides, row, moe, clock)))

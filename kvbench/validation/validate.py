@@ -14,8 +14,14 @@ beside it; its group is its own (``mode`` is part of GROUP) and the headline has
 
 Each row carries its model's ``architecture`` (:func:`kvbench.validation.silicon.architecture`:
 dense, moe, mla-moe, mla-sparse-moe, window-sinks-moe, linear-hybrid-moe): the headline is one
-line per architecture, and the parity figure gives each its own colour. Nothing is fitted to the
-rows (``silicon.FITTED``), so there is no held-out split to report.
+line per architecture, and the parity figure gives each its own colour.
+
+The client's shape (waves sent, warm-up waves left out, a desynchronised first wave) is
+:class:`kvbench.validation.client.ClientShape`. One constant is learned from the rows: a per-step
+host overhead per framework (:mod:`kvbench.validation.overhead`), added after the replays from each
+request's step counts. Its predictions stand beside the profiled clock's (``h = 0``) as two more
+columns: ``heldout`` (each group priced with the h fitted on the other groups of its framework)
+and ``insample`` (one h per framework from all its rows).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvbench.errors import ConfigError
+from kvbench.validation import overhead
+from kvbench.validation.client import ClientShape, RequestStats, request_stats
 from kvbench.validation.silicon import (
     MODELS,
     Replay,
@@ -39,6 +47,8 @@ from kvbench.validation.silicon import (
 )
 
 CLOCKS = ("profiled", "roofline")
+#: the profiled clock plus the fitted per-step host overhead: held out, then in-sample
+FITTED_CLOCKS = (overhead.HELD_OUT, overhead.IN_SAMPLE)
 #: the goals (median absolute percentage error of the profiled clock): TPOT and TTFT on the dense
 #: TP1 rows (issue 41), TPOT over the MoE rows (issue 46), and no group's TPOT median above
 #: GROUP_TPOT_LIMIT unless the docs name its cause
@@ -58,16 +68,59 @@ ARCHITECTURES = {
 }
 
 
-def _run_one(job: Replay) -> tuple[float, float, int, str]:
-    """One replay in a worker: (mean TTFT ms, mean TPOT ms, extrapolated lookups, status)."""
+def _override(overrides, key: str, value) -> list[str]:
+    """``overrides`` with ``key=value`` (replaced where present, else added before the last one)."""
+    out = [o for o in overrides if not o.startswith(f"{key}=")]
+    return [*out, f"{key}={value}"]
+
+
+def _value(overrides, key: str) -> str | None:
+    found = [o.split("=", 1)[1] for o in overrides if o.startswith(f"{key}=")]
+    return found[-1] if found else None
+
+
+def unloaded_latency_s(overrides) -> float:
+    """One request alone on the replay's engine: its end-to-end latency (the desync window's unit)."""
     from kvbench.api import run
 
+    alone = _override(_override(overrides, "workload.max_concurrency", 1), "workload.num_requests", 1)
+    summary = run(alone).summary
+    return float(summary["e2e_mean_s"])
+
+
+def client_overrides(overrides, client: ClientShape) -> list[str]:
+    """The replay's overrides with the client's desynchronised first wave, where it has one."""
+    overrides = list(overrides)
+    if client.desync > 0:
+        window_s = client.desync * unloaded_latency_s(overrides)
+        overrides = _override(overrides, "workload.first_wave_window_s", repr(window_s))
+    return overrides
+
+
+def replay_stats(overrides, client: ClientShape) -> tuple[RequestStats, dict]:
+    """Run one replay and return its request statistics (the client's warm-up left out) and summary."""
+    from kvbench.api import run
+
+    result = run(client_overrides(overrides, client))
+    summary = result.summary
+    disagg = _value(overrides, "deployment") == "disagg"
+    # the simulated engine's requests in flight: one attention-DP rank's round-robin share
+    concurrency = int(_value(overrides, "workload.max_concurrency") or 1)
+    ranks = 1 if disagg else int(summary.get("attention_dp_ranks", 1) or 1)
+    per_engine = -(-concurrency // ranks)
+    steps = None if disagg else result.step_columns
+    return request_stats(result.request_columns, steps, client.warmup_waves * per_engine), summary
+
+
+def _run_one(job: Replay, client: ClientShape = ClientShape()) -> tuple[float, float, int, str, float, float]:
+    """One replay in a worker: (mean TTFT ms, mean TPOT ms, extrapolated lookups, status, steps to
+    the first token, steps per output token after it)."""
     try:
-        summary = run(list(job.overrides)).summary
+        stats, summary = replay_stats(job.overrides, client)
     except ConfigError as exc:
-        return math_nan, math_nan, 0, str(exc).splitlines()[0]
+        return math_nan, math_nan, 0, str(exc).splitlines()[0], math_nan, math_nan
     lookups = int(summary.get("profile_extrapolated_lookups", 0))
-    return summary["ttft_mean_s"] * 1e3, summary["tpot_mean_s"] * 1e3, lookups, "ok"
+    return stats.ttft_ms, stats.tpot_ms, lookups, "ok", stats.ttft_steps, stats.tpot_steps
 
 
 math_nan = float("nan")
@@ -100,7 +153,9 @@ def too_large(tokens: int, max_tokens: int) -> str:
     )
 
 
-def replay_jobs(rows, max_tokens: int | None = MAX_DISAGG_TOKENS) -> list[tuple[int, str, Replay]]:
+def replay_jobs(
+    rows, max_tokens: int | None = MAX_DISAGG_TOKENS, waves: int = ClientShape().waves
+) -> list[tuple[int, str, Replay]]:
     """(row position, clock, replay) for each replay to run: the profiled clock for every row, the
     roofline for the dense ones; a disaggregated row only where ``deployment=disagg`` exists, and
     only when it simulates at most ``max_tokens`` output tokens (None: any)."""
@@ -110,7 +165,7 @@ def replay_jobs(rows, max_tokens: int | None = MAX_DISAGG_TOKENS) -> list[tuple[
         for clock in CLOCKS:
             if not ((clock == "profiled" or row["architecture"] == "dense") and (disagg or row["mode"] != "disagg")):
                 continue
-            job = replay(row, clock)
+            job = replay(row, clock, waves)
             if row["mode"] == "disagg" and max_tokens is not None and replay_tokens(job.overrides) > max_tokens:
                 continue
             jobs.append((i, clock, job))
@@ -126,6 +181,8 @@ class Validation:
     failed: object  #: pandas Series: replays kvbench refused (status != ok), counted by status
     source: str
     aic_status: str | None  #: None when aiconfigurator's estimator ran
+    client: ClientShape = ClientShape()
+    fits: dict | None = None  #: backend -> overhead.Fit (in-sample)
 
 
 def run_validation(
@@ -139,31 +196,35 @@ def run_validation(
     with_aic: bool = True,
     max_tokens: int | None = MAX_DISAGG_TOKENS,
     advance=lambda n: None,
+    tps=None,
+    client: ClientShape = ClientShape(),
 ) -> Validation:
+    client.validate()
     frame, source = read_silicon()
     rows, refused = admitted(frame)
-    rows = select(rows, models, systems, backends, limit, modes).reset_index(drop=True)
+    rows = select(rows, models, systems, backends, limit, modes, tps).reset_index(drop=True)
     if rows.empty:
         raise ConfigError("no silicon row is left to replay: widen --model, --system or --backend")
     rows.insert(0, "architecture", [architecture(MODELS[m]) for m in rows["model_path"]])
-    jobs = replay_jobs(rows, max_tokens)
+    jobs = replay_jobs(rows, max_tokens, client.waves)
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     if workers == 1:
         results = []
         for _, _, job in jobs:
-            results.append(_run_one(job))
+            results.append(_run_one(job, client))
             advance(1)
     else:
         with ProcessPoolExecutor(workers) as pool:
             results = []
-            for result in pool.map(_run_one, [job for _, _, job in jobs], chunksize=4):
+            for result in pool.map(_run_one, [job for _, _, job in jobs], [client] * len(jobs), chunksize=4):
                 results.append(result)
                 advance(1)
     done = {(i, clock): result for (i, clock, _), result in zip(jobs, results)}
     for clock in CLOCKS:
         no_disagg = not config_exists("deployment", "disagg")
         skipped = [
-            (math_nan, math_nan, 0, _skipped_status(row, clock, no_disagg, max_tokens)) for _, row in rows.iterrows()
+            (math_nan, math_nan, 0, _skipped_status(row, clock, no_disagg, max_tokens), math_nan, math_nan)
+            for _, row in rows.iterrows()
         ]
         part = [done.get((i, clock), skipped[i]) for i in range(len(rows))]
         rows[f"{clock}_ttft_ms"] = [r[0] for r in part]
@@ -171,6 +232,9 @@ def run_validation(
         rows[f"{clock}_status"] = [r[3] for r in part]
         if clock == "profiled":
             rows["profile_extrapolated_lookups"] = [r[2] for r in part]
+            rows["profiled_ttft_steps"] = [r[4] for r in part]
+            rows["profiled_tpot_steps"] = [r[5] for r in part]
+    fits = overhead.add_fitted(rows)
     aic_status = None
     if with_aic:
         from kvbench.validation.aic import aic_available
@@ -178,13 +242,15 @@ def run_validation(
         aic_status = aic_available()
         if aic_status is None:
             rows = rows.join(_aic_estimates(rows, workers, advance))
-    clocks = [*CLOCKS, *(["aic"] if "aic_ttft_ms" in rows else [])]
+    clocks = [CLOCKS[0], *FITTED_CLOCKS, *CLOCKS[1:], *(["aic"] if "aic_ttft_ms" in rows else [])]
     for clock in clocks:
         for metric in ("ttft", "tpot"):
             measured = rows[f"silicon_{metric}_ms"]
             rows[f"{clock}_{metric}_ape"] = (rows[f"{clock}_{metric}_ms"] - measured).abs() / measured
     groups = _groups(rows, clocks)
-    return Validation(rows, groups, headline(rows, clocks), refused, failed_replays(rows), source, aic_status)
+    return Validation(
+        rows, groups, headline(rows, clocks), refused, failed_replays(rows), source, aic_status, client, fits
+    )
 
 
 def _skipped_status(row, clock: str, no_disagg: bool, max_tokens: int | None) -> str:

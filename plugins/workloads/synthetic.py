@@ -87,6 +87,10 @@ class SyntheticConfig:
     rate_per_s: float | None = None
     #: requests in flight; required (>= 1) for closed_loop, ignored otherwise
     max_concurrency: int | None = None
+    #: closed_loop only: the client's first max_concurrency sends spread evenly over this many
+    #: seconds (request i at i x window / max_concurrency) instead of all at t=0, a desynchronised
+    #: start; the later sends still follow the finishes. 0: the whole first wave at t=0
+    first_wave_window_s: float = 0.0
     #: the declared S_max (prompt + output tokens) of every request when s_max_mix is null
     s_max_tokens: int = 4096
     #: declared S_max classes, each {s_max_tokens, fraction}, fractions summing to 1; each request
@@ -152,6 +156,13 @@ class SyntheticConfig:
             "use an integer >= 1 (the prefix-hash granule in tokens)",
         )
         validate_arrivals(self.arrival, self.rate_per_s, _KEY, ARRIVALS, self.max_concurrency)
+        window_s = self.first_wave_window_s
+        require(
+            isinstance(window_s, (int, float)) and math.isfinite(window_s) and 0 <= window_s <= MAX_ARRIVAL_S,
+            f"{_KEY}.first_wave_window_s",
+            window_s,
+            "use seconds >= 0 (0: the first wave at t=0)",
+        )
         if self.arrival == "poisson":
             # at a rate of 1e-300/s every step time would vanish into the arrival times (see MAX_ARRIVAL_S)
             span_s = self.num_requests / self.rate_per_s
@@ -254,9 +265,15 @@ class SyntheticWorkload(WorkloadSource):
 
         # Stable, so requests with equal arrival times keep their generation order.
         order = np.argsort(arrival_s, kind="stable")
+        arrival_s = arrival_s[order]
+        if cfg.arrival == CLOSED_LOOP and cfg.first_wave_window_s > 0:
+            # a closed loop's arrival_s is only the earliest send: the first wave's sends are
+            # staggered, the later ones (0) go out as earlier requests finish
+            first = min(cfg.max_concurrency, n)
+            arrival_s[:first] = np.arange(first) * (cfg.first_wave_window_s / cfg.max_concurrency)
         shared = cfg.shared_prefix_tokens
         return Workload(
-            arrival_s=arrival_s[order],
+            arrival_s=arrival_s,
             prompt_tokens=prompt_tokens[order],
             output_tokens=output_tokens[order],
             s_max_tokens=s_max_tokens[order],

@@ -31,6 +31,7 @@ def test_a_new_key_set_to_something_else_is_a_difference():
 
 def test_every_added_key_is_a_real_option_at_its_default():
     from kvbench_plugins.allocators.paged import PagedConfig
+    from kvbench_plugins.workloads.synthetic import SyntheticConfig
 
     from kvbench.app.config import EngineConfig
     from kvbench.deploy.config import DeploymentConfig
@@ -41,6 +42,7 @@ def test_every_added_key_is_a_real_option_at_its_default():
         "scheduler": SchedulerConfig(),
         "allocator": PagedConfig(),
         "deployment": DeploymentConfig(),
+        "workload": SyntheticConfig(),
     }
     for key, value in ADDED_KEY_DEFAULTS.items():
         section, name = key.split(".")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -78,6 +79,17 @@ def test_run_validation_predicts_every_row_on_both_clocks():
     assert list(v.headline["subset"])[-1] == "all"
 
 
+def test_the_tp_filter_keeps_those_rows_and_the_fitted_clocks_stand_beside_the_profiled_one():
+    v = run_validation(models=[LLAMA_8B], backends=["trtllm"], tps=[1], limit=3, workers=1, with_aic=False)
+    assert set(v.rows["tp_size"]) == {1} and len(v.rows) == 3
+    assert (v.rows["profiled_ttft_steps"] >= 1).all() and (v.rows["profiled_tpot_steps"] >= 1).all()
+    # one group of its framework: nothing is left to fit its held-out h on
+    assert (v.rows["heldout_h_s"] == 0).all() and (v.rows["heldout_tpot_ms"] == v.rows["profiled_tpot_ms"]).all()
+    assert v.fits["trtllm"].rows == 3
+    line = v.headline[v.headline["subset"] == "TP1"].iloc[0]
+    assert {"profiled_ttft_median", "heldout_ttft_median", "insample_tpot_median"} <= set(line.index)
+
+
 def test_a_filter_that_matches_nothing_is_one_line():
     rows, _ = admitted(read_silicon()[0])
     with pytest.raises(ConfigError) as err:
@@ -111,8 +123,19 @@ def test_the_command_writes_tables_and_the_parity_figure(tmp_path):
         timeout=HANG_S,
     )
     assert done.returncode == 0, done.stderr
-    assert "with a profiled median TPOT error above" in done.stdout and "fitted: nothing" in done.stdout
-    assert "fitted: nothing" in (out / "validate.json").read_text()
+    assert "with a profiled median TPOT error above" in done.stdout and "fitted: one per-step host" in done.stdout
+    assert "+h held-out" in done.stdout and "+h in-sample" in done.stdout and "profiled h=0" in done.stdout
+    said = " ".join(done.stdout.split())  # the console wraps its lines at the terminal's width
+    assert "vllm: step_overhead_s = " in said and "leave-one-group-out held-out median error" in said
+    record = json.loads((out / "validate.json").read_text())
+    assert record["fitted"].startswith("fitted: one per-step host overhead h per framework")
+    assert record["client"]["waves"] == 5 and record["client"]["warmup_waves"] == 0 and record["client"]["desync"] == 0
+    assert set(record["step_overhead_s"]) == {"vllm"} and record["step_overhead_s"]["vllm"]["rows"] == 2
+    assert record["step_overhead_sources"][0].startswith("vllm: step_overhead_s = ")
+    headline = pd.read_csv(out / "headline.csv")
+    for clock in ("profiled", "heldout", "insample"):
+        for metric in ("ttft", "tpot"):
+            assert f"{clock}_{metric}_median" in headline.columns
     for name in ("rows.csv", "groups.csv", "headline.csv", "parity.png", "COMPLETE"):
         assert (out / name).is_file()
     # the same --out again: a complete result is never overwritten, said in one line before any replay
@@ -128,7 +151,22 @@ def test_the_command_writes_tables_and_the_parity_figure(tmp_path):
     assert (out / "COMPLETE").read_text() == marker
 
 
-@pytest.mark.parametrize("args", [["--limit", "0"], ["--bogus"], ["model=llama3.1-8b"], ["--max-tokens", "-1"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--limit", "0"],
+        ["--bogus"],
+        ["model=llama3.1-8b"],
+        ["--max-tokens", "-1"],
+        ["--waves", "0"],
+        ["--warmup-waves", "5"],
+        ["--warmup-waves", "-1"],
+        ["--desync", "2"],
+        ["--desync", "nan"],
+        ["--tp", "0"],
+        ["--tp", "3"],
+    ],
+)
 def test_bad_arguments_are_one_line_and_exit_2(args, tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "kvbench.commands.validate", *args, "--out", str(tmp_path / "x")],

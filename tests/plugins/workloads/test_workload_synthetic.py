@@ -331,3 +331,18 @@ def test_shared_prefix_draws_nothing_and_keeps_the_rest_of_the_workload():
 def test_bad_shared_prefix_options(options, key):
     with pytest.raises(ConfigError, match=key):
         make(**options)
+
+
+def test_a_closed_loops_first_wave_is_spread_over_its_window_and_the_rest_wait_for_finishes():
+    config = SyntheticConfig(num_requests=10, arrival="closed_loop", max_concurrency=4, first_wave_window_s=0.2)
+    arrival_s = SyntheticWorkload(config).generate(np.random.default_rng(0)).arrival_s
+    assert arrival_s.tolist() == pytest.approx([0.0, 0.05, 0.1, 0.15] + [0.0] * 6)
+    at_once = SyntheticConfig(num_requests=10, arrival="closed_loop", max_concurrency=4)
+    assert (SyntheticWorkload(at_once).generate(np.random.default_rng(0)).arrival_s == 0).all()
+
+
+@pytest.mark.parametrize("window_s", [-0.1, float("nan"), float("inf")])
+def test_a_bad_first_wave_window_is_one_line(window_s):
+    with pytest.raises(ConfigError, match="workload.first_wave_window_s") as info:
+        SyntheticConfig(arrival="closed_loop", max_concurrency=4, first_wave_window_s=window_s).validate()
+    assert "\n" not in str(info.value)
