@@ -82,7 +82,7 @@ class AdmissionMixin:
         what the budget leaves, later ones must fit whole (nano-vllm). Returns the tokens scheduled."""
         cfg = self.config
         used = 0
-        if self._reserve != "none":
+        if self._reserve != "none" and self.waiting:
             self._start_reservation(plan)
         # the prompt must fit what is left, even the step's first (unless that one may be chunked)
         whole_only = cfg.decodes_in_budget or chunk_head

@@ -175,6 +175,22 @@ def test_guaranteed_no_evict_never_preempts_where_kvbench_s_own_rule_does(toy_ru
     assert_every_request_finished(trt, requests)
 
 
+def test_guaranteed_no_evict_decides_alike_step_by_step_and_over_projected_runs(toy_run):
+    # a refused head waits through long quiet runs: the room left beside the running requests'
+    # blocks to completion does not change while they decode, so the runs may be projected
+    requests = [request(i, 8, 24 + 5 * i, arrival_s=0.5 * i) for i in range(6)]
+    runs = [
+        toy_run(
+            MixedScheduler, RecomputePolicy, paged(96), requests, max_num_batched_tokens=64, event_driven=e, **TRTLLM
+        )
+        for e in (False, True)
+    ]
+    assert any(plan.refusal for plan in runs[0].plans)  # a head waited
+    assert len(runs[1].plans) < len(runs[0].plans)  # and runs of steps were projected
+    assert runs[0].record.requests.equals(runs[1].record.requests)
+    assert not any(plan.preemptions for run in runs for plan in run.plans)
+
+
 def test_max_num_tokens_caps_every_step_context_and_generation_together(toy_run):
     # 16 tokens a step: generation tokens first, then whole prompts while they fit. Step 1: A and
     # B decode (2), C (8) fits the 14 left, D (8) does not and waits for step 2 (3 decodes + 8)
