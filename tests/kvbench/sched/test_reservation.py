@@ -1,8 +1,8 @@
 """Admission against the output running requests will still write (kvbench.sched.reservation):
 SGLang's new-token ratio with its prefill/decode alternation, and TRT-LLM's GUARANTEED_NO_EVICT
 capacity rule with its max_num_tokens. Neither engine's scheduler runs on a CPU, so each case is
-a schedule worked out by hand from their source (SGLang 0.5 schedule_policy.py / scheduler.py,
-TRT-LLM 1.0 capacityScheduler.cpp / microBatchScheduler.cpp). Toy machine: tests/support/toy.py;
+a schedule worked out by hand from their source (SGLang's schedule_policy.py / scheduler.py,
+TRT-LLM's capacityScheduler.cpp / microBatchScheduler.cpp; docs/schedulers.md names the versions). Toy machine: tests/support/toy.py;
 1-token blocks where the arithmetic is SGLang's (it pages one token at a time)."""
 
 from __future__ import annotations
