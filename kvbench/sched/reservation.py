@@ -110,7 +110,8 @@ class ReservationMixin:
         if not self._ratio_active:
             return
         alloc = self.allocator
-        room = (alloc.unallocated_bytes() - self.watermark_bytes) // alloc.kv_bytes_per_token
+        # the whole budget, not what is unallocated now: the engine checks arrivals mid-run too
+        room = (alloc.budget_bytes - self.watermark_bytes) // alloc.kv_bytes_per_token
         need = prompt_tokens + min(max_output_tokens, self.config.clip_max_new_tokens)
         if need >= room:
             raise ConfigError(

@@ -14,6 +14,7 @@ from kvbench_plugins.schedulers.prefill_first import PrefillFirstScheduler
 from toy import paged, request
 
 from kvbench.errors import ConfigError
+from kvbench.memory.allocator import SeqShape
 from kvbench.sched.options import SchedulerConfig
 
 SGLANG = dict(chunked_prefill=True, admission_reserve="new_token_ratio")
@@ -140,8 +141,25 @@ def test_a_retraction_resets_the_ratio_from_the_survivors(toy_run):
 
 
 def test_a_request_that_could_never_pass_the_reservation_is_refused_up_front(toy_run):
-    with pytest.raises(ConfigError, match="can never be admitted under scheduler.admission_reserve=new_token_ratio"):
+    with pytest.raises(
+        ConfigError,
+        match=r"request 0 \(prompt 10 \+ output 30 tokens, declared S_max 40\) can never be admitted under "
+        r"scheduler.admission_reserve=new_token_ratio: its prompt and output \(40 tokens\) must be fewer than "
+        r"the 40 tokens of the empty KV budget",
+    ):
         toy_run(PrefillFirstScheduler, RecomputePolicy, paged(40, 1), [request(0, 10, 30)], **SGLANG)
+
+
+def test_a_late_arrival_is_checked_against_the_empty_budget_not_what_is_free_when_it_arrives():
+    # a closed loop's requests are checked as they are made: 90 of 100 one-token blocks are held
+    # when B (10 + 20) is; B fits the empty budget, so it is not refused (it waits its turn)
+    alloc = paged(100, 1)
+    config = PrefillFirstScheduler.Config(watermark_fraction=0.0, **SGLANG)
+    scheduler = PrefillFirstScheduler(config, allocator=alloc, policy=RecomputePolicy(), cost=None, host_pool=None)
+    assert alloc.allocate(999, SeqShape(90, 100, 90, 1, 90)) == 0
+    scheduler.check_fits([request(1, 10, 20)])
+    with pytest.raises(ConfigError, match="must be fewer than the 100 tokens of the empty KV budget"):
+        scheduler.check_fits([request(2, 10, 90)])
 
 
 # --- TRT-LLM --------------------------------------------------------------------------------------
