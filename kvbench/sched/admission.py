@@ -54,6 +54,7 @@ class AdmissionMixin:
                     "(decodes_in_budget: a prompt, or a preempted request's prompt and output, runs in one "
                     "step); raise it to the longest request or set scheduler.decodes_in_budget=false"
                 )
+            self._check_reservation_fits(what, r.prompt_tokens, r.max_output_tokens)
             if r.num_branches > self.config.max_num_seqs:
                 raise ConfigError(
                     f"{what} has more branches than scheduler.max_num_seqs={self.config.max_num_seqs}; "
@@ -81,6 +82,8 @@ class AdmissionMixin:
         what the budget leaves, later ones must fit whole (nano-vllm). Returns the tokens scheduled."""
         cfg = self.config
         used = 0
+        if self._reserve != "none" and self.waiting:
+            self._start_reservation(plan)
         # the prompt must fit what is left, even the step's first (unless that one may be chunked)
         whole_only = cfg.decodes_in_budget or chunk_head
         while self.waiting:
@@ -139,7 +142,9 @@ class AdmissionMixin:
         self._headroom_bytes = self.watermark_bytes if self.num_running_seqs else 0
         self._admission_hit = None
         seqs = group.seqs
-        if self.config.full_prompt_admission and not self._whole_fits(group):
+        if self._reserve != "none" and self._reservation_refuses(group):
+            tokens = None
+        elif self.config.full_prompt_admission and not self._whole_fits(group):
             tokens = None
         elif len(seqs) == 1:
             tokens = self._compute_one(plan, group, seqs[0], budget, None)
@@ -162,6 +167,8 @@ class AdmissionMixin:
                 alloc.largest_hole_bytes(),
             )
             return None
+        if self._reserve != "none":
+            self._reserve_admitted(group)
         group.status = Status.RUNNING
         plan.num_admitted += 1
         if group.admitted_s < 0:

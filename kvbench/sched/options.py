@@ -1,7 +1,8 @@
 """The scheduler's options (``scheduler.*``), every scheduling policy has them, and their checks.
 
 A policy plugin's ``Config`` may subclass :class:`SchedulerConfig` to add its own. Each option
-names the vLLM or nano-vllm rule it reproduces, so a run can decide as either engine does.
+names the vLLM, nano-vllm, SGLang or TRT-LLM rule it reproduces, so a run can decide as that
+engine does. Every default keeps kvbench's own rule.
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvbench.errors import require
+from kvbench.sched.reservation import RESERVES
 
 
-@dataclass
 @dataclass
 class SchedulerConfig:
     #: most sequences computing at once (vLLM's max_num_seqs); a fan-out counts each branch
@@ -46,6 +47,23 @@ class SchedulerConfig:
     #: than the budget left, takes what is left and continues over the next steps, and only a step's
     #: first prompt may be chunked (nano-vllm's rule); false: whole prompts only
     head_only_chunking: bool = False
+    #: prefill_first chunks any prompt to the step's budget: the prompt being prefilled goes on
+    #: first, then waiting prompts join whole, or as the chunk that fills what is left (SGLang's
+    #: chunked_prefill_size); false: whole prompts only (or head_only_chunking's rule)
+    chunked_prefill: bool = False
+    #: room held back at admission for the output running requests will still write
+    #: (:mod:`kvbench.sched.reservation`): none, new_token_ratio (SGLang's PrefillAdder) or
+    #: full_output (TRT-LLM's GUARANTEED_NO_EVICT capacity scheduler)
+    admission_reserve: str = "none"
+    #: new_token_ratio: the ratio's start, its floor as a share of the start, and the decode
+    #: steps it takes to fall from one to the other (SGLang: 0.7, 0.14, 600)
+    new_token_ratio_init: float = 0.7
+    new_token_ratio_min_factor: float = 0.14
+    new_token_ratio_decay_steps: int = 600
+    #: new_token_ratio: decode steps credited to each survivor when a retraction resets the ratio (SGLang: 20)
+    retract_decode_steps: int = 20
+    #: new_token_ratio: a request's output counts at most this many tokens (SGLang: 4096)
+    clip_max_new_tokens: int = 4096
 
     def validate(self) -> None:
         require(self.max_num_seqs >= 1, "scheduler.max_num_seqs", self.max_num_seqs, "use an integer >= 1")
@@ -64,13 +82,47 @@ class SchedulerConfig:
         require(
             isinstance(self.queue, str) and bool(self.queue), "scheduler.queue", self.queue, "name a queue, e.g. fcfs"
         )
-        for key in ("watermark_in_blocks", "full_prompt_admission", "decodes_in_budget", "step_seq_cap"):
+        for key in (
+            "watermark_in_blocks",
+            "full_prompt_admission",
+            "decodes_in_budget",
+            "step_seq_cap",
+            "head_only_chunking",
+            "chunked_prefill",
+        ):
             require(isinstance(getattr(self, key), bool), f"scheduler.{key}", getattr(self, key), "use true or false")
         require(
-            isinstance(self.head_only_chunking, bool),
-            "scheduler.head_only_chunking",
-            self.head_only_chunking,
-            "use true or false",
+            not (self.chunked_prefill and self.head_only_chunking),
+            "scheduler.chunked_prefill",
+            self.chunked_prefill,
+            "chunks every prompt; set scheduler.head_only_chunking=false with it (or use one of them)",
+        )
+        require(
+            self.admission_reserve in RESERVES,
+            "scheduler.admission_reserve",
+            self.admission_reserve,
+            f"choose one of {', '.join(RESERVES)}",
+        )
+        require(
+            _number(self.new_token_ratio_init) and 0.0 < self.new_token_ratio_init <= 1.0,
+            "scheduler.new_token_ratio_init",
+            self.new_token_ratio_init,
+            "use a ratio in (0, 1]",
+        )
+        require(
+            _number(self.new_token_ratio_min_factor) and 0.0 <= self.new_token_ratio_min_factor <= 1.0,
+            "scheduler.new_token_ratio_min_factor",
+            self.new_token_ratio_min_factor,
+            "use a fraction in [0, 1]",
+        )
+        for key in ("new_token_ratio_decay_steps", "clip_max_new_tokens"):
+            value = getattr(self, key)
+            require(_integer(value) and value >= 1, f"scheduler.{key}", value, "use an integer >= 1")
+        require(
+            _integer(self.retract_decode_steps) and self.retract_decode_steps >= 0,
+            "scheduler.retract_decode_steps",
+            self.retract_decode_steps,
+            "use an integer >= 0",
         )
         require(
             self.long_prefill_token_threshold >= 0,
@@ -88,3 +140,11 @@ class SchedulerConfig:
             self.max_num_batched_tokens,
             f"{what} needs at least scheduler.max_num_seqs={self.max_num_seqs}",
         )
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

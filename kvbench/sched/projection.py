@@ -63,6 +63,8 @@ class ProjectionMixin:
         up to the step before the first of its sequences finishes (0: none)."""
         if not plan.is_quiet or plan.has_beam_search:
             return 0
+        if self._ratio_active and self.waiting:
+            return 0  # the new-token ratio falls every step: a refused head may fit at the next one
         until_finish = min([seq.end_tokens - seq.num_tokens for seq in plan.decodes]) - 1
         return max(0, min(until_finish, max_steps))
 
@@ -90,6 +92,8 @@ class ProjectionMixin:
         """Make a quiet plan stand for ``num_extra_steps`` more decode steps (``decode_span`` said they fit)."""
         decodes = plan.decodes
         seq_ids = [seq.seq_id for seq in decodes]
+        if self._ratio_active:
+            self.decay_new_token_ratio(num_extra_steps)  # each step of the run is a decode step
         if self._frees_during_decode and self._caches_prefixes:
             # windows give cached blocks back while other sequences take blocks: which cached block
             # a take evicts depends on the order of the steps, so they are appended step by step

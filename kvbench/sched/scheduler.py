@@ -17,6 +17,8 @@ and the engine's hot loop pays no indirection for the split):
 
 - :mod:`kvbench.sched.admission`: admission and chunking (the watermark, the token budget, a
   request's first allocation, a refused admission taken back);
+- :mod:`kvbench.sched.reservation`: room held back at admission for the running requests' output
+  (SGLang's new-token ratio, TRT-LLM's guaranteed-no-evict rule); nothing by default;
 - :mod:`kvbench.sched.compute`: the running requests' next tokens, decodes and prefill chunks, and
   growth that preempts;
 - :mod:`kvbench.sched.fan_out`: fan-outs and beams (the shared prompt, forks, beam reshuffles);
@@ -52,6 +54,7 @@ from kvbench.sched.options import SchedulerConfig
 from kvbench.sched.preemption import PreemptionContext, PreemptionPolicy
 from kvbench.sched.projection import ProjectionMixin
 from kvbench.sched.queue import FcfsQueue, RequestQueue
+from kvbench.sched.reservation import ReservationMixin
 from kvbench.sched.roles import RolesMixin
 from kvbench.sched.swapping import SwappingMixin, host_reloads_for
 from kvbench.sched.victims import VictimsMixin
@@ -67,6 +70,7 @@ class StepOutcome(NamedTuple):
 
 class Scheduler(
     AdmissionMixin,
+    ReservationMixin,
     ComputeMixin,
     FanOutMixin,
     CacheHitsMixin,
@@ -134,6 +138,8 @@ class Scheduler(
         self._refused: tuple[SeqShape, Refusal] | None = None  # why the last admission failed
         #: requests running or waiting when the step began (who a long prefill would starve)
         self._num_eligible = 0
+        # reservation (reservation.py): SGLang's new-token ratio, TRT-LLM's blocks to completion
+        self._init_reservation()
         # cache hits (cache_hits.py): the hit counted by the admission in progress, to take back if
         # it is refused: (group, lost positions served back from the cache, new prompt positions served)
         self._caches_prefixes = allocator.capabilities.caches_prefixes
@@ -183,6 +189,8 @@ class Scheduler(
         if self._frees_during_decode:
             self._note_available_at_start()
         self.schedule_step(plan)
+        if self._ratio_active and (plan.decodes or plan.preemptions):
+            self._after_decode(plan)
         plan.copies.extend(self.allocator.drain_copies())
         if self.allocator.capabilities.maps_pages:  # vAttention: the pages this step mapped, to be priced
             plan.page_mapping = self.allocator.drain_page_mapping()
