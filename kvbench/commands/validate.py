@@ -30,7 +30,7 @@ from kvbench.output.report import wide_console
 from kvbench.slo.common import check_folder_files, folder_files, write_folder
 from kvbench.validation import client as client_shape
 from kvbench.validation.overhead import HELD_OUT, IN_SAMPLE, source_line
-from kvbench.validation.silicon import FITTED, REASONS
+from kvbench.validation.silicon import FITTED, REASONS, SCHEDULERS
 from kvbench.validation.validate import (
     GOALS,
     GROUP_TPOT_LIMIT,
@@ -245,6 +245,12 @@ def _main(argv: list[str]) -> int:
         "(default 0: all at t=0, as a benchmark client starts them)",
     )
     parser.add_argument(
+        "--schedulers",
+        default="framework",
+        help="framework (default): each engine's own admission rule (engine=vllm_v1, sglang, trtllm with their "
+        "default limits); shared: kvbench's chunked prefill at 8,192 tokens a step for all three",
+    )
+    parser.add_argument(
         "--max-tokens",
         type=int,
         default=None,
@@ -263,6 +269,7 @@ def _main(argv: list[str]) -> int:
         require(tp >= 1, "--tp", tp, "use an integer >= 1")
     client = client_shape.ClientShape(args.waves, args.warmup_waves, args.desync)
     client.validate()
+    require(args.schedulers in SCHEDULERS, "--schedulers", args.schedulers, f"choose one of {', '.join(SCHEDULERS)}")
     now = datetime.now()
     out_dir = Path(args.out) if args.out else Path("results") / "validate" / f"{now:%Y-%m-%d}" / f"{now:%H-%M-%S-%f}"
     check_writable(out_dir, "--out", named=bool(args.out))
@@ -279,7 +286,7 @@ def _main(argv: list[str]) -> int:
     max_tokens = MAX_DISAGG_TOKENS if args.max_tokens is None else (args.max_tokens or None)
     picked = picked.assign(architecture=[architecture(MODELS[m]) for m in picked["model_path"]])
     with_aic = not args.no_aic and importlib.util.find_spec("aiconfigurator_core") is not None
-    total = len(replay_jobs(picked, max_tokens, client.waves)) + (len(picked) if with_aic else 0)
+    total = len(replay_jobs(picked, max_tokens, client.waves, args.schedulers)) + (len(picked) if with_aic else 0)
     with progress_bar(total, "replaying", enabled=True, unit="runs") as advance:
         v = run_validation(
             models=args.model,
@@ -293,6 +300,7 @@ def _main(argv: list[str]) -> int:
             advance=advance,
             tps=args.tp,
             client=client,
+            schedulers=args.schedulers,
         )
     clocks = [c for c in ("profiled", HELD_OUT, IN_SAMPLE, "roofline", "aic") if f"{c}_ttft_ape" in v.rows]
     console = wide_console()
@@ -328,6 +336,7 @@ def _main(argv: list[str]) -> int:
                 "source": v.source,
                 "aic": v.aic_status or "ran",
                 "fitted": FITTED,
+                "schedulers": args.schedulers,
                 "client": {
                     "waves": client.waves,
                     "warmup_waves": client.warmup_waves,

@@ -44,8 +44,10 @@ def row_bounds(rows: pd.DataFrame, advance=lambda: None) -> pd.DataFrame:
     out = []
     for _, row in rows.iterrows():
         overrides = silicon.replay(row, "profiled").overrides
-        cost = build(list(overrides)).cost
-        b = bounds.step_bounds(row, cost, silicon.MAX_NUM_BATCHED_TOKENS)
+        setup = build(list(overrides))
+        cost = setup.cost
+        # the step's token budget of the replay's scheduler (each framework's preset sets its own)
+        b = bounds.step_bounds(row, cost, setup.scheduler.config.max_num_batched_tokens)
         span = b.mixed_ms - b.decode_ms
         record = {
             "id": row["id"],

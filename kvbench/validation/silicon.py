@@ -540,7 +540,15 @@ def layout_overrides(row, model: str) -> list[str]:
     return out
 
 
-def replay(row, clock: str, waves: int = WAVES) -> Replay:
+#: how a replay schedules (``kvbench validate --schedulers``): ``framework``, each engine's own
+#: admission rule with its default limits (:mod:`kvbench.validation.frameworks`: vLLM V1's token
+#: budget, SGLang's prefill/decode alternation under its new-token ratio, TRT-LLM's
+#: GUARANTEED_NO_EVICT capacity scheduler), or ``shared``, kvbench's chunked prefill at 8,192 tokens
+#: a step for all three (what every replay did before the presets existed)
+SCHEDULERS = ("framework", "shared")
+
+
+def replay(row, clock: str, waves: int = WAVES, schedulers: str = "framework") -> Replay:
     """The run that replays an admitted row: the deployment's client (``batch_size`` per
     attention-DP rank, so ``batch_size x attention_dp`` in all; see the module's docstring),
     sending ``waves`` times its concurrency."""
@@ -555,6 +563,12 @@ def replay(row, clock: str, waves: int = WAVES) -> Replay:
         f"scheduler.max_num_seqs={max(per_rank, 1)}",  # per engine: one rank's share is batch_size
         *_client_overrides(concurrency, waves * concurrency, isl, osl),
     ]
+    if schedulers == "framework":
+        from kvbench.validation.frameworks import replace_scheduler
+
+        overrides = replace_scheduler(overrides, row["backend"], row["system"])
+    elif schedulers != "shared":
+        raise ConfigError(f"schedulers={schedulers!r}: choose one of {', '.join(SCHEDULERS)}")
     return Replay(str(row["id"]), clock, tuple(_with_gemm(overrides, row, moe, clock)))
 
 

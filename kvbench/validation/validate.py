@@ -154,7 +154,7 @@ def too_large(tokens: int, max_tokens: int) -> str:
 
 
 def replay_jobs(
-    rows, max_tokens: int | None = MAX_DISAGG_TOKENS, waves: int = ClientShape().waves
+    rows, max_tokens: int | None = MAX_DISAGG_TOKENS, waves: int = ClientShape().waves, schedulers: str = "framework"
 ) -> list[tuple[int, str, Replay]]:
     """(row position, clock, replay) for each replay to run: the profiled clock for every row, the
     roofline for the dense ones; a disaggregated row only where ``deployment=disagg`` exists, and
@@ -165,7 +165,7 @@ def replay_jobs(
         for clock in CLOCKS:
             if not ((clock == "profiled" or row["architecture"] == "dense") and (disagg or row["mode"] != "disagg")):
                 continue
-            job = replay(row, clock, waves)
+            job = replay(row, clock, waves, schedulers)
             if row["mode"] == "disagg" and max_tokens is not None and replay_tokens(job.overrides) > max_tokens:
                 continue
             jobs.append((i, clock, job))
@@ -198,6 +198,7 @@ def run_validation(
     advance=lambda n: None,
     tps=None,
     client: ClientShape = ClientShape(),
+    schedulers: str = "framework",
 ) -> Validation:
     client.validate()
     frame, source = read_silicon()
@@ -206,7 +207,7 @@ def run_validation(
     if rows.empty:
         raise ConfigError("no silicon row is left to replay: widen --model, --system or --backend")
     rows.insert(0, "architecture", [architecture(MODELS[m]) for m in rows["model_path"]])
-    jobs = replay_jobs(rows, max_tokens, client.waves)
+    jobs = replay_jobs(rows, max_tokens, client.waves, schedulers)
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     if workers == 1:
         results = []

@@ -256,3 +256,15 @@ def test_a_dense_disaggregated_row_names_no_attention_dp_or_experts():
     job = replay(kept.iloc[0], "roofline")
     assert "deployment.prefill.tp=2" in job.overrides and "kernel=torch" in job.overrides
     assert not any(".attention_dp=" in o or ".ep=" in o or "moe_dtype" in o for o in job.overrides)
+
+
+def test_a_replay_schedules_as_its_framework_unless_told_to_share_kvbench_s_scheduler():
+    row = pd.Series(_row())  # TRT-LLM on H100
+    framework = replay(row, "profiled").overrides
+    assert framework[0] == "engine=trtllm" and "scheduler=chunked" not in framework
+    assert "scheduler.max_num_seqs=16" in framework  # the row's own batch stays on top of the preset
+    shared = replay(row, "profiled", schedulers="shared").overrides
+    assert "scheduler=chunked" in shared and not any(o.startswith("engine=") for o in shared)
+    assert replay(pd.Series(_row(backend="sglang", system="h200_sxm")), "profiled").overrides[0] == "engine=sglang"
+    with pytest.raises(silicon.ConfigError, match="choose one of framework, shared"):
+        replay(row, "profiled", schedulers="vllm")
