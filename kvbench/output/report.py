@@ -10,6 +10,7 @@ number stays in the files (``summary.json``, the Parquet and CSV tables).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,9 +244,28 @@ def comparison_columns(rows: pd.DataFrame) -> tuple[list[tuple[str, list[Column]
     return [(title, [c for c in columns if c not in same]) for title, columns in groups], same
 
 
+#: a transferred kernel's calibration (kvbench.exec.transfer.decode_for_run): its sources and held-out error
+_TRANSFER = re.compile(r"^transfer: (?P<kernel>\S+) as .*? from (?P<sources>.*?), via .*?; (?P<heldout>held-out [^;]*)")
+
+
 def no_effect_warnings(rows: pd.DataFrame) -> list[str]:
-    """Lines that say when rows differ in something that cannot change a simulated number."""
+    """Lines that say when rows differ in something that cannot change a simulated number, or
+    differ by a transfer rather than a measurement on this GPU (with its held-out error)."""
     warnings = []
+    if "kernel" in rows and "calibration" in rows:
+        said = []
+        for kernel, calibration in (
+            rows[["kernel", "calibration"]].astype(str).drop_duplicates().itertuples(index=False)
+        ):
+            found = _TRANSFER.match(calibration)
+            if found:
+                said.append(f"kernel={kernel} from {found['sources']} ({found['heldout']})")
+        if said:
+            hardware = ", ".join(sorted(rows["hardware"].astype(str).unique())) if "hardware" in rows else "this GPU"
+            warnings.append(
+                f"no GPU measured these kernels on {hardware}: priced by a transfer validated on hidden tables "
+                f"(docs/transfer/README.md): {'; '.join(sorted(said))}"
+            )
     if "kernel" in rows and rows["kernel"].nunique() > 1 and (rows.get("calibration") == "uncalibrated").all():
         kernels = " and ".join(f"kernel={k}" for k in sorted(rows["kernel"].unique()))
         hardware = ", ".join(sorted(rows["hardware"].astype(str).unique())) if "hardware" in rows else "this hardware"
