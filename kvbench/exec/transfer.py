@@ -21,8 +21,9 @@ Which sources, by kernel (``RULES``):
   TRT-LLM's kernel at that shape, the partner carries the target GPU.
 - **Triton** (``nearest_shape``): no GPU measured SGLang's Triton decode at a multi-head-attention
   shape with head_dim 128, so the sources are its tables at the nearest measured shapes (distance:
-  |log2| of the head_dim ratio plus |log2| of the query-per-KV-head ratio; ties: all of them), on
-  every GPU, the target's own first in weight (its tables count as if on one more GPU each).
+  |log2| of the head_dim ratio plus |log2| of the KV-head ratio, :data:`DISTANCE`, chosen held
+  out among :data:`DISTANCES`; ties: all of them), on every GPU, the target's own counted twice (a ratio carries its GPU). For
+  Llama-2-7B that is RTX PRO 6000's head_dim 128 table at 40/8 heads.
 
 Held out (:func:`leave_one_out`): each measured table of the kernel that has a partner is hidden
 and predicted from the rest by the same rule; for Triton every table of the hidden one's shape is
@@ -138,6 +139,27 @@ def _log_ratio(kernel_med, partner_med) -> dict[int, tuple[np.ndarray, np.ndarra
     return out
 
 
+def _log_latency(kernel_med, scale: float) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """batch -> (log steps, log(latency * scale)): a source's latency carried to the target by the
+    roofline (the roofline-efficiency alternative)."""
+    out = {}
+    for b, part in kernel_med.groupby(level="batch_size"):
+        steps = part.index.get_level_values("step").to_numpy(dtype=np.float64)
+        out[int(b)] = (np.log(steps), np.log(part.to_numpy() * scale))
+    return out
+
+
+def _roofline_scale(source: Table, target: Table) -> float:
+    """Target over source time of the same (batch, context) at the same fraction of HBM bandwidth:
+    the KV bytes per token ratio times the bandwidth ratio (``<system>.yaml``'s ``mem_bw``)."""
+
+    def kv_bytes(shape: Shape) -> float:
+        return shape.kv_heads * shape.head_dim * (1 if shape.kv_dtype == "fp8" else 2)
+
+    bw = {t.system: float(profiles.system_constants(t.system)["mem_bw"]) for t in (source, target)}
+    return kv_bytes(target.shape) / kv_bytes(source.shape) * bw[source.system] / bw[target.system]
+
+
 def _ratio_at(ratios: dict, b: int, s: np.ndarray) -> np.ndarray:
     """A source's log ratio at batch ``b`` (nearest measured batch in log scale) and steps ``s``
     (nearest measured step in log scale)."""
@@ -148,12 +170,39 @@ def _ratio_at(ratios: dict, b: int, s: np.ndarray) -> np.ndarray:
     return log_ratio[idx]
 
 
-def shape_distance(a: Shape, b: Shape) -> float:
-    """How far apart two shapes are for a ratio's sake: head_dim and queries per KV head, in log2."""
-    return abs(math.log2(a.head_dim / b.head_dim)) + abs(math.log2((a.heads / a.kv_heads) / (b.heads / b.kv_heads)))
+def _log2_gap(x: float, y: float) -> float:
+    return abs(math.log2(x / y))
 
 
-def pick_sources(kernel: str, target: Table, hidden: frozenset = frozenset()) -> tuple[list[Table], dict]:
+#: candidate distances between shapes for the nearest-shape rule, scored held out by
+#: ``python -m kvbench.studies.transfer`` (docs/transfer/README.md); :data:`DISTANCE` won
+DISTANCES = {
+    "head_dim + KV heads": lambda a, b: _log2_gap(a.head_dim, b.head_dim) + _log2_gap(a.kv_heads, b.kv_heads),
+    "head_dim + queries per KV head": lambda a, b: (
+        _log2_gap(a.head_dim, b.head_dim) + _log2_gap(a.heads / a.kv_heads, b.heads / b.kv_heads)
+    ),
+    "head_dim + queries per KV head + KV heads": lambda a, b: (
+        _log2_gap(a.head_dim, b.head_dim)
+        + _log2_gap(a.heads / a.kv_heads, b.heads / b.kv_heads)
+        + _log2_gap(a.kv_heads, b.kv_heads)
+    ),
+    "KV bytes per token + queries per KV head": lambda a, b: (
+        _log2_gap(a.kv_heads * a.head_dim, b.kv_heads * b.head_dim)
+        + _log2_gap(a.heads / a.kv_heads, b.heads / b.kv_heads)
+    ),
+}
+#: head_dim and KV heads, in log2: the KV one CTA streams and how many CTAs stream it
+DISTANCE = "head_dim + KV heads"
+
+
+def shape_distance(a: Shape, b: Shape, distance: str = DISTANCE) -> float:
+    """How far apart two shapes are for a ratio's sake (:data:`DISTANCES`)."""
+    return DISTANCES[distance](a, b)
+
+
+def pick_sources(
+    kernel: str, target: Table, hidden: frozenset = frozenset(), distance: str = DISTANCE
+) -> tuple[list[Table], dict]:
     """The source tables of ``kernel``'s rule for ``target`` (none of ``hidden``), with their tables."""
     tables = {
         t: med
@@ -166,27 +215,38 @@ def pick_sources(kernel: str, target: Table, hidden: frozenset = frozenset()) ->
     else:
         if not tables:
             return [], tables
-        best = min(shape_distance(t.shape, target.shape) for t in tables)
-        chosen = [t for t in tables if math.isclose(shape_distance(t.shape, target.shape), best)]
+        best = min(shape_distance(t.shape, target.shape, distance) for t in tables)
+        chosen = [t for t in tables if math.isclose(shape_distance(t.shape, target.shape, distance), best)]
     return sorted(chosen, key=lambda t: (t.system, t.shape)), tables
 
 
-def predict(kernel: str, target: Table, hidden: frozenset = frozenset()) -> Prediction:
+#: how a source's table is carried to the target: by its ratio to the partner (the transfer), or
+#: at the same fraction of HBM bandwidth (the roofline-efficiency alternative, scored beside it)
+METHODS = ("partner", "roofline")
+
+
+def predict(
+    kernel: str, target: Table, hidden: frozenset = frozenset(), method: str = "partner", distance: str = DISTANCE
+) -> Prediction:
     """``kernel``'s decode attention at ``target`` (its GPU and shape) by its rule, never reading
-    ``target`` itself nor any table in ``hidden``; a one-line ConfigError where nothing can."""
+    ``target`` itself nor any table in ``hidden``; a one-line ConfigError where nothing can.
+    ``method="roofline"``: the alternative (module docstring), on the partner's grid points."""
     mine = partner(target)
     if mine is None:
         raise ConfigError(
             f"no {PARTNER[0]} {PARTNER[1]} decode table on {target.system} at {target.shape} to transfer "
             f"kernel={kernel} from ({profiles.table_root().label})"
         )
-    sources, tables = pick_sources(kernel, target, hidden)
+    sources, tables = pick_sources(kernel, target, hidden, distance)
     if not sources:
         raise ConfigError(
             f"no measured {STAND_INS[kernel][1]} decode table with a {PARTNER[1]} partner to transfer "
             f"kernel={kernel} to {target.system} at {target.shape} from ({profiles.table_root().label})"
         )
-    ratios = [_log_ratio(tables[t], partner(t)) for t in sources]
+    if method == "partner":
+        ratios = [_log_ratio(tables[t], partner(t)) for t in sources]
+    else:
+        ratios = [_log_latency(tables[t], _roofline_scale(t, target)) for t in sources]
     # the target GPU's own tables (other shapes) count once more: the GPU is what a ratio carries
     weights = np.array([2.0 if t.system == target.system else 1.0 for t in sources])
     rows = []
@@ -194,7 +254,7 @@ def predict(kernel: str, target: Table, hidden: frozenset = frozenset()) -> Pred
         steps = part.index.get_level_values("step").to_numpy(dtype=np.float64)
         logs = np.stack([_ratio_at(r, int(b), steps) for r in ratios])
         mean = (weights[:, None] * logs).sum(axis=0) / weights.sum()
-        latency = part.to_numpy() * np.exp(mean)
+        latency = (part.to_numpy() if method == "partner" else 1.0) * np.exp(mean)
         rows.append(np.column_stack([np.full(len(steps), b), steps, latency]))
     import pandas as pd
 
@@ -216,7 +276,7 @@ def hidden_with(kernel: str, target: Table) -> frozenset:
     return frozenset(t for t in measured(kernel) if t.shape == target.shape)
 
 
-def leave_one_out(kernel: str):
+def leave_one_out(kernel: str, method: str = "partner", distance: str = DISTANCE):
     """One row per measured table of ``kernel`` that has a partner, predicted with it hidden:
     ``system, shape, sources, points, median_error, p90_error`` (absolute relative latency error
     over the table's grid points both hold), and the points themselves (``measured_ms``,
@@ -228,7 +288,7 @@ def leave_one_out(kernel: str):
         if partner(target) is None:
             continue
         try:
-            pred = predict(kernel, target, hidden_with(kernel, target))
+            pred = predict(kernel, target, hidden_with(kernel, target), method, distance)
         except ConfigError:
             continue  # no source left: nothing to score
         p = pred.frame.set_index(["batch_size", "step"])["latency"]
@@ -249,6 +309,7 @@ def leave_one_out(kernel: str):
             }
         )
         pts = both.reset_index()
+        pts.insert(0, "method", method)
         pts.insert(0, "kernel", kernel)
         pts.insert(1, "system", target.system)
         pts.insert(2, "shape", str(target.shape))
@@ -256,16 +317,6 @@ def leave_one_out(kernel: str):
     frame = pd.DataFrame(rows)
     all_points = pd.concat(points, ignore_index=True) if points else pd.DataFrame()
     return frame, all_points
-
-
-def error_summary(points) -> dict[str, tuple[float, float, int]]:
-    """kernel -> (median, p90 absolute relative error over every held-out point, tables)."""
-    out = {}
-    for kernel, part in points.groupby("kernel"):
-        err = np.abs(part["predicted"] / part["measured"] - 1.0)
-        tables = part[["system", "shape"]].drop_duplicates().shape[0]
-        out[str(kernel)] = (float(np.median(err)), float(np.quantile(err, 0.9)), int(tables))
-    return out
 
 
 # --- what a run reads ---------------------------------------------------------------------------
@@ -282,9 +333,10 @@ def heldout_summary(points):
     err = np.abs(points["predicted"] / points["measured"] - 1.0)
     frame = points.assign(error=err, kv_dtype=points["shape"].str.rsplit("kv ", n=1).str[1])
     rows = []
-    for (kernel, dtype), part in frame.groupby(["kernel", "kv_dtype"]):
+    for (method, kernel, dtype), part in frame.groupby(["method", "kernel", "kv_dtype"]):
         rows.append(
             {
+                "method": method,
                 "kernel": kernel,
                 "kv_dtype": dtype,
                 "tables": part[["system", "shape"]].drop_duplicates().shape[0],
@@ -303,6 +355,7 @@ def _heldout() -> dict[tuple[str, str], tuple[float, float, int]]:
     if not HELDOUT_FILE.is_file():
         return {}
     frame = pd.read_csv(HELDOUT_FILE)
+    frame = frame[frame["method"] == "partner"]
     return {
         (r.kernel, r.kv_dtype): (float(r.median_error), float(r.p90_error), int(r.tables))
         for r in frame.itertuples(index=False)

@@ -263,7 +263,8 @@ def no_effect_warnings(rows: pd.DataFrame) -> list[str]:
         if said:
             hardware = ", ".join(sorted(rows["hardware"].astype(str).unique())) if "hardware" in rows else "this GPU"
             warnings.append(
-                f"no GPU measured these kernels on {hardware}: priced by a transfer validated on hidden tables "
+                f"no GPU measured {'these kernels' if len(said) > 1 else 'this kernel'} on {hardware}: priced by a "
+                "transfer validated on hidden tables "
                 f"(docs/transfer/README.md): {'; '.join(sorted(said))}"
             )
     if "kernel" in rows and rows["kernel"].nunique() > 1 and (rows.get("calibration") == "uncalibrated").all():
