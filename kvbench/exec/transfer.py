@@ -36,7 +36,7 @@ fraction of HBM bandwidth at each point, applied to the target's) is scored besi
 What this prices is a stand-in, said so in every label: kvbench's ``triton`` kernel by SGLang's
 Triton decode backend, its ``flashinfer`` kernel by SGLang's FlashInfer backend (both paged,
 bf16/fp8 KV, CUDA-graph captured). Every other part of the step is SGLang's own tables on the
-target GPU (:func:`transfer_tables`).
+target GPU (``kvbench.app.run._transfer_tables``).
 """
 
 from __future__ import annotations
@@ -96,37 +96,97 @@ def _newest(system: str, framework: str) -> str | None:
     return found[-1] if found else None
 
 
-@functools.cache
-def _kernel_frames(system: str, framework: str, source: str) -> dict:
-    """Shape -> the (batch_size, step) medians of one measured decode kernel on one GPU."""
+_SHAPE_COLUMNS = ["num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype"]
+
+
+def _path(system: str, framework: str):
     version = _newest(system, framework)
     if version is None:
-        return {}
-    frame = profiles.read_table(system, "attention", framework, version, "generation_attention_perf")
-    frame = frame[frame["kernel_source"] == source]
-    if "window_size" in frame:
-        frame = frame[frame["window_size"] == 0]
-    out = {}
-    keys = ["num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype"]
-    for (h, kv, d, dtype), part in frame.groupby(keys):
-        med = part.groupby(["batch_size", "step"])["latency"].median()
-        out[Shape(int(h), int(kv), int(d), str(dtype))] = med
-    return out
+        return None
+    return (
+        profiles.table_root().systems_dir
+        / "data"
+        / system
+        / "attention"
+        / framework
+        / version
+        / ("generation_attention_perf.parquet")
+    )
+
+
+def _read(path, columns: list[str], **equal):
+    """The rows of one decode table where each ``equal`` column has its value, in ``columns``
+    (a filtered Parquet read: the run reads the few rows it prices, not every table whole)."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    names = pq.read_schema(path).names
+    windowed = "window_size" in names
+    frame = pd.read_parquet(
+        path,
+        columns=[*columns, *(["window_size"] if windowed else [])],
+        filters=[(k, "==", v) for k, v in equal.items()],
+    )
+    return frame[frame["window_size"] == 0] if windowed else frame
+
+
+@functools.cache
+def _shapes(system: str, framework: str, source: str) -> frozenset:
+    """The shapes one measured decode kernel was timed at on one GPU."""
+    path = _path(system, framework)
+    if path is None:
+        return frozenset()
+    frame = _read(path, _SHAPE_COLUMNS, kernel_source=source).drop_duplicates(_SHAPE_COLUMNS)
+    return frozenset(
+        Shape(int(h), int(kv), int(d), str(t)) for h, kv, d, t in frame[_SHAPE_COLUMNS].itertuples(index=False)
+    )
+
+
+@functools.cache
+def _median(system: str, framework: str, source: str, shape: Shape):
+    """(batch_size, step) -> median latency (ms) of one measured decode kernel at one GPU and shape."""
+    frame = _read(
+        _path(system, framework),
+        ["batch_size", "step", "latency"],
+        kernel_source=source,
+        num_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        head_dim=shape.head_dim,
+        kv_cache_dtype=shape.kv_dtype,
+    )
+    return frame.groupby(["batch_size", "step"])["latency"].median()
+
+
+def measured_tables(kernel: str) -> list[Table]:
+    """Every measured table of ``kernel``'s stand-in, on every GPU the tables hold."""
+    framework, source = STAND_INS[kernel]
+    return sorted(
+        (
+            Table(system, shape)
+            for system in profiles.measured_systems()
+            for shape in _shapes(system, framework, source)
+        ),
+        key=lambda t: (t.system, t.shape),
+    )
+
+
+def kernel_median(kernel: str, table: Table):
+    """``kernel``'s stand-in at one measured table: (batch_size, step) -> median latency (ms)."""
+    return _median(table.system, *STAND_INS[kernel], table.shape)
 
 
 def measured(kernel: str) -> dict[Table, object]:
-    """Every measured table of ``kernel``'s stand-in (on every GPU the tables hold)."""
-    framework, source = STAND_INS[kernel]
-    return {
-        Table(system, shape): med
-        for system in profiles.measured_systems()
-        for shape, med in _kernel_frames(system, framework, source).items()
-    }
+    """Every measured table of ``kernel``'s stand-in with its medians (the held-out check's)."""
+    return {t: kernel_median(kernel, t) for t in measured_tables(kernel)}
+
+
+def has_partner(table: Table) -> bool:
+    return table.shape in _shapes(table.system, *PARTNER)
 
 
 def partner(table: Table):
     """The partner's (batch, step) -> latency medians at ``table``'s GPU and shape, or None."""
-    return _kernel_frames(table.system, *PARTNER).get(table.shape)
+    return _median(table.system, *PARTNER, table.shape) if has_partner(table) else None
 
 
 def _log_ratio(kernel_med, partner_med) -> dict[int, tuple[np.ndarray, np.ndarray]]:
@@ -202,13 +262,14 @@ def shape_distance(a: Shape, b: Shape, distance: str = DISTANCE) -> float:
 
 def pick_sources(
     kernel: str, target: Table, hidden: frozenset = frozenset(), distance: str = DISTANCE
-) -> tuple[list[Table], dict]:
-    """The source tables of ``kernel``'s rule for ``target`` (none of ``hidden``), with their tables."""
-    tables = {
-        t: med
-        for t, med in measured(kernel).items()
-        if t != target and t not in hidden and t.shape.kv_dtype == target.shape.kv_dtype and partner(t) is not None
-    }
+) -> tuple[list[Table], list[Table]]:
+    """The source tables of ``kernel``'s rule for ``target`` (none of ``hidden``), and every table
+    the rule chose among."""
+    tables = [
+        t
+        for t in measured_tables(kernel)
+        if t != target and t not in hidden and t.shape.kv_dtype == target.shape.kv_dtype and has_partner(t)
+    ]
     rule = RULES[kernel]
     if rule == "same_shape":
         chosen = [t for t in tables if t.shape == target.shape and t.system != target.system]
@@ -237,16 +298,16 @@ def predict(
             f"no {PARTNER[0]} {PARTNER[1]} decode table on {target.system} at {target.shape} to transfer "
             f"kernel={kernel} from ({profiles.table_root().label})"
         )
-    sources, tables = pick_sources(kernel, target, hidden, distance)
+    sources, _ = pick_sources(kernel, target, hidden, distance)
     if not sources:
         raise ConfigError(
             f"no measured {STAND_INS[kernel][1]} decode table with a {PARTNER[1]} partner to transfer "
             f"kernel={kernel} to {target.system} at {target.shape} from ({profiles.table_root().label})"
         )
     if method == "partner":
-        ratios = [_log_ratio(tables[t], partner(t)) for t in sources]
+        ratios = [_log_ratio(kernel_median(kernel, t), partner(t)) for t in sources]
     else:
-        ratios = [_log_latency(tables[t], _roofline_scale(t, target)) for t in sources]
+        ratios = [_log_latency(kernel_median(kernel, t), _roofline_scale(t, target)) for t in sources]
     # the target GPU's own tables (other shapes) count once more: the GPU is what a ratio carries
     weights = np.array([2.0 if t.system == target.system else 1.0 for t in sources])
     rows = []
@@ -273,7 +334,7 @@ def hidden_with(kernel: str, target: Table) -> frozenset:
     target's shape (the runs it prices have none at theirs)."""
     if RULES[kernel] != "nearest_shape":
         return frozenset()
-    return frozenset(t for t in measured(kernel) if t.shape == target.shape)
+    return frozenset(t for t in measured_tables(kernel) if t.shape == target.shape)
 
 
 def leave_one_out(kernel: str, method: str = "partner", distance: str = DISTANCE):

@@ -37,19 +37,17 @@ def test_the_hidden_table_is_never_read():
     """Scaling the hidden table a hundredfold leaves its prediction unchanged (a leak would not)."""
     target = transfer.Table("l40s", LLAMA2)
     before = transfer.predict("flashinfer", target).frame
-    real = transfer.measured
+    real = transfer.kernel_median
 
-    def poisoned(kernel):
-        tables = dict(real(kernel))
-        tables[target] = tables[target] * 100.0
-        return tables
+    def poisoned(kernel, table):
+        return real(kernel, table) * (100.0 if table == target else 1.0)
 
-    transfer.measured = poisoned
+    transfer.kernel_median = poisoned
     try:
         after = transfer.predict("flashinfer", target).frame
-        assert transfer.measured("flashinfer")[target].iloc[0] != real("flashinfer")[target].iloc[0]
+        assert transfer.kernel_median("flashinfer", target).iloc[0] == 100.0 * real("flashinfer", target).iloc[0]
     finally:
-        transfer.measured = real
+        transfer.kernel_median = real
     pd.testing.assert_frame_equal(before, after)
 
 
