@@ -380,6 +380,12 @@ def leave_one_out(kernel: str, method: str = "partner", distance: str = DISTANCE
     return frame, all_points
 
 
+def require_full_tables() -> None:
+    """The held-out check hides tables the excerpt does not ship: it needs the package's."""
+    if profiles.table_root().excerpt:
+        raise ConfigError(f"the held-out check needs every table: {profiles.INSTALL_HINT}")
+
+
 # --- what a run reads ---------------------------------------------------------------------------
 
 #: the held-out error per kernel and KV dtype, written by ``kvbench profiles transfer`` from the

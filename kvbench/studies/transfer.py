@@ -20,9 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvbench.errors import ConfigError
-from kvbench.exec import transfer
-from kvbench.specs import profiles
+from kvbench.api import ConfigError, pyplot
+from kvbench.api import kernel_transfer as transfer
 
 
 def compute(method: str = "partner") -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -37,8 +36,6 @@ def compute(method: str = "partner") -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
 
 
 def figure(points: pd.DataFrame, path: Path) -> None:
-    from kvbench.api import pyplot
-
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
     for ax, (kernel, part) in zip(axes, points.groupby("kernel")):
@@ -204,8 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("docs/transfer"), help="folder for the CSVs and figure")
     args = parser.parse_args(argv)
     try:
-        if profiles.table_root().excerpt:
-            raise ConfigError(f"the held-out check needs every table: {profiles.INSTALL_HINT}")
+        transfer.require_full_tables()
         if args.out.exists() and not args.out.is_dir():
             raise ConfigError(f"--out {args.out} is not a folder")
         tables, points, summary = compute()
