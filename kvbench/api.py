@@ -27,6 +27,7 @@ from kvbench.app.run import RunSetup
 from kvbench.app.searchpath import register as register_searchpath
 from kvbench.core.kv import SeqShape, Transfer
 from kvbench.errors import ConfigError
+from kvbench.exec import transfer as kernel_transfer
 from kvbench.exec.costmodel import CostModel
 from kvbench.io.atomic import write_frame, write_text
 from kvbench.metrics.catalogue import ledger_parts, metric
@@ -51,6 +52,7 @@ __all__ = [
     "build",
     "compose",
     "hardware_spec",
+    "kernel_transfer",
     "kvbench_version",
     "ledger_parts",
     "memory_ceiling",

@@ -74,6 +74,8 @@ def main() -> None:
     assert not profiles.table_root().excerpt, "install the profiles extra first"
     root = profiles.table_root().systems_dir
     ARCH_ROWS.update(_record_arch_rows())
+    for key, index in _record_transfer_rows().items():
+        ARCH_ROWS.setdefault(key, set()).update(index)
     if OUT.exists():
         shutil.rmtree(OUT)
     specs = [model_spec_of(compose([f"model={m}", f"model.tp={tp}"])[0]) for m in MODELS for tp in (1, 2, 4, 8)]
@@ -151,6 +153,45 @@ def _write(frame, system, op, framework, version, table) -> None:
     folder = OUT / "data" / system / op / framework / version
     folder.mkdir(parents=True, exist_ok=True)
     frame.reset_index(drop=True).to_parquet(folder / f"{table}.parquet", index=False)
+
+
+def _record_transfer_rows() -> dict[tuple, set]:
+    """The decode rows the kernel transfer (kvbench.exec.transfer) reads to price kvbench's own
+    triton and flashinfer kernels on H100/H200 for every dense model config at TP 1-8, bf16 and
+    fp8 KV: each source table and its partner on the source GPU, and the partner on the target."""
+    from kvbench.exec import transfer
+
+    used: dict[tuple, set] = {}
+
+    def keep(table: transfer.Table, framework: str, source: str) -> None:
+        version = profiles.versions(table.system, "attention", framework, "generation_attention_perf")[-1]
+        frame = profiles.read_table(table.system, "attention", framework, version, "generation_attention_perf")
+        s = table.shape
+        rows = frame[
+            (frame["kernel_source"] == source)
+            & (frame["window_size"] == 0)
+            & (frame["num_heads"] == s.heads)
+            & (frame["num_key_value_heads"] == s.kv_heads)
+            & (frame["head_dim"] == s.head_dim)
+            & (frame["kv_cache_dtype"] == s.kv_dtype)
+        ]
+        key = (table.system, "attention", framework, version, "generation_attention_perf")
+        used.setdefault(key, set()).update(rows.index.tolist())
+
+    specs = [model_spec_of(compose([f"model={m}", f"model.tp={tp}"])[0]) for m in MODELS for tp in (1, 2, 4, 8)]
+    shapes = {(s.heads_per_gpu, s.kv_heads_per_gpu, s.head_dim) for s in specs}
+    for kernel in transfer.STAND_INS:
+        for system in transfer.TARGET_SYSTEMS:
+            for heads, kv_heads, head_dim in sorted(shapes):
+                for kv_dtype in ("bfloat16", "fp8"):
+                    target = transfer.Table(system, transfer.Shape(heads, kv_heads, head_dim, kv_dtype))
+                    if transfer.partner(target) is None:
+                        continue
+                    keep(target, *transfer.PARTNER)
+                    for source in transfer.pick_sources(kernel, target)[0]:
+                        keep(source, *transfer.STAND_INS[kernel])
+                        keep(source, *transfer.PARTNER)
+    return used
 
 
 def _record_arch_rows() -> dict[tuple, set]:

@@ -290,6 +290,8 @@ def _clock(cfg, model, model_config, hardware, allocator, kernel) -> tuple[Decod
         except ConfigError as exc:
             raise ConfigError(f"kernel={kernel.name}: {exc}") from None
         label = tables.label
+    elif cfg.mode == "sim" and (found := _transfer_tables(cfg, model, model_config, hardware, kernel)) is not None:
+        tables, label = found, found.label
     elif cfg.mode == "sim" and needs_measured_clock(model):
         found = _measured_stand_in(model, model_config, hardware)
         if found is not None:
@@ -308,6 +310,41 @@ def _clock(cfg, model, model_config, hardware, allocator, kernel) -> tuple[Decod
     # the same file's fitted prefill efficiency and per-step overhead (kvbench calibrate), if any
     prefill_flops_efficiency, step_overhead_s = load_fitted_terms(hardware.name, kernel.name, calibration_dir)
     return efficiency, CostModel(model, hardware, efficiency.efficiency, prefill_flops_efficiency, step_overhead_s)
+
+
+def _transfer_tables(cfg, model, model_config, hardware, kernel):
+    """The profiled tables of kvbench's own ``triton`` or ``flashinfer`` kernel on a GPU where the
+    transfer prices it (:mod:`kvbench.exec.transfer`): its decode attention transferred, the rest of
+    the step SGLang's tables on that GPU. None where a calibration file exists for the hardware and
+    kernel (a GPU's own measurement wins), for another kernel or GPU, for a model the transfer
+    does not price (MoE, MLA, windows, linear attention: their own clocks), or for a shape the
+    tables never measured."""
+    from kvbench.exec import transfer
+    from kvbench.specs.calibration import calibration_path
+    from kvbench.specs.profiles import SYSTEMS
+
+    system = SYSTEMS.get(hardware.name)
+    if not transfer.applies(kernel.name, system) or needs_measured_clock(model) or model.kv_groups:
+        return None
+    if calibration_path(hardware.name, kernel.name, calibration_dir_path(cfg.get("calibration_dir"))).exists():
+        return None
+    from kvbench.exec.profiled import load_tables, table_kv_dtype
+
+    rest = lookup("kernel", transfer.REST_OF_STEP)
+    kv_dtype = table_kv_dtype(model)
+    gemm_dtype = MODEL_GEMM_DTYPES.get(model_config.dtype, "bfloat16")
+    try:
+        decode = transfer.decode_for_run(kernel.name, system, model, kv_dtype)
+        return load_tables(rest.measured, system, model, gemm_dtype, kv_dtype, decode=decode)
+    except ConfigError:
+        # a shape no table measured (a toy model's 16-wide heads): the uncalibrated roofline, as
+        # on a GPU the transfer does not price, and its rows say `uncalibrated`
+        return None
+
+
+#: model.dtype -> the GEMM table's dtype of the rest of a transferred kernel's step (as a measured
+#: kernel's kernel.gemm=auto picks it)
+MODEL_GEMM_DTYPES = {"float8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
 
 
 #: the measured kernels tried, in order, to price a model the roofline has no terms for (routed
@@ -454,7 +491,9 @@ def _result(
         decode_efficiency=s.efficiency.efficiency,
         prefill_flops_efficiency=s.cost.prefill_flops_per_s / s.hardware.dense_flops_per_s,
         step_overhead_s=s.cost.step_overhead_s,
-        clock="profiled" if _profiled(s.cost) else "roofline",
+        clock=("transfer" if s.efficiency.source.startswith("transfer:") else "profiled")
+        if _profiled(s.cost)
+        else "roofline",
         attention_dp_ranks=s.model.attention_dp,
         calibration=s.efficiency.source,
         calibration_sha256=calibration_digest(s.hardware.name, s.kernel.name, cfg.get("calibration_dir")),

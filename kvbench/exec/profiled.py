@@ -42,6 +42,7 @@ run's summary reports the count (``profile_extrapolated_lookups``): never silent
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -343,9 +344,16 @@ def select_tables(kernel: MeasuredKernel, system: str, model, gemm_dtype: str, k
     return SelectedTables(label, gen, ctx, gemm, lm_head, allreduce)
 
 
-def load_tables(kernel: MeasuredKernel, system: str, model, gemm_dtype: str, kv_dtype: str) -> ProfileTables:
-    """Select and read the tables of one run (one-line ConfigError for anything not measured)."""
+def load_tables(
+    kernel: MeasuredKernel, system: str, model, gemm_dtype: str, kv_dtype: str, decode=None
+) -> ProfileTables:
+    """Select and read the tables of one run (one-line ConfigError for anything not measured).
+    ``decode``: a (frame, label) whose decode-attention rows replace the kernel's, and whose label
+    leads the run's (a transferred kernel's: :mod:`kvbench.exec.transfer`)."""
     selected = select_tables(kernel, system, model, gemm_dtype, kv_dtype)
+    if decode is not None:
+        frame, lead = decode
+        selected = dataclasses.replace(selected, decode=frame, label=f"{lead}; rest of step: {selected.label}")
     counter = _Counter()
     kv_bytes_per_token_layer = 2 * model.kv_heads_per_gpu * model.head_dim * model.kv_element_bytes
     gpu = profiles.system_constants(system)

@@ -10,6 +10,7 @@ number stays in the files (``summary.json``, the Parquet and CSV tables).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,16 +244,39 @@ def comparison_columns(rows: pd.DataFrame) -> tuple[list[tuple[str, list[Column]
     return [(title, [c for c in columns if c not in same]) for title, columns in groups], same
 
 
+#: a transferred kernel's calibration (kvbench.exec.transfer.decode_for_run): its sources and held-out error
+_TRANSFER = re.compile(r"^transfer: (?P<kernel>\S+) as .*? from (?P<sources>.*?), via .*?; (?P<heldout>held-out [^;]*)")
+
+
 def no_effect_warnings(rows: pd.DataFrame) -> list[str]:
-    """Lines that say when rows differ in something that cannot change a simulated number."""
+    """Lines that say when rows differ in something that cannot change a simulated number (kernels
+    all uncalibrated on a GPU), or differ by a transfer rather than a measurement on this GPU (with
+    each transferred kernel's sources and held-out error)."""
     warnings = []
-    if "kernel" in rows and rows["kernel"].nunique() > 1 and (rows.get("calibration") == "uncalibrated").all():
-        kernels = " and ".join(f"kernel={k}" for k in sorted(rows["kernel"].unique()))
-        hardware = ", ".join(sorted(rows["hardware"].astype(str).unique())) if "hardware" in rows else "this hardware"
+    if "kernel" not in rows or "calibration" not in rows:
+        return warnings
+    calibration = rows["calibration"].astype(str)
+    hardware_of = rows["hardware"].astype(str) if "hardware" in rows else pd.Series("this GPU", index=rows.index)
+    plain = rows[calibration == "uncalibrated"]
+    if rows["kernel"].nunique() > 1 and plain["kernel"].nunique() > 1:
+        kernels = " and ".join(f"kernel={k}" for k in sorted(plain["kernel"].unique()))
+        hardware = ", ".join(sorted(hardware_of[plain.index].unique())) if "hardware" in rows else "this hardware"
         warnings.append(
             f"{kernels} run at the same simulated speed: no calibration for {hardware} "
             "(<hardware>/<kernel>.json in kvbench/calibrations/ or calibration_dir=<folder>, written by "
             "kvbench bench-kernels on a GPU)"
+        )
+    said, hardware = [], set()
+    for index in rows.index[calibration.str.startswith("transfer:")]:
+        found = _TRANSFER.match(calibration[index])
+        if found:
+            said.append(f"kernel={rows['kernel'][index]} from {found['sources']} ({found['heldout']})")
+            hardware.add(hardware_of[index])
+    said = sorted(set(said))
+    if said:
+        warnings.append(
+            f"no GPU measured {'these kernels' if len(said) > 1 else 'this kernel'} on {', '.join(sorted(hardware))}: "
+            f"priced by a transfer validated on hidden tables (docs/transfer/README.md): {'; '.join(said)}"
         )
     return warnings
 

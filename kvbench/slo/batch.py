@@ -74,11 +74,17 @@ def slo_batch(cost: CostModel, context_tokens: int, tpot_slo_s: float) -> tuple[
     seq_kv_bytes = context_tokens * model.kv_bytes_per_token
     exact = (tpot_slo_s * hw.hbm_bandwidth_bytes_per_s - model.weight_bytes) * cost.decode_efficiency / seq_kv_bytes
     batch = max(0, math.floor(exact))
-    while batch > 0 and cost.decode_time_s(batch * context_tokens) > tpot_slo_s:
+    while batch > 0 and _decode_s(cost, batch, context_tokens) > tpot_slo_s:
         batch -= 1
-    while cost.decode_time_s((batch + 1) * context_tokens) <= tpot_slo_s:
+    while _decode_s(cost, batch + 1, context_tokens) <= tpot_slo_s:
         batch += 1
     return exact, batch
+
+
+def _decode_s(cost: CostModel, batch: int, context_tokens: int) -> float:
+    """One decode step of ``batch`` sequences of ``context_tokens`` each (the roofline prices the
+    KV they read; a measured clock prices the batch itself, not one sequence of all their tokens)."""
+    return cost.step_times_s([], batch, batch * context_tokens)[1]
 
 
 def memory_ceiling(allocator: Allocator, context_tokens: int, s_max_tokens: int) -> tuple[int, float]:

@@ -4,7 +4,8 @@ kvbench's cache layout ``[num_blocks, block_size, H_kv, D]`` is FlashInfer's ``N
 so the caches are passed as they are; only the block tables are translated into FlashInfer's CSR
 form by :func:`paged_kv_indices` (pure torch, tested on CPU). FlashInfer has no CPU backend: in
 real mode on a machine without CUDA, :meth:`FlashInferKernel.decode` refuses with one line, while
-``sim`` mode keeps working from the calibration file. ``flashinfer`` (a large import that may
+``sim`` mode keeps working: from the calibration file where one exists, else on H100/H200 from the
+transfer of SGLang's measured FlashInfer backend (:mod:`kvbench.exec.transfer`), else the roofline. ``flashinfer`` (a large import that may
 JIT-compile) is imported only inside :meth:`FlashInferKernel.plan_decode`.
 
 On the offline GPU machine FlashInfer comes from a prepared bundle (``docs/gpu.md``) whose prebuilt

@@ -5,8 +5,9 @@ NVIDIA's aiconfigurator-core (:mod:`kvbench.specs.profiles`) time vLLM's FlashAt
 SGLang's FlashAttention-3 and Triton backends and TRT-LLM's attention on A100, H100 and H200.
 Picking one prices every step of a ``mode=sim`` run from those tables (the profiled clock,
 :mod:`kvbench.exec.profiled`): its attention, and the GEMMs and all-reduces of the same framework.
-They have no code to run, so ``mode=real`` refuses them; kvbench's own ``triton`` and
-``flashinfer`` kernels stay on the roofline until a GPU run calibrates them (``gpu/run_all.sh``).
+They have no code to run, so ``mode=real`` refuses them. kvbench's own ``triton`` and
+``flashinfer`` kernels are priced on H100/H200 by a transfer from SGLang's Triton and FlashInfer
+tables (:mod:`kvbench.exec.transfer`) until a GPU run calibrates them (``gpu/run_all.sh``).
 
 ``kernel.gemm`` picks the weights' GEMM table: ``auto`` follows ``model.dtype`` (float8: the
 per-tensor FP8 GEMMs; fp8_block and nvfp4 their own; otherwise bf16), or name ``bfloat16``, ``fp8``,

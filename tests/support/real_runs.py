@@ -13,9 +13,16 @@ ARGS = ["wandb.mode=disabled", "progress=false", "workload.num_requests=40", "ou
 def synthetic_real_run(tmp_path, name, block_size_tokens, decode_eff, prefill_eff, overhead_s):
     """A sim run's folder whose steps table gains the measured times a GPU with these efficiencies
     would give: weights at full bandwidth, KV at decode_eff, prefill at prefill_eff, overhead per step."""
+    import json
+
     from kvbench.api import run
 
-    result = run([*ARGS, f"allocator.block_size_tokens={block_size_tokens}"])
+    # the roofline at full bandwidth, as an uncalibrated triton ran before the transfer priced it on
+    # H100 (kvbench.exec.transfer): a calibration file of efficiency 1 wins over the transfer
+    roofline = tmp_path / "roofline_calibration"
+    (roofline / "h100-sxm").mkdir(parents=True, exist_ok=True)
+    (roofline / "h100-sxm" / "triton.json").write_text(json.dumps({"efficiency": {str(block_size_tokens): 1.0}}))
+    result = run([*ARGS, f"allocator.block_size_tokens={block_size_tokens}", f"calibration_dir={roofline}"])
     steps, hw = result.steps.copy(), result.config["hardware"]
     bw = hw["hbm_bandwidth_bytes_per_s"]
     n = steps["num_steps"].astype(float)

@@ -14,8 +14,9 @@ from kvbench.api import ModelSpec, RunSetup, build, model_spec_of
 @cache
 def _composed(overrides: tuple[str, ...]) -> DictConfig:
     from kvbench.api import compose
+    from kvbench.studies.paper.runs import with_clock
 
-    return compose(list(overrides))[0]
+    return compose(list(with_clock(overrides)))[0]
 
 
 def composed(overrides: Sequence[str] = ()) -> DictConfig:

@@ -26,7 +26,8 @@ def test_the_stand_in_prices_like_the_measured_kernel_it_names():
 
 
 def test_a_dense_model_keeps_the_roofline_under_an_unmeasured_kernel():
-    summary = run(["model=llama3.1-8b", "hardware=h200-sxm", "kernel=triton", *SMALL]).summary
+    # (kvbench's triton and flashinfer are priced by the transfer on H100/H200: test_transfer.py)
+    summary = run(["model=llama3.1-8b", "hardware=h200-sxm", "kernel=torch", *SMALL]).summary
     assert summary["clock"] == "roofline"
 
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from kvbench.app import progress
 from kvbench.commands import paper as cli
 
-COMMAND = "kvbench allocator=naive workload.num_requests=40"  # the fake source's one run
+COMMAND = "kvbench kernel=torch allocator=naive workload.num_requests=40"  # the fake source's one run
 
 
 @pytest.fixture

@@ -37,11 +37,14 @@ def report():
 from kvbench.commands.entry import main
 main()
 """
-#: never imported by a simulated run: the real mode's stack, W&B (off by default), the profiled
-#: clock and its tables (a measured kernel's), pyplot (a run's figures are drawn without it)
+#: never imported by a simulated run on the roofline: the real mode's stack, W&B (off by default),
+#: the profiled clock and its tables (a measured or transferred kernel's), pyplot (a run's figures
+#: are drawn without it)
 NEVER = ("torch", "transformers", "triton", "wandb", "kvbench.exec.profiled", "kvbench.exec.real", "matplotlib.pyplot")
 WATCHED = (*NEVER, "matplotlib", "pandas", "rich")
-ONE_REQUEST = ["workload.num_requests=1", "progress=false"]
+#: kernel=torch: the roofline's path (kvbench's default kernel, triton, is priced on the default
+#: H100 by the transfer's profiled clock, which reads its tables with pandas: checked below)
+ONE_REQUEST = ["workload.num_requests=1", "progress=false", "kernel=torch"]
 
 
 def _spied(tmp_path, monkeypatch, *args: str) -> dict:
@@ -67,6 +70,7 @@ PREFIX_CACHING = [
     "workload=mooncake_conversation",
     "workload.num_requests=5",
     "progress=false",
+    "kernel=torch",
 ]
 
 
@@ -76,6 +80,11 @@ def test_a_run_draws_its_figures_without_pyplot_or_pandas(tmp_path, monkeypatch,
     assert set(spied["imported"]) == {"matplotlib", "rich"}
     assert (tmp_path / "run" / "memory.png").is_file()
     assert (tmp_path / "run" / "prefix_cache.png").is_file() == (overrides is PREFIX_CACHING)
+
+
+def test_the_default_kernel_on_h100_reads_the_transfer_tables_and_nothing_of_the_gpu_stack(tmp_path, monkeypatch):
+    spied = _spied(tmp_path, monkeypatch, "workload.num_requests=1", "progress=false", "output.figures=false")
+    assert set(spied["imported"]) == {"kvbench.exec.profiled", "pandas", "rich"}
 
 
 @pytest.mark.parametrize("output", [[], ["output.write=false"]])

@@ -273,3 +273,24 @@ def test_a_zero_hit_run_summary_says_why_and_fits(block_preemption_sweep):
     text = " ".join(line.strip("│ ") for line in lines)
     assert "prefix cache hits" in text and "ceiling / Belady / LRU" in text
     assert "less than one" in text and "16-token" in text
+
+
+def test_transferred_kernels_are_said_with_their_sources_and_heldout_error_per_gpu():
+    from kvbench.output.report import no_effect_warnings
+
+    label = (
+        "transfer: {k} as sglang 0.5.14 {k} from l40s, rtx_pro_6000_server, via trtllm 1.3.0rc20 torch_flow on "
+        "h100_sxm; held-out median 11.3 %, p90 32.1 % over 212 hidden tables (kv bfloat16); rest of step: ..."
+    )
+    rows = pd.DataFrame(
+        {
+            "kernel": ["triton", "flashinfer", "triton", "flashinfer"],
+            "hardware": ["h100-sxm", "h100-sxm", "a100-80gb", "a100-80gb"],
+            "calibration": [label.format(k="triton"), label.format(k="flashinfer"), "uncalibrated", "uncalibrated"],
+        }
+    )
+    same, transfer = no_effect_warnings(rows)
+    assert "same simulated speed: no calibration for a100-80gb " in same
+    assert transfer.startswith("no GPU measured these kernels on h100-sxm: priced by a transfer")
+    assert "kernel=flashinfer from l40s, rtx_pro_6000_server (held-out median 11.3 %, p90 32.1 %" in transfer
+    assert "kernel=triton from" in transfer and "rest of step" not in transfer

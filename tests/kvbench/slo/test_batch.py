@@ -20,14 +20,20 @@ H100_BYTES_PER_S = 3.35e12  # conf/hardware/h100-sxm.yaml, the lecture's 3,350 G
 LLAMA2_KV_BYTES_PER_TOKEN = 2 * 32 * 4096 * 2  # K and V x 32 layers x 4,096 wide x fp16 = 512 KiB
 
 
+#: the lecture's arithmetic is the roofline's: kernel=torch (the default kernel, triton, is priced
+#: on the default H100 by the transfer's measured tables: test_the_transferred_default_prices_a_batch)
+ROOFLINE = "kernel=torch"
+
+
 def built(*overrides: str):
-    cfg, _ = compose(list(overrides))
+    cfg, _ = compose([ROOFLINE, *overrides])
     return setup(cfg)
 
 
 def run_main(monkeypatch, *args: str) -> int:
     """``kvbench slo-batch <args>`` in this process; the exit status (0 when main returns)."""
-    return main_status(monkeypatch, "slo-batch", slo_batch_command.main, *args)
+    clock = () if any(a.startswith("kernel=") for a in args) else (ROOFLINE,)
+    return main_status(monkeypatch, "slo-batch", slo_batch_command.main, *clock, *args)
 
 
 def test_the_lecture_question_gives_the_formulas_159_not_164():
@@ -106,7 +112,7 @@ def test_the_memory_ceiling_is_what_the_allocator_holds(overrides, context_token
 
 
 def test_the_command_prints_the_arithmetic_and_writes_table_and_figure(tmp_path):
-    proc = kvbench("slo-batch", cwd=tmp_path)
+    proc = kvbench("slo-batch", ROOFLINE, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = " ".join(proc.stdout.split())
     assert "(20 ms × 3,350 GB/s − 13.48 GB) ÷ 0.3355 GB = 159.5 → B = 159" in out
@@ -134,11 +140,12 @@ def test_naive_allocation_makes_memory_bind(tmp_path, monkeypatch, capsys):
 
 
 def test_a_calibration_changes_the_printed_answer(tmp_path, monkeypatch, capsys):
-    # a measured efficiency for (h100-sxm, triton, block 16): the run's cost model reads it
+    # a measured efficiency for (h100-sxm, triton, block 16): the run's cost model reads it (and
+    # the roofline with it: a calibration file wins over the transfer)
     (tmp_path / "cal" / "h100-sxm").mkdir(parents=True)
     (tmp_path / "cal" / "h100-sxm" / "triton.json").write_text(json.dumps({"efficiency": {"16": 0.8}}))
     monkeypatch.setattr(calibration, "CALIBRATION_DIR", tmp_path / "cal")
-    assert run_main(monkeypatch, "--out", str(tmp_path / "out")) == 0
+    assert run_main(monkeypatch, "kernel=triton", "--out", str(tmp_path / "out")) == 0
     s = built()
     expected = math.floor((0.020 * H100_BYTES_PER_S - s.model.weight_bytes) * 0.8 / (640 * s.model.kv_bytes_per_token))
     out = " ".join(capsys.readouterr().out.split())
@@ -168,7 +175,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, f
 
 
 def test_bad_input_from_the_command_line_has_no_traceback(tmp_path):
-    proc = kvbench("slo-batch", "slo.tpot_s=abc", cwd=tmp_path)
+    proc = kvbench("slo-batch", ROOFLINE, "slo.tpot_s=abc", cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
     assert proc.stderr.strip().splitlines() == [
         "kvbench: error: slo.tpot_s=abc is invalid: Value 'abc' of type 'str' could not be converted to Float"
@@ -227,3 +234,17 @@ def test_a_large_tpot_slo_keeps_the_table_and_figure_bounded(tmp_path, monkeypat
     document = json.loads((tmp_path / "slo_batch.json").read_text())
     assert document["slo_batch"] > 500_000 and document["binding"] == ["memory"]
     assert pd.read_csv(tmp_path / "tpot_vs_batch.csv")["batch"].max() <= 2**20
+
+
+def test_the_transferred_default_prices_a_batch_of_b_sequences_not_one_long_one():
+    """The default kernel on H100 is priced by measured tables: B sequences of 640 tokens are one
+    decode step of batch B (a single 640 x B-token sequence would be priced at batch 1)."""
+    cfg, _ = compose([])
+    s = setup(cfg)
+    _, answer = slo_batch(s.cost, 640, 0.020)
+    assert (
+        s.cost.step_times_s([], answer, answer * 640)[1]
+        <= 0.020
+        < s.cost.step_times_s([], answer + 1, (answer + 1) * 640)[1]
+    )
+    assert answer > 29  # more than naive's memory ceiling: the SLO, not one long sequence, binds
