@@ -48,6 +48,9 @@ EXTRA_LAYOUTS = {
     "glm-5": [["model.dtype=nvfp4", "model.moe_dtype=nvfp4"]],  # NVFP4's module rows (Blackwell)
     "minimax-m2.5": [["model.tp=8"]],  # vLLM's moe_tp=8 fp8_block: a layout stand-in
 }
+#: the papers' models, at TP1: kvbench paper prices the vLLM paper's OPT-13B rate sweeps on the
+#: profiled clock too (kvbench/studies/paper/vllm_throughput.py)
+PAPER_MODELS = ["opt-13b"]
 OUT = profiles.EXCERPT_DIR / "systems"
 
 
@@ -61,7 +64,7 @@ def needed_gemm_shapes(grid: profiled.GemmGrid, model) -> set[tuple[int, int]]:
     for n, k in [
         ((model.heads_per_gpu + 2 * model.kv_heads_per_gpu) * d, h),
         (h, model.heads_per_gpu * d),
-        (2 * ffn, h),
+        ((2 if model.gated_mlp else 1) * ffn, h),
         (h, ffn),
         (model.vocab_size // tp, h),
     ]:
@@ -79,6 +82,7 @@ def main() -> None:
     if OUT.exists():
         shutil.rmtree(OUT)
     specs = [model_spec_of(compose([f"model={m}", f"model.tp={tp}"])[0]) for m in MODELS for tp in (1, 2, 4, 8)]
+    specs += [model_spec_of(compose([f"model={m}"])[0]) for m in PAPER_MODELS]
     for system in sorted(set(profiles.SYSTEMS.values())):
         (OUT).mkdir(parents=True, exist_ok=True)
         shutil.copy(root / f"{system}.yaml", OUT / f"{system}.yaml")
@@ -179,6 +183,7 @@ def _record_transfer_rows() -> dict[tuple, set]:
         used.setdefault(key, set()).update(rows.index.tolist())
 
     specs = [model_spec_of(compose([f"model={m}", f"model.tp={tp}"])[0]) for m in MODELS for tp in (1, 2, 4, 8)]
+    specs += [model_spec_of(compose([f"model={m}"])[0]) for m in PAPER_MODELS]
     shapes = {(s.heads_per_gpu, s.kv_heads_per_gpu, s.head_dim) for s in specs}
     for kernel in transfer.STAND_INS:
         for system in transfer.TARGET_SYSTEMS:
