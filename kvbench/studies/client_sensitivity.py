@@ -26,9 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from kvbench.errors import ConfigError
+from kvbench.io.atomic import write_text
 from kvbench.validation import overhead
 from kvbench.validation.client import ClientShape
-from kvbench.validation.silicon import admitted, read_silicon, replay, select
+from kvbench.validation.silicon import SCHEDULERS, admitted, read_silicon, replay, select
 from kvbench.validation.validate import client_overrides
 
 #: (label, waves, desync, warm-up waves computed from the same replays)
@@ -57,12 +58,12 @@ def _replay(args) -> list[tuple]:
     return [(w, request_stats(result.request_columns, result.step_columns, w * per_engine)) for w in warmups]
 
 
-def study(rows, workers: int) -> list[dict]:
+def study(rows, workers: int, schedulers: str = "framework") -> list[dict]:
     jobs, keys = [], []
     for waves, desync in REPLAYS:
         warmups = sorted({w for _, v_waves, v_desync, w in VARIANTS if (v_waves, v_desync) == (waves, desync)})
         for i, (_, row) in enumerate(rows.iterrows()):
-            job = replay(row, "profiled", waves)
+            job = replay(row, "profiled", waves, schedulers)
             per_engine = int(row["batch_size"])  # one attention-DP rank's share (see silicon.replay)
             jobs.append((list(job.overrides), waves, desync, warmups, per_engine))
             keys.append((waves, desync, i))
@@ -118,8 +119,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", action="append")
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument(
+        "--schedulers", default="framework", help="framework (default) or shared, as kvbench validate --schedulers"
+    )
     parser.add_argument("--out", default=None, help="markdown file to write (default: print)")
     args = parser.parse_args(argv)
+    out = Path(args.out) if args.out else None
+    problem = None
+    if args.schedulers not in SCHEDULERS:
+        problem = f"--schedulers {args.schedulers!r}: choose one of {', '.join(SCHEDULERS)}"
+    elif (args.limit is not None and args.limit < 1) or (args.workers is not None and args.workers < 1):
+        problem = "--limit and --workers must be integers >= 1"
+    elif out is not None and (out.exists() or out.is_symlink()) and not out.is_file():
+        problem = f"--out {out} exists and is not a plain file: name a markdown file"
+    elif out is not None and not out.parent.is_dir():
+        problem = f"--out {out}: its folder {out.parent} does not exist"
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         frame, source = read_silicon()
         rows, _ = admitted(frame)
@@ -128,12 +145,12 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("no aggregated silicon row is left: widen --tp, --model, --system or --backend")
         rows = rows.reset_index(drop=True)
         command = " ".join(["python -m kvbench.studies.client_sensitivity", *(argv or sys.argv[1:])])
-        text = markdown(study(rows, args.workers or os.cpu_count() or 1), command, source)
+        text = markdown(study(rows, args.workers or os.cpu_count() or 1, args.schedulers), command, source)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.out:
-        Path(args.out).write_text(text)
+    if out is not None:
+        write_text(out, text)
     print(text, end="")
     return 0
 

@@ -20,3 +20,17 @@ def test_a_filter_that_leaves_nothing_is_one_line_and_exit_2(capsys):
     assert client_sensitivity.main(["--tp", "3", "--workers", "1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and len(err.strip().splitlines()) == 1
+
+
+def test_bad_options_and_an_out_that_is_no_file_are_one_line_and_exit_2(tmp_path, capsys):
+    for args in (
+        ["--schedulers", "vllm"],
+        ["--workers", "0"],
+        ["--limit", "0"],
+        ["--out", str(tmp_path)],  # a folder is never replaced
+        ["--out", str(tmp_path / "missing" / "x.md")],
+    ):
+        assert client_sensitivity.main(["--tp", "1", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert tmp_path.is_dir()
