@@ -29,6 +29,7 @@ from importlib.resources import files
 import yaml
 
 from kvbench.errors import ConfigError
+from kvbench.specs import profiles
 
 #: backend (silicon_sample.csv's ``backend``) -> the engine preset that schedules as it does
 PRESETS = {"vllm": "vllm_v1", "sglang": "sglang", "trtllm": "trtllm"}
@@ -55,12 +56,14 @@ def scheduler_overrides(backend: str, system: str | None = None) -> list[str]:
 
 
 def gpu_memory_bytes(system: str) -> float:
-    """The GPU memory of a silicon ``system``, from kvbench's hardware config of it."""
-    from kvbench.validation.silicon import HARDWARE
-
-    name = HARDWARE.get(system)
+    """The GPU memory of a silicon ``system``, from kvbench's hardware config of it (the first
+    hardware config :data:`kvbench.specs.profiles.SYSTEMS` maps to that system)."""
+    names = {}
+    for hardware, measured in profiles.SYSTEMS.items():
+        names.setdefault(measured, hardware)
+    name = names.get(system)
     if name is None:
-        raise ConfigError(f"system={system!r} has no hardware config; choose one of {', '.join(HARDWARE)}")
+        raise ConfigError(f"system={system!r} has no hardware config; choose one of {', '.join(names)}")
     spec = yaml.safe_load(files("kvbench.conf").joinpath("hardware", f"{name}.yaml").read_text())
     return float(spec["hbm_bytes"])
 

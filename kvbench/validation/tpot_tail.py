@@ -6,7 +6,7 @@ made of (GEMMs against the weights' read at full HBM bandwidth, attention, all-r
 It reads the rows a ``kvbench validate`` run wrote (``rows.parquet``) and prices each row's two
 bounds on the row's own profiled clock (the run's objects are built, nothing is simulated)::
 
-    python -m kvbench.studies.tpot_tail --rows results/validate/<date>/<time>/rows.parquet \\
+    python -m kvbench.validation.tpot_tail --rows results/validate/<date>/<time>/rows.parquet \\
         --out docs/validation/tpot-tail
 
 ``position`` is where a TPOT lies between the bounds: 0 at lock-step, 1 at the steady state.
@@ -157,7 +157,9 @@ def _read(path: Path) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kvbench.studies.tpot_tail", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m kvbench.validation.tpot_tail", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--rows", required=True, help="the rows.parquet (or rows.csv) of a kvbench validate run")
     parser.add_argument("--out", required=True, help="folder for tail_rows.*, tail_groups.* and tail.png")
     parser.add_argument("--threshold", type=float, default=0.20, help="median TPOT error a group must exceed")

@@ -1,4 +1,4 @@
-"""kvbench.studies.tpot_tail: the groups above a TPOT threshold, placed between their bounds."""
+"""kvbench.validation.tpot_tail: the groups above a TPOT threshold, placed between their bounds."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import pandas as pd
 import pytest
 from silicon_rows import DENSE_ROW as ROW
 
-from kvbench.studies import tpot_tail
-from kvbench.validation import bounds
+from kvbench.validation import bounds, tpot_tail
 
 
 def _rows() -> pd.DataFrame:

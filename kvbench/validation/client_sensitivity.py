@@ -8,7 +8,7 @@ and gives the median absolute TTFT and TPOT errors with the per-step host overhe
 and held out (each group priced with the h fitted on the other groups of its framework,
 :mod:`kvbench.validation.overhead`). The markdown table goes where ``--out`` says::
 
-    python -m kvbench.studies.client_sensitivity --tp 1 --out docs/validation/client-sensitivity.md
+    python -m kvbench.validation.client_sensitivity --tp 1 --out docs/validation/client-sensitivity.md
 
 ``--tp 1`` is the TP1 rows (aggregated by construction); ``--model``/``--system``/``--backend``
 narrow further. One replay per row and (waves, desync) pair; the warm-up variant reuses the
@@ -112,7 +112,7 @@ def markdown(lines: list[dict], command: str, source: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kvbench.studies.client_sensitivity", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m kvbench.validation.client_sensitivity", description=__doc__)
     parser.add_argument("--tp", type=int, action="append", help="only rows of this TP size (repeatable)")
     parser.add_argument("--model", action="append")
     parser.add_argument("--system", action="append")
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         if rows.empty:
             raise ConfigError("no aggregated silicon row is left: widen --tp, --model, --system or --backend")
         rows = rows.reset_index(drop=True)
-        command = " ".join(["python -m kvbench.studies.client_sensitivity", *(argv or sys.argv[1:])])
+        command = " ".join(["python -m kvbench.validation.client_sensitivity", *(argv or sys.argv[1:])])
         text = markdown(study(rows, args.workers or os.cpu_count() or 1, args.schedulers), command, source)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
