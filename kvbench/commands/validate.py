@@ -246,9 +246,9 @@ def _main(argv: list[str]) -> int:
     )
     parser.add_argument(
         "--schedulers",
-        default="framework",
-        help="framework (default): each engine's own admission rule (engine=vllm_v1, sglang, trtllm with their "
-        "default limits); shared: kvbench's chunked prefill at 8,192 tokens a step for all three",
+        default="shared",
+        help="shared (default): kvbench's chunked prefill at 8,192 tokens a step for every engine; framework: "
+        "each engine's own admission rule (engine=vllm_v1, sglang, trtllm with their default limits)",
     )
     parser.add_argument(
         "--max-tokens",

@@ -43,12 +43,13 @@ class AdmissionMixin:
             if r.prompt_tokens + r.max_output_tokens > r.s_max_tokens:
                 raise ConfigError(f"{what} is longer than its declared S_max; shorten it or raise S_max")
             budget = self.config.max_num_batched_tokens
-            if (
-                self.config.decodes_in_budget
-                and not self.chunks_prompts
-                and r.prompt_tokens + sum(o - 1 for o in r.branch_output_tokens)
-                > budget  # a readmission: all but the last tokens
-            ):
+            # a readmission computes the prompt and all but the last output tokens in one step; under
+            # a full-output reservation (GUARANTEED_NO_EVICT) nothing is ever preempted, so only the
+            # prompt must fit
+            readmitted = (
+                0 if self.config.admission_reserve == "full_output" else sum(o - 1 for o in r.branch_output_tokens)
+            )
+            if self.config.decodes_in_budget and not self.chunks_prompts and r.prompt_tokens + readmitted > budget:
                 raise ConfigError(
                     f"{what} can never be admitted whole within scheduler.max_num_batched_tokens={budget} "
                     "(decodes_in_budget: a prompt, or a preempted request's prompt and output, runs in one "

@@ -58,7 +58,7 @@ def _replay(args) -> list[tuple]:
     return [(w, request_stats(result.request_columns, result.step_columns, w * per_engine)) for w in warmups]
 
 
-def study(rows, workers: int, schedulers: str = "framework") -> list[dict]:
+def study(rows, workers: int, schedulers: str = "shared") -> list[dict]:
     jobs, keys = [], []
     for waves, desync in REPLAYS:
         warmups = sorted({w for _, v_waves, v_desync, w in VARIANTS if (v_waves, v_desync) == (waves, desync)})
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument(
-        "--schedulers", default="framework", help="framework (default) or shared, as kvbench validate --schedulers"
+        "--schedulers", default="shared", help="shared (default) or framework, as kvbench validate --schedulers"
     )
     parser.add_argument("--out", default=None, help="markdown file to write (default: print)")
     args = parser.parse_args(argv)

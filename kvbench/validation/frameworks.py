@@ -34,6 +34,8 @@ from kvbench.specs import profiles
 #: backend (silicon_sample.csv's ``backend``) -> the engine preset that schedules as it does
 PRESETS = {"vllm": "vllm_v1", "sglang": "sglang", "trtllm": "trtllm"}
 GIB = 1 << 30
+#: TRT-LLM's default max_num_tokens (conf/engine/trtllm.yaml)
+TRTLLM_MAX_NUM_TOKENS = 8192
 
 
 def scheduler_overrides(backend: str, system: str | None = None) -> list[str]:
@@ -74,4 +76,11 @@ def replace_scheduler(overrides: list[str] | tuple[str, ...], backend: str, syst
     (the preset sets both) and the preset's overrides come first, so that the replay's other
     ``scheduler.*`` settings (its per-rank ``max_num_seqs``) still apply on top of it."""
     kept = [o for o in overrides if not o.startswith(("scheduler=", "scheduler.max_num_batched_tokens="))]
-    return [*scheduler_overrides(backend, system), *kept]
+    preset = scheduler_overrides(backend, system)
+    values = dict(o.split("=", 1) for o in overrides if "=" in o)
+    prompt_tokens = int(values.get("workload.prompt_tokens", 0))
+    if backend == "trtllm" and prompt_tokens > TRTLLM_MAX_NUM_TOKENS:
+        # without chunked context TRT-LLM runs a prompt whole in one step: a benchmark that served a
+        # longer prompt raised max_num_tokens to it (the engine refuses the request otherwise)
+        preset.append(f"scheduler.max_num_batched_tokens={prompt_tokens}")
+    return [*preset, *kept]

@@ -154,7 +154,7 @@ def too_large(tokens: int, max_tokens: int) -> str:
 
 
 def replay_jobs(
-    rows, max_tokens: int | None = MAX_DISAGG_TOKENS, waves: int = ClientShape().waves, schedulers: str = "framework"
+    rows, max_tokens: int | None = MAX_DISAGG_TOKENS, waves: int = ClientShape().waves, schedulers: str = "shared"
 ) -> list[tuple[int, str, Replay]]:
     """(row position, clock, replay) for each replay to run: the profiled clock for every row, the
     roofline for the dense ones; a disaggregated row only where ``deployment=disagg`` exists, and
@@ -198,7 +198,7 @@ def run_validation(
     advance=lambda n: None,
     tps=None,
     client: ClientShape = ClientShape(),
-    schedulers: str = "framework",
+    schedulers: str = "shared",
 ) -> Validation:
     client.validate()
     frame, source = read_silicon()

@@ -258,13 +258,17 @@ def test_a_dense_disaggregated_row_names_no_attention_dp_or_experts():
     assert not any(".attention_dp=" in o or ".ep=" in o or "moe_dtype" in o for o in job.overrides)
 
 
-def test_a_replay_schedules_as_its_framework_unless_told_to_share_kvbench_s_scheduler():
+def test_a_replay_shares_kvbench_s_scheduler_unless_told_to_schedule_as_its_framework():
     row = pd.Series(_row())  # TRT-LLM on H100
-    framework = replay(row, "profiled").overrides
+    framework = replay(row, "profiled", schedulers="framework").overrides
     assert framework[0] == "engine=trtllm" and "scheduler=chunked" not in framework
     assert "scheduler.max_num_seqs=16" in framework  # the row's own batch stays on top of the preset
-    shared = replay(row, "profiled", schedulers="shared").overrides
+    shared = replay(row, "profiled").overrides
     assert "scheduler=chunked" in shared and not any(o.startswith("engine=") for o in shared)
-    assert replay(pd.Series(_row(backend="sglang", system="h200_sxm")), "profiled").overrides[0] == "engine=sglang"
-    with pytest.raises(silicon.ConfigError, match="choose one of framework, shared"):
+    sglang = replay(pd.Series(_row(backend="sglang", system="h200_sxm")), "profiled", schedulers="framework")
+    assert sglang.overrides[0] == "engine=sglang"
+    # TRT-LLM runs a prompt whole: a longer prompt than its 8,192 tokens a step raises the budget to it
+    long = replay(pd.Series(_row(isl=15000)), "profiled", schedulers="framework").overrides
+    assert "scheduler.max_num_batched_tokens=15000" in long
+    with pytest.raises(silicon.ConfigError, match="choose one of shared, framework"):
         replay(row, "profiled", schedulers="vllm")

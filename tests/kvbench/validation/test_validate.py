@@ -129,7 +129,7 @@ def test_the_command_writes_tables_and_the_parity_figure(tmp_path):
     assert "vllm: step_overhead_s = " in said and "leave-one-group-out held-out median error" in said
     record = json.loads((out / "validate.json").read_text())
     assert record["fitted"].startswith("fitted: one per-step host overhead h per framework")
-    assert record["schedulers"] == "framework"
+    assert record["schedulers"] == "shared"
     assert record["client"]["waves"] == 5 and record["client"]["warmup_waves"] == 0 and record["client"]["desync"] == 0
     assert set(record["step_overhead_s"]) == {"vllm"} and record["step_overhead_s"]["vllm"]["rows"] == 2
     assert record["step_overhead_sources"][0].startswith("vllm: step_overhead_s = ")
