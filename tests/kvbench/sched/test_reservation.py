@@ -225,6 +225,19 @@ def test_max_num_tokens_caps_every_step_context_and_generation_together(toy_run)
     assert_every_request_finished(run, requests)
 
 
+def test_under_guaranteed_no_evict_only_the_prompt_must_fit_a_step(toy_run):
+    # nothing is ever preempted, so no readmission computes a prompt and its output in one step: a
+    # 16-token prompt with 8 output tokens runs under a 16-token budget (kvbench's own rule with
+    # decodes in the budget refuses it: a readmission would need 16 + 7 tokens)
+    requests = [request(0, 16, 8)]
+    run = toy_run(MixedScheduler, RecomputePolicy, paged(256), requests, max_num_batched_tokens=16, **TRTLLM)
+    assert scheduled(run)[0] == {0: 16}
+    assert_every_request_finished(run, requests)
+    plain = dict(TRTLLM, admission_reserve="none")
+    with pytest.raises(ConfigError, match="can never be admitted whole within scheduler.max_num_batched_tokens=16"):
+        toy_run(MixedScheduler, RecomputePolicy, paged(256), requests, max_num_batched_tokens=16, **plain)
+
+
 # --- options ----------------------------------------------------------------------------------------
 
 
