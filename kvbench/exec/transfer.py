@@ -27,7 +27,7 @@ Which sources, by kernel (``RULES``):
 
 Held out (:func:`leave_one_out`): each measured table of the kernel that has a partner is hidden
 and predicted from the rest by the same rule; for Triton every table of the hidden one's shape is
-hidden too (on every GPU), since the runs it prices have none. ``kvbench profiles transfer``
+hidden too (on every GPU), since the runs it prices have none. ``python -m kvbench.studies.transfer``
 prints, and ``docs/transfer/`` keeps, the median and p90 absolute relative error per kernel over
 every grid point of every held-out table; the roofline-efficiency alternative (the source GPUs'
 fraction of HBM bandwidth at each point, applied to the target's) is scored beside it, and lost
@@ -388,7 +388,7 @@ def require_full_tables() -> None:
 
 # --- what a run reads ---------------------------------------------------------------------------
 
-#: the held-out error per kernel and KV dtype, written by ``kvbench profiles transfer`` from the
+#: the held-out error per kernel and KV dtype, written by ``python -m kvbench.studies.transfer`` from the
 #: full tables (aiconfigurator-core) and re-derived by tests/kvbench/exec/test_transfer.py
 HELDOUT_FILE = profiles.EXCERPT_DIR / "transfer_heldout.csv"
 
@@ -432,7 +432,7 @@ def _heldout() -> dict[tuple[str, str], tuple[float, float, int]]:
 def heldout_text(kernel: str, kv_dtype: str) -> str:
     found = _heldout().get((kernel, kv_dtype))
     if found is None:
-        return "held-out error not computed (kvbench profiles transfer)"
+        return "held-out error not computed (python -m kvbench.studies.transfer --out docs/transfer)"
     median, p90, tables = found
     return f"held-out median {100 * median:.1f} %, p90 {100 * p90:.1f} % over {tables} hidden tables (kv {kv_dtype})"
 
