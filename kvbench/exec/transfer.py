@@ -432,7 +432,7 @@ def _heldout() -> dict[tuple[str, str], tuple[float, float, int]]:
 def heldout_text(kernel: str, kv_dtype: str) -> str:
     found = _heldout().get((kernel, kv_dtype))
     if found is None:
-        return "held-out error not computed (python -m kvbench.studies.transfer --out docs/transfer)"
+        return "held-out error not computed (python -m kvbench.studies.transfer --heldout-file <this file>)"
     median, p90, tables = found
     return f"held-out median {100 * median:.1f} %, p90 {100 * p90:.1f} % over {tables} hidden tables (kv {kv_dtype})"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvbench.api import ConfigError, pyplot
+from kvbench.api import ConfigError, pyplot, write_text
 from kvbench.api import kernel_transfer as transfer
 
 
@@ -95,8 +95,8 @@ def readme(summary: pd.DataFrame, tables: pd.DataFrame, points: pd.DataFrame) ->
     lines = [
         "# The kernel transfer: kvbench's Triton and FlashInfer kernels on H100/H200",
         "",
-        "Written by `python -m kvbench.studies.transfer --out docs/transfer` (aiconfigurator-core 0.12.0",
-        "installed); every number below is computed there. The method is in `kvbench/exec/transfer.py`.",
+        f"Written by `{COMMAND}` (aiconfigurator-core",
+        "0.12.0 installed); every number below is computed there. The method is in `kvbench/exec/transfer.py`.",
         "",
         "No public table times SGLang's FlashInfer decode on H100 or H200, nor its Triton decode at",
         "Llama-2-7B's shape (32 heads, 32 KV heads, head_dim 128) on any GPU. Both were measured beside",
@@ -196,26 +196,50 @@ def readme(summary: pd.DataFrame, tables: pd.DataFrame, points: pd.DataFrame) ->
     return "\n".join(lines)
 
 
+#: the command that writes docs/transfer/ and the held-out table runs read
+COMMAND = "python -m kvbench.studies.transfer --out docs/transfer --heldout-file kvbench/profiles/transfer_heldout.csv"
+#: what --out holds after a run
+OUT_FILES = ("heldout_tables.csv", "heldout.csv", "predicted_vs_measured.png", "README.md")
+
+
+def _not_a_file(path: Path) -> bool:
+    """A path that exists (or dangles) and is no plain file: a folder, FIFO or device is never replaced."""
+    return (path.exists() or path.is_symlink()) and not path.is_file()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kvbench.studies.transfer", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("docs/transfer"), help="folder for the CSVs and figure")
+    parser.add_argument(
+        "--heldout-file",
+        type=Path,
+        default=None,
+        help="also write the per-kernel held-out summary the runs' labels read here "
+        "(kvbench/profiles/transfer_heldout.csv in a clone); default: only under --out",
+    )
     args = parser.parse_args(argv)
     try:
-        transfer.require_full_tables()
         if args.out.exists() and not args.out.is_dir():
             raise ConfigError(f"--out {args.out} is not a folder")
+        for path in [*(args.out / name for name in OUT_FILES), *([args.heldout_file] if args.heldout_file else [])]:
+            if _not_a_file(path):
+                raise ConfigError(f"{path} exists and is not a plain file: it is never replaced")
+        if args.heldout_file is not None and not args.heldout_file.parent.is_dir():
+            raise ConfigError(f"--heldout-file {args.heldout_file}: its folder does not exist")
+        transfer.require_full_tables()
         tables, points, summary = compute()
     except ConfigError as exc:
         print(f"kvbench: {exc}", file=sys.stderr)
         return 2
     _, _, alternative = compute("roofline")
     args.out.mkdir(parents=True, exist_ok=True)
-    tables.round(4).to_csv(args.out / "heldout_tables.csv", index=False)
     both = pd.concat([summary, alternative], ignore_index=True)
-    both.to_csv(args.out / "heldout.csv", index=False)
-    summary.to_csv(transfer.HELDOUT_FILE, index=False)
+    write_text(args.out / "heldout_tables.csv", tables.round(4).to_csv(index=False))
+    write_text(args.out / "heldout.csv", both.to_csv(index=False))
+    if args.heldout_file is not None:
+        write_text(args.heldout_file, summary.to_csv(index=False))
     figure(points, args.out / "predicted_vs_measured.png")
-    (args.out / "README.md").write_text(readme(both, tables, points))
+    write_text(args.out / "README.md", readme(both, tables, points))
     print(both.to_string(index=False))
     return 0
 

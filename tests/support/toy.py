@@ -106,3 +106,16 @@ PLAIN_SCHEDULER_OPTIONS = dict(
     decodes_in_budget=False,
     head_only_chunking=False,
 )
+
+
+def scheduled(run) -> list[dict[int, int]]:
+    """Each step's tokens per request, as the differential check compares them."""
+    steps = []
+    for plan in run.plans:
+        tokens: dict[int, int] = {}
+        for chunk in plan.prefills:
+            tokens[chunk.seq.group.request_id] = tokens.get(chunk.seq.group.request_id, 0) + chunk.num_new_tokens
+        for seq in plan.decodes:
+            tokens[seq.group.request_id] = tokens.get(seq.group.request_id, 0) + 1
+        steps.append(tokens)
+    return steps

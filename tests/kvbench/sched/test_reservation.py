@@ -11,7 +11,7 @@ import pytest
 from kvbench_plugins.preemption.recompute import RecomputePolicy
 from kvbench_plugins.schedulers.mixed import MixedScheduler
 from kvbench_plugins.schedulers.prefill_first import PrefillFirstScheduler
-from toy import paged, request
+from toy import paged, request, scheduled
 
 from kvbench.errors import ConfigError
 from kvbench.memory.allocator import SeqShape
@@ -21,19 +21,6 @@ SGLANG = dict(chunked_prefill=True, admission_reserve="new_token_ratio")
 TRTLLM = dict(decodes_in_budget=True, admission_reserve="full_output", max_num_seqs=8)
 #: SGLang's default fall per decode step: (0.7 - 0.7 x 0.14) / 600
 DECAY = (0.7 - 0.7 * 0.14) / 600
-
-
-def scheduled(run) -> list[dict[int, int]]:
-    """Each step's tokens per request."""
-    steps = []
-    for plan in run.plans:
-        tokens: dict[int, int] = {}
-        for chunk in plan.prefills:
-            tokens[chunk.seq.group.request_id] = tokens.get(chunk.seq.group.request_id, 0) + chunk.num_new_tokens
-        for seq in plan.decodes:
-            tokens[seq.group.request_id] = tokens.get(seq.group.request_id, 0) + 1
-        steps.append(tokens)
-    return steps
 
 
 def assert_every_request_finished(run, requests) -> None:

@@ -8,7 +8,7 @@ from kvbench_plugins.preemption.recompute import RecomputePolicy
 from kvbench_plugins.schedulers.chunked import ChunkedScheduler
 from kvbench_plugins.schedulers.mixed import MixedScheduler
 from kvbench_plugins.schedulers.prefill_first import PrefillFirstScheduler
-from toy import paged, request
+from toy import paged, request, scheduled
 
 from kvbench.errors import ConfigError
 from kvbench.sched.queue import PriorityQueue, ShortestPromptQueue
@@ -23,19 +23,6 @@ def steps_of(toy_run):
     def steps(scheduler, budget_tokens, requests, **options) -> list[dict[int, int]]:
         return scheduled(toy_run(scheduler, RecomputePolicy, paged(budget_tokens), requests, **options))
 
-    return steps
-
-
-def scheduled(run) -> list[dict[int, int]]:
-    """Each step's tokens per request, as the differential check compares them."""
-    steps = []
-    for plan in run.plans:
-        tokens: dict[int, int] = {}
-        for chunk in plan.prefills:
-            tokens[chunk.seq.group.request_id] = tokens.get(chunk.seq.group.request_id, 0) + chunk.num_new_tokens
-        for seq in plan.decodes:
-            tokens[seq.group.request_id] = tokens.get(seq.group.request_id, 0) + 1
-        steps.append(tokens)
     return steps
 
 
